@@ -1,0 +1,143 @@
+"""The reference trainer's configuration: one frozen dataclass, checked on creation."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+AMP_DTYPES = ("auto", "none", "bf16", "fp16")
+
+# Fields that do not change the training trajectory, so a checkpoint stays usable
+# when they change (world size is not a field at all: the trainer is elastic).
+_NOT_IDENTITY = frozenset(
+    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size"}
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    input_dim: int = 32
+    """Features per synthetic sample."""
+    num_classes: int = 8
+    """Classes of the synthetic labelling task."""
+    width: int = 256
+    """Hidden units per MLP layer."""
+    depth: int = 3
+    """Hidden layers of the MLP (each Linear, ReLU, Dropout)."""
+    dropout: float = 0.1
+    """Dropout probability; > 0 so that a forgotten RNG restore changes the result."""
+    dataset_size: int = 32768
+    """Samples in the synthetic dataset; ids are 0..dataset_size-1."""
+    global_batch: int = 4096
+    """Samples per optimizer step, all ranks together; fixed when the world size changes."""
+    grad_accum: int = 1
+    """Micro-batches per rank per step (gradients accumulate between them)."""
+    drop_last: bool = True
+    """Drop an epoch's final partial global batch (False: train on it as a smaller step)."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    warmup_steps: int = 5
+    """Linear warmup steps before the cosine decay."""
+    min_lr_ratio: float = 0.1
+    """The cosine decays to lr * min_lr_ratio at total_steps."""
+    seed: int = 0
+    """Seeds the model init, the data, the epoch shuffles and the dropout stream."""
+    total_steps: int = 40
+    """Optimizer updates in the whole job (steps are numbered 1..total_steps)."""
+    ckpt_interval: int = 10
+    """Save a checkpoint after every this many updates (and after the last one)."""
+    keep_last: int = 3
+    """Committed checkpoints kept by retention (at least 2, so a damaged newest one has a fallback)."""
+    backend: str = "auto"
+    """Process-group backend: auto (nccl with CUDA, else gloo), gloo or nccl."""
+    device: str = "auto"
+    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda."""
+    amp_dtype: str = "auto"
+    """Autocast dtype: auto (bf16 on CUDA, none on CPU), none, bf16, or fp16 (with a GradScaler)."""
+    instrument: bool = True
+    """Write batch/step events with digests and phase timers (off only for overhead benchmarks)."""
+    max_world_size: int = 64
+    """Upper bound used when listing world sizes that divide the global batch."""
+
+    def __post_init__(self) -> None:
+        positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
+                    "grad_accum", "total_steps", "ckpt_interval", "max_world_size")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.num_classes < 2:
+            raise ConfigError(f"num_classes={self.num_classes} must be at least 2 for a classification task")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.lr <= 0:
+            raise ConfigError(f"lr={self.lr} must be > 0")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError(f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if self.keep_last < 2:
+            raise ConfigError(
+                f"keep_last={self.keep_last}: retention must keep at least 2 checkpoints so that "
+                "a damaged newest checkpoint has an intact predecessor; set keep_last >= 2"
+            )
+        if self.global_batch > self.dataset_size:
+            raise ConfigError(
+                f"global_batch={self.global_batch} exceeds dataset_size={self.dataset_size}: "
+                "an epoch would hold no full batch; lower global_batch or raise dataset_size"
+            )
+        for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("backend='nccl' needs device='cuda' (or 'auto'); use backend='gloo' on CPU")
+        if self.global_batch % self.grad_accum:
+            raise ConfigError(
+                f"global_batch={self.global_batch} is not divisible by grad_accum={self.grad_accum}"
+            )
+
+    def valid_world_sizes(self) -> list[int]:
+        """World sizes whose per-rank batch is a whole number of equal micro-batches."""
+        return [w for w in range(1, self.max_world_size + 1)
+                if self.global_batch % (w * self.grad_accum) == 0]
+
+    def check_world_size(self, world_size: int) -> None:
+        if world_size < 1 or self.global_batch % (world_size * self.grad_accum):
+            raise ConfigError(
+                f"world size {world_size} does not divide global_batch={self.global_batch} "
+                f"into grad_accum={self.grad_accum} equal micro-batches per rank; "
+                f"world sizes that do: {', '.join(map(str, self.valid_world_sizes()))}"
+            )
+
+    def identity(self) -> str:
+        """A hash of the fields that shape the trajectory: checkpoints from another identity are refused."""
+        shaping = {k: v for k, v in asdict(self).items() if k not in _NOT_IDENTITY}
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    @classmethod
+    def tiny(cls, **overrides: Any) -> TrainConfig:
+        """A fast configuration for tests and scenarios: small model, small batches."""
+        base = dict(input_dim=16, num_classes=4, width=32, depth=2, dataset_size=256,
+                    global_batch=16, total_steps=24, ckpt_interval=4, warmup_steps=2)
+        base.update(overrides)
+        return cls(**base)

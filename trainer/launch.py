@@ -1,0 +1,80 @@
+"""How a rank process joins a job: from a harness-owned store or from torchrun's environment."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Who this process is in which attempt of which run."""
+
+    run_dir: Path
+    """The run directory (format trainwreck-run/1); events and checkpoints go below it."""
+    rank: int
+    world_size: int
+    attempt: int
+    """0-based attempt number; every attempt is a fresh process group."""
+    local_rank: int = 0
+    """Index of the rank on its host (selects cuda:LOCAL_RANK)."""
+    store_host: str | None = None
+    """Host of a harness-owned TCPStore; None means torchrun's env:// rendezvous."""
+    store_port: int | None = None
+    store_prefix: str = ""
+    """Namespace inside the store; a fresh one per attempt, because reused keys break the next attempt."""
+    standalone: bool = False
+    """True when no harness supervises (python -m trainer, torchrun): rank 0 writes `end` itself."""
+    pg_timeout_s: float = 1800.0
+    """Collective timeout of the process group (gloo's own default is 30 minutes)."""
+
+    @classmethod
+    def from_torchrun_env(cls, run_dir: Path, **overrides: object) -> RankContext:
+        env = os.environ
+        missing = [k for k in ("RANK", "WORLD_SIZE") if k not in env]
+        if missing:
+            # Plain `python -m trainer` without torchrun: a single-rank job.
+            return cls(run_dir=Path(run_dir), rank=0, world_size=1, attempt=0, standalone=True,
+                       **overrides)  # type: ignore[arg-type]
+        return cls(
+            run_dir=Path(run_dir),
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            # torchrun restarts the whole worker group; its restart count is our attempt.
+            attempt=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            standalone=True,
+            **overrides,  # type: ignore[arg-type]
+        )
+
+
+def init_process_group(ctx: RankContext, backend: str) -> None:
+    timeout = timedelta(seconds=ctx.pg_timeout_s)
+    if ctx.store_host is None:
+        if ctx.world_size == 1 and "MASTER_ADDR" not in os.environ:
+            # A lone rank still gets a real process group so the code path is the same;
+            # a private HashStore avoids opening any port.
+            store: dist.Store = dist.HashStore()
+        else:
+            dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout)
+            return
+    else:
+        store = dist.TCPStore(ctx.store_host, ctx.store_port, ctx.world_size, is_master=False,
+                              timeout=timeout)
+        if ctx.store_prefix:
+            store = dist.PrefixStore(ctx.store_prefix, store)
+    dist.init_process_group(backend, store=store, rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=timeout)
+
+
+def pick_device(device: str, local_rank: int) -> torch.device:
+    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was requested but CUDA is not available; use device='cpu'")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)

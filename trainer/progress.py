@@ -1,0 +1,68 @@
+"""Progress board: each rank publishes (step, phase, time) for the harness watchdog.
+
+One small file per rank per attempt, overwritten in place with ``os.pwrite``: one
+syscall per phase change, no fsync (the reader is on the same machine and reads the
+page cache), and it works the same under every launcher. The harness reads these
+files; a rank never reads them.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Phases in the order they happen inside one update; the watchdog ranks "furthest
+# behind" by (step, phase index), so the order is part of this format.
+PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "done")
+PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+
+_RECORD = struct.Struct("<qqdq")  # step, phase index, unix time, pid
+
+
+def progress_path(run_dir: Path, attempt: int, rank: int) -> Path:
+    return Path(run_dir) / "progress" / f"a{attempt:03d}-r{rank:03d}.bin"
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int
+    phase: str
+    t: float
+    pid: int
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Sort key: larger means further along."""
+        return (self.step, PHASE_INDEX[self.phase])
+
+
+class ProgressBoard:
+    """The writer side, owned by one rank."""
+
+    def __init__(self, run_dir: Path, attempt: int, rank: int) -> None:
+        path = progress_path(run_dir, attempt, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._pid = os.getpid()
+
+    def publish(self, step: int, phase: str) -> None:
+        os.pwrite(self._fd, _RECORD.pack(step, PHASE_INDEX[phase], time.time(), self._pid), 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_progress(path: Path) -> Progress | None:
+    """The last published progress of one rank, or None if it has published nothing."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < _RECORD.size:
+        return None
+    step, phase, t, pid = _RECORD.unpack_from(data)
+    if not 0 <= phase < len(PHASES):
+        return None
+    return Progress(step=step, phase=PHASES[phase], t=t, pid=pid)

@@ -1,0 +1,112 @@
+"""The storage seam: every byte of checkpoint I/O goes through one ``Storage``.
+
+Paths are relative, '/'-separated, and must stay inside the storage root; anything
+else is refused before touching the disk. Faults (stalls, ENOSPC, torn writes, crash
+points) wrap a ``Storage``; the crash-point sweep records the calls made on it, so
+each method is one file-system operation a crash can land before or after.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+
+class UnsafePathError(ValueError):
+    """A path would leave the storage root (absolute, '..', or a symlink outside)."""
+
+
+class Storage(Protocol):
+    def exists(self, path: str) -> bool: ...
+    def read(self, path: str) -> bytes: ...
+    def write(self, path: str, data: bytes) -> None:
+        """Create or replace the file with `data` and fsync it (durable on return)."""
+    def mkdir(self, path: str) -> None: ...
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic rename; `dst` must not be a non-empty directory."""
+    def fsync_dir(self, path: str) -> None:
+        """Make the directory's entries (creations, renames, removals) durable."""
+    def list(self, path: str) -> list[str]:
+        """Names directly inside `path` (sorted); [] when it does not exist."""
+    def remove(self, path: str) -> None:
+        """Remove a file or a whole directory tree; missing is not an error."""
+
+
+def check_relative(path: str) -> PurePosixPath:
+    """Refuse absolute paths and '..' so a manifest cannot point outside the store."""
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in path:
+        raise UnsafePathError(
+            f"path {path!r} escapes the checkpoint directory: use a relative path without '..'"
+        )
+    return p
+
+
+class LocalStorage:
+    """POSIX files under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+
+    def _abs(self, path: str) -> Path:
+        full = (self.root / check_relative(path)).resolve()
+        if full != self.root and self.root not in full.parents:
+            raise UnsafePathError(f"path {path!r} resolves outside {self.root} (a symlink?)")
+        return full
+
+    def exists(self, path: str) -> bool:
+        return self._abs(path).exists()
+
+    def read(self, path: str) -> bytes:
+        return self._abs(path).read_bytes()
+
+    def write(self, path: str, data: bytes) -> None:
+        full = self._abs(path)
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str) -> None:
+        self._abs(path).mkdir(parents=True, exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(self._abs(src), self._abs(dst))
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(self._abs(path) if path not in ("", ".") else self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def list(self, path: str) -> list[str]:
+        target = self.root if path in ("", ".") else self._abs(path)
+        try:
+            return sorted(os.listdir(target))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+
+    def remove(self, path: str) -> None:
+        full = self._abs(path)
+        if full.is_dir() and not full.is_symlink():
+            shutil.rmtree(full, ignore_errors=False, onerror=_ignore_missing)
+        else:
+            try:
+                full.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _ignore_missing(func, path, exc_info) -> None:  # type: ignore[no-untyped-def]
+    if not (isinstance(exc_info[1], OSError) and exc_info[1].errno == errno.ENOENT):
+        raise exc_info[1]
