@@ -1,0 +1,83 @@
+"""python -m trainer --run-dir DIR --total-steps N [...]: the reference trainer on its own.
+
+Works as a single process or under torchrun (which sets RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR/PORT); writes a run directory that `trainwreck check` can judge.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import IncompatibleCheckpoint
+from trainer.config import ConfigError, TrainConfig
+from trainer.launch import RankContext
+from trainer.rundir import RunDirError, prepare_standalone
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
+    parser.add_argument("--total-steps", type=int, help="optimizer updates in the whole job")
+    parser.add_argument("--tiny", action="store_true", help="start from the small test configuration")
+    parser.add_argument("--config", help="config fields as JSON, or @FILE holding JSON")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override one config field (repeatable), e.g. --set width=128")
+    return parser.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = {}
+    if args.config:
+        text = Path(args.config[1:]).read_text() if args.config.startswith("@") else args.config
+        try:
+            values.update(json.loads(text))
+        except ValueError as exc:
+            raise ConfigError(f"--config is not valid JSON: {exc}") from None
+    types = {f.name: f.type for f in fields(TrainConfig)}
+    for item in args.set:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in types:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+        values[name] = _parse_value(raw, str(types[name]), name)
+    if args.total_steps is not None:
+        values["total_steps"] = args.total_steps
+    return TrainConfig.tiny(**values) if args.tiny else TrainConfig.from_dict(values)
+
+
+def _parse_value(raw: str, type_name: str, name: str) -> Any:
+    try:
+        if type_name == "bool":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        return {"int": int, "float": float}.get(type_name, str)(raw)
+    except ValueError:
+        raise ConfigError(f"--set {name}={raw!r}: not a valid {type_name}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = build_config(args)
+        ctx = RankContext.from_torchrun_env(args.run_dir)
+        cfg.check_world_size(ctx.world_size)
+        prepare_standalone(args.run_dir, cfg, ctx.world_size, ctx.rank)
+    except (ConfigError, RunDirError, OSError) as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return 2
+    from trainer.loop import run_rank  # after validation: a bad flag should not pay torch's import
+
+    try:
+        run_rank(ctx, cfg)
+    except IncompatibleCheckpoint as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
