@@ -1,0 +1,102 @@
+"""What one supervised job is: the trainer config, the world-size schedule, the plan, the limits.
+
+Everything is checked in ``__post_init__`` so a bad job fails before any process starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.config import ConfigError, TrainConfig
+
+LAUNCHERS = ("warm", "spawn", "torchrun")
+DEFAULT_ENTRY = "trainer.loop:run_rank"
+
+
+class SpecError(ValueError):
+    """A job specification is unusable; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    config: TrainConfig
+    """The trainer configuration every rank of every attempt runs with."""
+    world_sizes: tuple[int, ...] = (2,)
+    """Planned world size per attempt; the last one repeats for later attempts."""
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    """The fault plan (faults/ interprets it; the harness applies the external kinds itself)."""
+    hang_timeout_s: float = 10.0
+    """Seconds without any rank's progress changing before the watchdog declares a hang."""
+    checkpoint_timeout_s: float | None = None
+    """Budget while a rank is in the checkpoint phase; None means 3 x hang_timeout_s."""
+    max_restarts: int = 3
+    """Restarts allowed after the first attempt (the run has at most max_restarts + 1 attempts)."""
+    no_progress_patience: int = 1
+    """Consecutive restarts that may fail to advance the newest committed checkpoint before giving up."""
+    launcher: str = "warm"
+    """How ranks start: warm (fork server), spawn (fresh interpreters) or torchrun (elastic agent)."""
+    run_dir: Path | None = None
+    """Where the run directory goes; None: a temporary directory, removed afterwards unless keep."""
+    keep: bool = False
+    """Keep a temporary run directory after the job (ignored when run_dir is given: that is always kept)."""
+    entry: str = DEFAULT_ENTRY
+    """`module:function` each rank calls as fn(ctx, cfg, hooks); another trainer can be plugged in here."""
+    hooks_factory: str | None = None
+    """`module:function` building the rank's Hooks from the plan; None: faults.inrank.build_hooks."""
+    poll_interval_s: float = 0.02
+    """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, TrainConfig):
+            raise SpecError(f"config must be a TrainConfig, got {type(self.config).__name__}")
+        sizes = tuple(self.world_sizes)
+        if not sizes:
+            raise SpecError("world_sizes is empty; give at least one world size, e.g. (2,)")
+        for size in sizes:
+            if not isinstance(size, int) or isinstance(size, bool):
+                raise SpecError(f"world size {size!r} is not an integer")
+            try:
+                self.config.check_world_size(size)
+            except ConfigError as exc:
+                raise SpecError(str(exc)) from None
+        object.__setattr__(self, "world_sizes", sizes)
+        if self.launcher not in LAUNCHERS:
+            raise SpecError(f"unknown launcher {self.launcher!r}; known launchers: {', '.join(LAUNCHERS)}")
+        if self.launcher == "torchrun" and len(set(sizes)) > 1:
+            raise SpecError(
+                f"world_sizes={list(sizes)}: the torchrun launcher restarts with a fixed "
+                "--nproc-per-node, so the world size cannot change between attempts; "
+                "use launcher 'warm' or 'spawn' for a world-size schedule"
+            )
+        if not self.hang_timeout_s > 0:
+            raise SpecError(f"hang_timeout_s={self.hang_timeout_s} must be > 0")
+        if self.checkpoint_timeout_s is not None and not self.checkpoint_timeout_s > 0:
+            raise SpecError(f"checkpoint_timeout_s={self.checkpoint_timeout_s} must be > 0 (or None)")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise SpecError(f"max_restarts={self.max_restarts!r} must be an integer >= 0")
+        if not isinstance(self.no_progress_patience, int) or self.no_progress_patience < 1:
+            raise SpecError(f"no_progress_patience={self.no_progress_patience!r} must be an integer >= 1")
+        if not 0 < self.poll_interval_s <= 0.1:
+            raise SpecError(f"poll_interval_s={self.poll_interval_s} must be in (0, 0.1]")
+        for name in ("entry", "hooks_factory"):
+            value = getattr(self, name)
+            if value is not None and ":" not in value:
+                raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
+        if not isinstance(self.plan, list) or not all(isinstance(f, dict) for f in self.plan):
+            raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
+        # The external faults are the harness's to apply, so they are checked here too.
+        from faults.external import ExternalFaults, FaultError
+        try:
+            ExternalFaults(self.plan)
+        except FaultError as exc:
+            raise SpecError(str(exc)) from None
+        if self.run_dir is not None:
+            object.__setattr__(self, "run_dir", Path(self.run_dir))
+
+    @property
+    def checkpoint_budget_s(self) -> float:
+        return self.checkpoint_timeout_s if self.checkpoint_timeout_s is not None else 3 * self.hang_timeout_s
+
+    def world_size_for(self, attempt: int) -> int:
+        return self.world_sizes[min(attempt, len(self.world_sizes) - 1)]
