@@ -1,0 +1,183 @@
+"""The warm fork server: a process that has already imported torch and the trainer and
+forks one fresh child per rank per attempt.
+
+Forking costs milliseconds where a fresh interpreter costs seconds of imports, yet
+every rank is still its own process, so a kill is a real process death. The server
+never runs a torch op or creates a thread pool before forking, which keeps the fork
+safe. Protocol (pickled dicts over a socket the harness passes as a file descriptor):
+
+    harness -> server  {"op": "start", "ctxs": [json...], "logs": [path...]}
+    server -> harness  {"op": "ready", "pid", "import_s"}  once, after the warm imports
+                       {"op": "started", "pids": [...], "pgid"}  reply to start
+                       {"op": "exit", "pid", "code"}    a child ended (negative: killed by that signal)
+
+    python -m harness.forkserver FD PARENT_PID
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+
+# Imported before any fork, so ranks start with them in memory. The DDP constructor
+# and the first step import more lazily; those found by measuring are listed too.
+WARM_MODULES = (
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.distributed.distributed_c10d",
+    "torch.distributed.algorithms.join",
+    "torch.distributed.utils",
+    "torch.nn.functional",
+    "torch.optim",
+    "torch.optim.lr_scheduler",
+    # Optimizer.__init__ is wrapped by torch._disable_dynamo, which imports torch._dynamo
+    # on first use: about 3 s per rank on a 2-core box, measured. Importing it starts no
+    # threads, so it is safe to hold in the fork server.
+    "torch._dynamo",
+    "torch.utils.serialization",  # torch.save in the first checkpoint
+    "trainer.config",
+    "trainer.events",
+    "trainer.progress",
+    "trainer.launch",
+    "trainer.hooks",
+    "trainer.loop",
+    "harness.rank",
+    "faults.inrank",
+)
+
+
+def warm_imports() -> None:
+    for name in WARM_MODULES:
+        # A module that is not written yet (or a trainer without it) is simply not warmed.
+        try:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
+            pass
+
+
+class Server:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.children: set[int] = set()
+        # SIGCHLD writes to this pipe, so one wait() covers requests and child exits.
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+
+    def serve(self) -> None:
+        while True:
+            ready = wait([self.conn, self.wake_r])
+            if self.wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(self.wake_r, 4096):
+                            break
+                    except BlockingIOError:
+                        break
+            self.reap()
+            if self.conn in ready:
+                try:
+                    msg = self.conn.recv()
+                except (EOFError, OSError):
+                    self.shutdown()
+                    return
+                if msg["op"] == "start":
+                    self.start(msg["ctxs"], msg["logs"])
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.conn.send({"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def start(self, ctxs: list[str], logs: list[str]) -> None:
+        pgid, pids = 0, []
+        for ctx_json, log in zip(ctxs, logs):
+            pid = os.fork()
+            if pid == 0:
+                self.child(ctx_json, pgid, log)  # never returns
+            pgid = pgid or pid
+            try:
+                # Both sides call setpgid so the child is in the group whichever runs first.
+                os.setpgid(pid, pgid)
+            except OSError:
+                pass  # it already died, or the leader did; kills by pid still reach it
+            self.children.add(pid)
+            pids.append(pid)
+        self.conn.send({"op": "started", "pids": pids, "pgid": pgid})
+
+    def child(self, ctx_json: str, pgid: int, log: str) -> None:
+        code = 1
+        try:
+            try:
+                os.setpgid(0, pgid)  # pgid 0: the first rank leads the attempt's group
+            except OSError:
+                pass
+            server = os.getppid()
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            self.conn.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            from harness import rank
+
+            rank.set_parent_death_signal(server)
+            rank.run(rank.ctx_from_json(ctx_json))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)  # never run the server's atexit/finally code in a rank
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in list(self.children):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def main(argv: list[str]) -> None:
+    fd, parent = int(argv[0]), int(argv[1])
+    from harness.rank import set_parent_death_signal
+
+    set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
+    started = time.perf_counter()
+    warm_imports()
+    conn = Connection(fd)
+    conn.send({"op": "ready", "pid": os.getpid(), "import_s": time.perf_counter() - started})
+    Server(conn).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,325 @@
+"""Launchers start the W rank processes of one attempt and hand back an ``Attempt``.
+
+``warm``     forks ranks from a fork server that already imported torch (default; fast)
+``spawn``    fresh interpreters ``python -m harness.rank`` (slow, nothing shared)
+``torchrun`` the real elastic agent; see ``harness.torchrun`` (it owns restarts itself)
+
+Every attempt is one process group, so one killpg takes the whole attempt; every
+rank also has a parent-death signal, so a dead harness leaves nothing behind.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.rank import ctx_to_json
+from harness.store import Rendezvous
+from trainer.launch import RankContext
+
+SERVER_START_TIMEOUT_S = 180.0
+"""How long the fork server may take to import torch (seconds; a loaded 2-core box is slow)."""
+
+
+def log_path(run_dir: Path, attempt: int, rank: int) -> Path:
+    return Path(run_dir) / "logs" / f"a{attempt:03d}-r{rank:03d}.log"
+
+
+def rank_contexts(run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> list[RankContext]:
+    base = RankContext(run_dir=Path(run_dir), rank=0, world_size=world_size, attempt=attempt,
+                       store_host=rdzv.host, store_port=rdzv.port, store_prefix=rdzv.prefix)
+    return [replace(base, rank=r, local_rank=r) for r in range(world_size)]
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Attempt(Protocol):
+    """The processes of one attempt."""
+
+    attempt: int
+    world_size: int
+    pids: dict[int, int]
+    """rank -> pid of every rank started."""
+
+    def exited(self) -> dict[int, int | None]:
+        """rank -> exit code of the ranks that have ended (None: unknown); never blocks."""
+
+    def waitables(self) -> list[Any]:
+        """Objects for multiprocessing.connection.wait that become ready when a rank ends."""
+
+    def signal(self, rank: int, sig: int) -> None:
+        """Send `sig` to one rank if it is still running."""
+
+    def kill(self) -> None:
+        """SIGKILL the whole attempt (its process group and every rank)."""
+
+    def reap(self, timeout_s: float) -> dict[int, int | None]:
+        """Wait until every rank has ended; returns rank -> code (None: unknown)."""
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> Attempt: ...
+
+    def close(self) -> None: ...
+
+
+# ----- warm: the fork server ---------------------------------------------------------
+
+
+class ForkServer:
+    """The harness side of harness.forkserver: one per harness process, reused across runs."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.owner = os.getpid()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.forkserver", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the terminal reaches only the harness, which
+            # then kills the attempts in order instead of racing them.
+            start_new_session=True, env=_child_env(),
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.exits: dict[int, int] = {}
+        if not self.conn.poll(SERVER_START_TIMEOUT_S):
+            self.close()
+            raise RuntimeError(f"the fork server did not become ready in {SERVER_START_TIMEOUT_S}s")
+        ready = self._recv()
+        self.pid: int = ready["pid"]
+        self.import_s: float = ready["import_s"]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and os.getpid() == self.owner
+
+    def _recv(self) -> dict[str, Any]:
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise RuntimeError("the fork server died; see the log of the ranks or rerun") from exc
+        if msg["op"] == "exit":
+            self.exits[msg["pid"]] = msg["code"]
+        return msg
+
+    def pump(self) -> None:
+        """Take every message already waiting (exit reports), without blocking."""
+        while True:
+            try:
+                if not self.conn.poll(0):
+                    return
+                self._recv()
+            except (EOFError, OSError, RuntimeError):
+                return  # the server is gone; alive() says so
+
+    def start(self, ctxs: list[RankContext], logs: list[Path]) -> tuple[list[int], int]:
+        self.conn.send({"op": "start", "ctxs": [ctx_to_json(c) for c in ctxs],
+                        "logs": [str(p) for p in logs]})
+        while True:
+            msg = self._recv()
+            if msg["op"] == "started":
+                return msg["pids"], msg["pgid"]
+
+    def close(self) -> None:
+        try:
+            self.conn.close()  # EOF tells the server to kill its children and exit
+        finally:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_server: ForkServer | None = None
+
+
+def fork_server() -> ForkServer:
+    """This process's fork server, started (or replaced, if it died) on demand."""
+    global _server
+    if _server is None or not _server.alive():
+        if _server is not None and _server.owner == os.getpid():
+            _server.close()
+        _server = ForkServer()
+    return _server
+
+
+def shutdown_fork_server() -> None:
+    global _server
+    if _server is not None and _server.owner == os.getpid():
+        _server.close()
+    _server = None
+
+
+# A clean EOF at exit beats relying on the parent-death signal alone.
+atexit.register(shutdown_fork_server)
+
+
+class WarmAttempt:
+    def __init__(self, server: ForkServer, attempt: int, world_size: int, pids: list[int], pgid: int) -> None:
+        self.server, self.attempt, self.world_size = server, attempt, world_size
+        self.pids = dict(enumerate(pids))
+        self.pgid = pgid
+
+    def exited(self) -> dict[int, int | None]:
+        self.server.pump()
+        out: dict[int, int | None] = {r: self.server.exits[p] for r, p in self.pids.items() if p in self.server.exits}
+        if not self.server.alive():
+            # Its children died with it (parent-death signal); their codes are lost.
+            out.update({r: out.get(r) for r in self.pids})
+        return out
+
+    def waitables(self) -> list[Any]:
+        return [self.server.conn] if self.server.alive() else []
+
+    def signal(self, rank: int, sig: int) -> None:
+        if rank not in self.exited():
+            _signal_pid(self.pids[rank], sig)
+
+    def kill(self) -> None:
+        if len(self.exited()) < len(self.pids):
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for rank, pid in self.pids.items():
+                if rank not in self.exited():
+                    _signal_pid(pid, signal.SIGKILL)  # a rank that missed the group
+
+    def reap(self, timeout_s: float) -> dict[int, int | None]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.exited()) < len(self.pids) and time.monotonic() < deadline:
+            wait(self.waitables() or [], timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+        codes = self.exited()
+        for pid in self.pids.values():
+            self.server.exits.pop(pid, None)  # pids get reused; forget them once reported
+        return codes
+
+
+class WarmLauncher:
+    name = "warm"
+
+    def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> WarmAttempt:
+        server = fork_server()
+        ctxs = rank_contexts(run_dir, attempt, world_size, rdzv)
+        pids, pgid = server.start(ctxs, [log_path(run_dir, attempt, c.rank) for c in ctxs])
+        return WarmAttempt(server, attempt, world_size, pids, pgid)
+
+    def close(self) -> None:
+        pass  # the server outlives the job: the next run reuses it
+
+
+# ----- spawn: fresh interpreters -----------------------------------------------------
+
+
+class SpawnAttempt:
+    def __init__(self, attempt: int, world_size: int, procs: list[subprocess.Popen[bytes]]) -> None:
+        self.attempt, self.world_size = attempt, world_size
+        self.procs = procs
+        self.pids = {r: p.pid for r, p in enumerate(procs)}
+        self.pgid = procs[0].pid
+        # A pidfd becomes readable when its process ends, so exits wake the supervisor.
+        self._pidfds = [os.pidfd_open(p.pid) for p in procs] if hasattr(os, "pidfd_open") else []
+
+    def exited(self) -> dict[int, int | None]:
+        return {r: p.returncode for r, p in enumerate(self.procs) if p.poll() is not None}
+
+    def waitables(self) -> list[Any]:
+        return list(self._pidfds)
+
+    def signal(self, rank: int, sig: int) -> None:
+        if self.procs[rank].poll() is None:
+            self.procs[rank].send_signal(sig)
+
+    def kill(self) -> None:
+        if any(p.poll() is None for p in self.procs):
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+
+    def reap(self, timeout_s: float) -> dict[int, int | None]:
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for fd in self._pidfds:
+            os.close(fd)
+        self._pidfds = []
+        return self.exited()
+
+
+class SpawnLauncher:
+    name = "spawn"
+
+    def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for ctx in rank_contexts(run_dir, attempt, world_size, rdzv):
+                cmd = [sys.executable, "-m", "harness.rank", "--ctx", ctx_to_json(ctx),
+                       "--parent-pid", str(os.getpid())]
+                with open(log_path(run_dir, attempt, ctx.rank), "ab") as log:
+                    procs.append(subprocess.Popen(
+                        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        env=_child_env(),
+                        # The first rank leads the attempt's process group, the others join it.
+                        **_process_group(procs[0].pid if procs else 0),
+                    ))
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+            raise
+        return SpawnAttempt(attempt, world_size, procs)
+
+    def close(self) -> None:
+        pass
+
+
+def _process_group(pgid: int) -> dict[str, Any]:
+    """Popen arguments that put the child into process group `pgid` (0: a new group it leads)."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": pgid}
+    return {"preexec_fn": lambda: os.setpgid(0, pgid)}
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _child_env() -> dict[str, str]:
+    """The harness's environment, with this checkout importable from the rank processes."""
+    env = dict(os.environ)
+    root = _repo_root()
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def get_launcher(name: str) -> Launcher:
+    if name == "warm":
+        return WarmLauncher()
+    if name == "spawn":
+        return SpawnLauncher()
+    raise ValueError(f"launcher {name!r} has no per-attempt launcher here (torchrun runs in harness.torchrun)")

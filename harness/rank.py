@@ -1,0 +1,123 @@
+"""The in-rank bootstrap every launcher ends in: tie the rank to its parent, arm the
+stack dump, read the job from run.json, build the hooks, run the trainer.
+
+    python -m harness.rank --ctx '<RankContext as JSON>'      (spawn launcher)
+    python -m harness.rank --run-dir DIR [--standalone]       (under torchrun)
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import faulthandler
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from trainer.launch import RankContext
+
+PR_SET_PDEATHSIG = 1
+EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-rank hooks
+_keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
+
+
+def set_parent_death_signal(expected_parent: int | None = None) -> None:
+    """Die with SIGKILL when the parent dies, so a killed harness leaves no orphans (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    # The parent may have died before prctl took effect; then nobody would kill us.
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(1)
+
+
+def stacks_path(run_dir: Path, attempt: int, rank: int, pid: int) -> Path:
+    return Path(run_dir) / "stacks" / f"a{attempt:03d}-r{rank:03d}-p{pid}.txt"
+
+
+def arm_stack_dump(ctx: RankContext) -> Path:
+    """SIGUSR1 makes faulthandler write every thread's Python stack, even inside a C call."""
+    path = stacks_path(ctx.run_dir, ctx.attempt, ctx.rank, os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")
+    _keep_alive.append(handle)
+    faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True)
+    return path
+
+
+def resolve(dotted: str) -> Callable[..., Any]:
+    module, _, name = dotted.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_hooks(plan: list[dict[str, Any]], factory: str | None) -> Any:
+    """The plan's in-rank injector; NoHooks when nothing in the plan acts inside a rank."""
+    from trainer.hooks import NoHooks
+
+    if factory:
+        return resolve(factory)(plan)
+    if not any(f.get("kind") not in EXTERNAL_KINDS for f in plan):
+        return NoHooks()
+    if importlib.util.find_spec("faults.inrank") is None:
+        raise RuntimeError("the plan has in-rank faults but faults.inrank is not installed")
+    from faults.inrank import build_hooks as build  # written in faults/; imported only when needed
+
+    return build(plan)
+
+
+def run(ctx: RankContext) -> None:
+    """Run one rank of the job described by ctx.run_dir/run.json (raises on failure)."""
+    import torch
+
+    torch.set_num_threads(1)  # every rank shares the same few cores
+    arm_stack_dump(ctx)
+    job = json.loads((Path(ctx.run_dir) / "run.json").read_text())
+    from trainer.config import TrainConfig
+
+    cfg = TrainConfig.from_dict(job["config"])
+    hooks = build_hooks(job.get("faults", []), job.get("hooks_factory"))
+    resolve(job.get("entry") or "trainer.loop:run_rank")(ctx, cfg, hooks)
+
+
+def ctx_to_json(ctx: RankContext) -> str:
+    data = dataclasses.asdict(ctx)
+    data["run_dir"] = str(ctx.run_dir)
+    return json.dumps(data)
+
+
+def ctx_from_json(text: str) -> RankContext:
+    data = json.loads(text)
+    data["run_dir"] = Path(data["run_dir"])
+    return RankContext(**data)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.rank", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ctx", help="RankContext as JSON (the spawn launcher passes it)")
+    parser.add_argument("--run-dir", type=Path, help="run directory with run.json (under torchrun)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="no harness supervises: rank 0 writes `end` itself (multi-host torchrun)")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="exit at once if this is no longer our parent (set by the harness)")
+    args = parser.parse_args(argv)
+    set_parent_death_signal(args.parent_pid)
+    if args.ctx:
+        ctx = ctx_from_json(args.ctx)
+    elif args.run_dir:
+        ctx = RankContext.from_torchrun_env(args.run_dir)
+        ctx = dataclasses.replace(ctx, standalone=args.standalone)
+    else:
+        parser.error("give --ctx JSON or --run-dir DIR")
+    run(ctx)
+
+
+if __name__ == "__main__":
+    main()
