@@ -1,0 +1,118 @@
+"""The hang watchdog: reads every rank's progress board and declares a hang when
+nothing has moved for the budget.
+
+Rule: DDP ranks advance in lockstep, so one stuck rank freezes the others within one
+collective. The job is hung when *no* rank's progress changed for `hang_timeout_s`
+(the checkpoint budget while any rank is in the checkpoint phase). A straggler keeps
+changing its own board, so a slow job is never a hung job. The suspects are the ranks
+furthest behind in (step, phase index); the rest are "waiting" (usually blocked in a
+collective for the suspects). A rank that has not published yet sits at (-1, -1):
+it is behind everyone, and its silence counts from the attempt start.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from harness.rank import stacks_path
+from trainer.progress import Progress, progress_path, read_progress
+
+NOT_STARTED = (-1, -1)
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    hang_timeout_s: float
+    """Seconds without any progress change before a hang is declared."""
+    checkpoint_timeout_s: float
+    """The same budget while any live rank is in the checkpoint phase (saves can be slow)."""
+    stack_wait_s: float = 0.5
+    """How long to wait for the SIGUSR1 stack dumps before killing the attempt."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    suspects: list[int]
+    """Ranks furthest behind in (step, phase index)."""
+    waiting: list[int]
+    """The other live ranks."""
+    last_step: int
+    """The update the suspects were in (-1: they never published)."""
+    detected_after_s: float
+    """Seconds since the last progress change when the hang was declared."""
+    detected_at: float
+    """Unix time of detection."""
+
+
+class Watchdog:
+    """One attempt's view of the progress boards."""
+
+    def __init__(self, config: WatchdogConfig, run_dir: Path, attempt: int, world_size: int) -> None:
+        self.config = config
+        self.paths = {r: progress_path(run_dir, attempt, r) for r in range(world_size)}
+        self.board: dict[int, Progress | None] = {r: None for r in self.paths}
+        self.last_change = time.monotonic()  # a rank that never publishes counts from here
+
+    def observe(self) -> dict[int, Progress | None]:
+        """Read every board; any change restarts the hang clock."""
+        for rank, path in self.paths.items():
+            latest = read_progress(path)
+            if latest != self.board[rank]:
+                self.board[rank] = latest
+                self.last_change = time.monotonic()
+        return dict(self.board)
+
+    def budget(self, live: Iterable[int]) -> float:
+        in_checkpoint = any((p := self.board[r]) is not None and p.phase == "checkpoint" for r in live)
+        return self.config.checkpoint_timeout_s if in_checkpoint else self.config.hang_timeout_s
+
+    def check(self, live: Iterable[int]) -> Hang | None:
+        """A Hang if the live ranks have been silent for the budget, else None."""
+        live = sorted(live)
+        if not live:
+            return None
+        silent = time.monotonic() - self.last_change
+        if silent < self.budget(live):
+            return None
+        position = {r: (p.position if (p := self.board[r]) is not None else NOT_STARTED) for r in live}
+        behind = min(position.values())
+        suspects = [r for r in live if position[r] == behind]
+        return Hang(suspects=suspects, waiting=[r for r in live if r not in suspects],
+                    last_step=behind[0], detected_after_s=round(silent, 3), detected_at=time.time())
+
+
+def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:
+    """SIGUSR1 every rank (faulthandler dumps all threads), wake stopped ones, wait for the files.
+
+    Returns the stack files that hold a dump, relative to the run directory.
+    """
+    for pid in pids.values():
+        for sig in (signal.SIGUSR1, signal.SIGCONT):  # a SIGSTOPped rank dumps once continued
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    files = {r: stacks_path(run_dir, attempt, r, pid) for r, pid in pids.items()}
+    deadline = time.monotonic() + wait_s
+    sizes: dict[int, int] = {}
+    while True:
+        now = {r: _size(p) for r, p in files.items()}
+        # Done when every file holds something and nothing grew since the last look.
+        if all(now.values()) and now == sizes:
+            break
+        if time.monotonic() >= deadline:
+            break
+        sizes = now
+        time.sleep(0.02)  # a poll with a deadline: a file write sends no notification
+    return [str(p.relative_to(run_dir)) for p in files.values() if _size(p)]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
