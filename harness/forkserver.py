@@ -15,52 +15,12 @@ safe. Protocol (pickled dicts over a socket the harness passes as a file descrip
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import signal
 import sys
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
-
-# Imported before any fork, so ranks start with them in memory. The DDP constructor
-# and the first step import more lazily; those found by measuring are listed too.
-WARM_MODULES = (
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch.distributed.distributed_c10d",
-    "torch.distributed.algorithms.join",
-    "torch.distributed.utils",
-    "torch.nn.functional",
-    "torch.optim",
-    "torch.optim.lr_scheduler",
-    # Optimizer.__init__ is wrapped by torch._disable_dynamo, which imports torch._dynamo
-    # on first use: about 3 s per rank on a 2-core box, measured. Importing it starts no
-    # threads, so it is safe to hold in the fork server.
-    "torch._dynamo",
-    "torch.utils.serialization",  # torch.save in the first checkpoint
-    "trainer.config",
-    "trainer.events",
-    "trainer.progress",
-    "trainer.launch",
-    "trainer.hooks",
-    "trainer.loop",
-    "harness.rank",
-    "faults.inrank",
-)
-
-
-def warm_imports() -> None:
-    for name in WARM_MODULES:
-        # A module that is not written yet (or a trainer without it) is simply not warmed.
-        try:
-            if importlib.util.find_spec(name) is not None:
-                importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
-            pass
-
 
 class Server:
     def __init__(self, conn: Connection) -> None:
@@ -169,10 +129,10 @@ class Server:
 
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
-    from harness.rank import set_parent_death_signal
+    started = time.perf_counter()
+    from harness.rank import set_parent_death_signal, warm_imports  # imports torch
 
     set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
-    started = time.perf_counter()
     warm_imports()
     conn = Connection(fd)
     conn.send({"op": "ready", "pid": os.getpid(), "import_s": time.perf_counter() - started})

@@ -26,6 +26,46 @@ EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-ra
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
 
 
+# Imported by the fork server before any fork, so forked ranks start with them in
+# memory, and by a fresh rank before it publishes progress, so imports never count
+# against the hang budget. The DDP constructor
+# and the first step import more lazily; those found by measuring are listed too.
+WARM_MODULES = (
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.distributed.distributed_c10d",
+    "torch.distributed.algorithms.join",
+    "torch.distributed.utils",
+    "torch.nn.functional",
+    "torch.optim",
+    "torch.optim.lr_scheduler",
+    # Optimizer.__init__ is wrapped by torch._disable_dynamo, which imports torch._dynamo
+    # on first use: about 3 s per rank on a 2-core box, measured. Importing it starts no
+    # threads, so it is safe to hold in the fork server.
+    "torch._dynamo",
+    "torch.utils.serialization",  # torch.save in the first checkpoint
+    "trainer.config",
+    "trainer.events",
+    "trainer.progress",
+    "trainer.launch",
+    "trainer.hooks",
+    "trainer.loop",
+    "harness.rank",
+    "faults.inrank",
+)
+
+
+def warm_imports() -> None:
+    for name in WARM_MODULES:
+        # A module that is not written yet (or a trainer without it) is simply not warmed.
+        try:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
+            pass
+
+
 def set_parent_death_signal(expected_parent: int | None = None) -> None:
     """Die with SIGKILL when the parent dies, so a killed harness leaves no orphans (Linux)."""
     if not sys.platform.startswith("linux"):
@@ -78,6 +118,7 @@ def run(ctx: RankContext) -> None:
 
     torch.set_num_threads(1)  # every rank shares the same few cores
     arm_stack_dump(ctx)
+    warm_imports()  # a no-op in a forked rank; a fresh one pays here, before its first publish
     job = json.loads((Path(ctx.run_dir) / "run.json").read_text())
     from trainer.config import TrainConfig
 

@@ -39,6 +39,7 @@ def run_json(spec: JobSpec) -> dict[str, Any]:
         "launcher": spec.launcher,
         "hang_slack_s": HANG_SLACK_S,
         "checkpoint_timeout_s": spec.checkpoint_budget_s,
+        "startup_timeout_s": spec.startup_budget_s,
         "entry": spec.entry,
         "hooks_factory": spec.hooks_factory,
     }

@@ -30,6 +30,8 @@ class JobSpec:
     """Seconds without any rank's progress changing before the watchdog declares a hang."""
     checkpoint_timeout_s: float | None = None
     """Budget while a rank is in the checkpoint phase; None means 3 x hang_timeout_s."""
+    startup_timeout_s: float | None = None
+    """Budget while a rank has not published yet; None: hang_timeout_s (warm) or 120 s (spawn, torchrun)."""
     max_restarts: int = 3
     """Restarts allowed after the first attempt (the run has at most max_restarts + 1 attempts)."""
     no_progress_patience: int = 1
@@ -73,6 +75,8 @@ class JobSpec:
             raise SpecError(f"hang_timeout_s={self.hang_timeout_s} must be > 0")
         if self.checkpoint_timeout_s is not None and not self.checkpoint_timeout_s > 0:
             raise SpecError(f"checkpoint_timeout_s={self.checkpoint_timeout_s} must be > 0 (or None)")
+        if self.startup_timeout_s is not None and not self.startup_timeout_s > 0:
+            raise SpecError(f"startup_timeout_s={self.startup_timeout_s} must be > 0 (or None)")
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(f"max_restarts={self.max_restarts!r} must be an integer >= 0")
         if not isinstance(self.no_progress_patience, int) or self.no_progress_patience < 1:
@@ -97,6 +101,14 @@ class JobSpec:
     @property
     def checkpoint_budget_s(self) -> float:
         return self.checkpoint_timeout_s if self.checkpoint_timeout_s is not None else 3 * self.hang_timeout_s
+
+    @property
+    def startup_budget_s(self) -> float:
+        if self.startup_timeout_s is not None:
+            return self.startup_timeout_s
+        # Forked ranks publish within milliseconds; fresh interpreters import torch first,
+        # several seconds each, all at once on a few shared cores.
+        return self.hang_timeout_s if self.launcher == "warm" else max(self.hang_timeout_s, 120.0)
 
     def world_size_for(self, attempt: int) -> int:
         return self.world_sizes[min(attempt, len(self.world_sizes) - 1)]

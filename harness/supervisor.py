@@ -162,7 +162,7 @@ class Supervisor:
         # No base fields: harness events name their attempt explicitly.
         self.events = EventLog(run_dir / "events" / "harness.jsonl")
         self.faults = ExternalFaults(spec.plan)
-        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s)
+        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
         self.live: list[Attempt] = []
         self.hangs = 0
         self.launch_s: list[float | None] = []

@@ -7,7 +7,9 @@ collective. The job is hung when *no* rank's progress changed for `hang_timeout_
 changing its own board, so a slow job is never a hung job. The suspects are the ranks
 furthest behind in (step, phase index); the rest are "waiting" (usually blocked in a
 collective for the suspects). A rank that has not published yet sits at (-1, -1):
-it is behind everyone, and its silence counts from the attempt start.
+it is behind everyone, and its silence counts from the attempt start, against a
+startup budget (a fresh interpreter spends seconds importing torch before it can
+publish anything).
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class WatchdogConfig:
     """Seconds without any progress change before a hang is declared."""
     checkpoint_timeout_s: float
     """The same budget while any live rank is in the checkpoint phase (saves can be slow)."""
+    startup_timeout_s: float
+    """The budget while some rank has not published at all (interpreter start, imports)."""
     stack_wait_s: float = 0.5
     """How long to wait for the SIGUSR1 stack dumps before killing the attempt."""
 
@@ -67,12 +71,16 @@ class Watchdog:
         return dict(self.board)
 
     def budget(self, live: Iterable[int]) -> float:
+        if any(self.board[r] is None for r in live):
+            return self.config.startup_timeout_s
         in_checkpoint = any((p := self.board[r]) is not None and p.phase == "checkpoint" for r in live)
         return self.config.checkpoint_timeout_s if in_checkpoint else self.config.hang_timeout_s
 
     def check(self, live: Iterable[int]) -> Hang | None:
         """A Hang if the live ranks have been silent for the budget, else None."""
-        live = sorted(live)
+        # A rank that published "done" has finished training and is only exiting; an
+        # interpreter's teardown may take a while and is nobody's hang.
+        live = sorted(r for r in live if (p := self.board[r]) is None or p.phase != "done")
         if not live:
             return None
         silent = time.monotonic() - self.last_change
