@@ -1,0 +1,76 @@
+"""Shared helpers for the harness tests: leftover-process and leftover-directory checks."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+
+from harness import launchers
+
+
+def live_descendants() -> list[psutil.Process]:
+    """Processes below this test process, except the (reused) fork server itself."""
+    server = launchers._server
+    keep = {server.pid} if server is not None and server.alive() else set()
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.pid not in keep:
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def fork_server_children() -> list[psutil.Process]:
+    server = launchers._server
+    if server is None or not server.alive():
+        return []
+    try:
+        return psutil.Process(server.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def assert_no_leftover_processes() -> None:
+    leftovers = live_descendants() + fork_server_children()
+    described = []
+    for proc in leftovers:
+        try:
+            described.append(f"{proc.pid} {proc.status()} {' '.join(proc.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            pass
+    assert not described, "processes left behind:\n" + "\n".join(described)
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private TMPDIR for temporary run directories, so parallel tests cannot mask leftovers."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    yield tmp
+
+
+def read_events(run_dir: Path, name: str = "*.jsonl") -> list[dict[str, Any]]:
+    events = []
+    for path in sorted((Path(run_dir) / "events").glob(name)):
+        for line in path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass  # a torn last line of a killed rank
+    return events
+
+
+def harness_events(run_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    events = read_events(run_dir, "harness.jsonl")
+    return [e for e in events if kind is None or e["kind"] == kind]
+
+
+def rank_events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in read_events(run_dir, "a*.jsonl") if e["kind"] == kind]
