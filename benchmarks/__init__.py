@@ -1,0 +1,1 @@
+"""The performance figures users compare trainwreck on."""

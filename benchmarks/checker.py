@@ -1,0 +1,136 @@
+"""How fast the invariant checkers judge a big run: `python -m benchmarks.checker`.
+
+Writes a synthetic, valid run directory of `steps` updates x `ranks` ranks
+(batch and step events per rank per update, a save every 50 steps with
+retention pruning, one killed rank and a restore halfway), then times
+`load_history` + `judge` together, since reading the events is most of the cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+from invariants import judge, load_history
+
+SAVE_EVERY = 50
+KEEP_LAST = 3
+T0 = 1_700_000_000.0
+
+
+def _digest(step: int) -> str:
+    return f"{(step * 0x9E3779B97F4A7C15) % (1 << 64):016x}"
+
+
+def _loss(step: int) -> str:
+    return repr(2.5 / (1.0 + step * 1e-4))
+
+
+def _epoch_ids(size: int, epoch: int) -> list[int]:
+    """A cheap permutation of 0..size-1 that changes with the epoch."""
+    a = 7919 if size % 7919 else 104729
+    b = epoch * 31337
+    return [(i * a + b) % size for i in range(size)]
+
+
+def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int) -> None:
+    global_batch = ranks * batch_per_rank
+    dataset_size = global_batch * 1000
+    crash_at = steps // 2 + SAVE_EVERY // 2  # attempt 0 dies mid-way between saves
+    resume_from = (crash_at // SAVE_EVERY) * SAVE_EVERY
+    spec = {
+        "format": "trainwreck-run/1",
+        "dataset_size": dataset_size,
+        "global_batch": global_batch,
+        "drop_last": True,
+        "total_steps": steps,
+        "hang_timeout_s": 10.0,
+        "world_sizes": [ranks],
+        "max_restarts": 3,
+        "faults": [{"id": "k1", "kind": "kill", "rank": 1, "step": crash_at}],
+    }
+    os.makedirs(os.path.join(run_dir, "events"), exist_ok=True)
+    with open(os.path.join(run_dir, "run.json"), "w") as f:
+        json.dump(spec, f)
+    harness = [
+        {"kind": "exit", "t": T0 + crash_at * 0.01 + 0.5, "attempt": 0, "rank": 1, "code": -9},
+        {"kind": "end", "t": T0 + steps * 0.01 + 60, "status": "completed", "final_step": steps},
+    ]
+    with open(os.path.join(run_dir, "events", "harness.jsonl"), "w") as f:
+        f.writelines(json.dumps(ev) + "\n" for ev in harness)
+    for attempt, first, last in ((0, 1, crash_at), (1, resume_from + 1, steps)):
+        for rank in range(ranks):
+            path = os.path.join(run_dir, "events", f"a{attempt:03d}-r{rank:03d}-p{1000 + 100 * attempt + rank}.jsonl")
+            with open(path, "w") as f:
+                _write_rank(f, spec, attempt, rank, first, last, resume_from if attempt else 0, crash_at)
+
+
+def _write_rank(f: Any, spec: dict[str, Any], attempt: int, rank: int, first: int, last: int, restored: int, crash_at: int) -> None:
+    ranks = spec["world_sizes"][0]
+    size, gb = spec["dataset_size"], spec["global_batch"]
+    per_rank = gb // ranks
+    steps_per_epoch = size // gb
+    head = f'"attempt": {attempt}, "rank": {rank}, "world_size": {ranks}'
+    t = T0 + first * 0.01 + attempt * 60
+    out = [f'{{"kind": "start", "t": {t}, {head}, "pid": {1000 + rank}}}\n']
+    if restored:
+        out.append(f'{{"kind": "restore", "t": {t}, {head}, "step": {restored}, "checkpoint": "step-{restored:08d}", "digest": "{_digest(restored)}"}}\n')
+    epoch, ids = -1, []
+    for step in range(first, last + 1):
+        e = (step - 1) // steps_per_epoch
+        if e != epoch:
+            epoch, ids = e, _epoch_ids(size, e)
+        lo = ((step - 1) % steps_per_epoch) * gb + rank * per_rank
+        t = T0 + step * 0.01 + attempt * 60
+        if attempt == 0 and step == crash_at:
+            if rank == 1:
+                out.append(f'{{"kind": "fault", "t": {t}, {head}, "fault_id": "k1", "detail": "SIGKILL before update {step}"}}\n')
+            break
+        out.append(f'{{"kind": "batch", "t": {t}, {head}, "step": {step}, "epoch": {e}, "samples": {ids[lo:lo + per_rank]}}}\n')
+        out.append(f'{{"kind": "step", "t": {t + 0.005}, {head}, "step": {step}, "loss": {_loss(step)}, "digest": "{_digest(step)}"}}\n')
+        if rank == 0 and step % SAVE_EVERY == 0:
+            out.append(f'{{"kind": "save", "t": {t + 0.006}, {head}, "step": {step}, "checkpoint": "step-{step:08d}", "digest": "{_digest(step)}"}}\n')
+            old = step - KEEP_LAST * SAVE_EVERY
+            if old > 0:
+                out.append(f'{{"kind": "prune", "t": {t + 0.007}, {head}, "checkpoint": "step-{old:08d}"}}\n')
+        if len(out) > 20_000:
+            f.writelines(out)
+            out.clear()
+    f.writelines(out)
+
+
+def bench_checker(steps: int = 100_000, ranks: int = 8, batch_per_rank: int = 4) -> dict[str, Any]:
+    """Write a synthetic valid run, judge it, and report events judged per second."""
+    with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
+        write_run(tmp, steps, ranks, batch_per_rank)
+        started = time.perf_counter()
+        history = load_history(tmp)
+        judgement = judge(history)
+        seconds = time.perf_counter() - started
+    if judgement.valid is not True:
+        bad = {n: v.summary for n, v in judgement.verdicts.items() if v.valid is not True}
+        raise RuntimeError(f"the synthetic run should be valid, got {judgement.valid}: {bad}")
+    events = history.event_count
+    return {
+        "checker_events": events,
+        "checker_seconds": round(seconds, 3),
+        "checker_events_per_s": round(events / seconds),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.checker", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--batch-per-rank", type=int, default=4)
+    args = parser.parse_args(argv)
+    print(json.dumps(bench_checker(args.steps, args.ranks, args.batch_per_rank)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

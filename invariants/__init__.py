@@ -1,0 +1,50 @@
+"""Invariant checkers over trainwreck run directories (format `trainwreck-run/1`).
+
+Standard library only: the checkers judge any trainer that writes the format,
+without torch. `load_history` reads a run directory; each `check_*` is a pure
+function from a History (and an optional golden History) to a three-valued
+`Verdict`; `judge` runs them all and composes false > unknown > true.
+
+    from invariants import load_history, judge
+    judgement = judge(load_history("runs/r1"), golden=load_history("runs/golden"))
+    judgement.valid   # True, False or "unknown"
+
+The rules, evidence and tolerances are documented in docs/INVARIANTS.md.
+"""
+
+from invariants.atomicity import check_atomicity
+from invariants.continuity import check_continuity
+from invariants.coverage import check_coverage
+from invariants.hang import check_hang
+from invariants.history import FORMAT, History, InputError, RankLog
+from invariants.loader import load_history
+from invariants.judge import CHECKERS, Judgement, judge
+from invariants.lineage import Lineage, Segment, walk_lineage
+from invariants.progress import check_progress
+from invariants.replicas import check_replicas
+from invariants.verdict import UNKNOWN, Verdict, check_safe, compose, intervals
+
+__all__ = [
+    "CHECKERS",
+    "FORMAT",
+    "UNKNOWN",
+    "History",
+    "InputError",
+    "Judgement",
+    "Lineage",
+    "RankLog",
+    "Segment",
+    "Verdict",
+    "check_atomicity",
+    "check_continuity",
+    "check_coverage",
+    "check_hang",
+    "check_progress",
+    "check_replicas",
+    "check_safe",
+    "compose",
+    "intervals",
+    "judge",
+    "load_history",
+    "walk_lineage",
+]

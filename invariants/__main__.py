@@ -1,0 +1,7 @@
+"""`python -m invariants RUN_DIR [--golden DIR] [--json]`: same as `trainwreck check`."""
+
+import sys
+
+from invariants.cli import main
+
+sys.exit(main())

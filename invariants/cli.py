@@ -1,0 +1,96 @@
+"""`trainwreck check RUN_DIR [--golden DIR] [--json]`: re-judge a stored run.
+
+Exit codes: 0 valid, 1 invalid, 2 not judged (an unknown verdict, or input
+that could not be used - the message names the file, line and field)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from invariants.history import InputError
+from invariants.loader import load_history
+from invariants.judge import Judgement, judge
+from invariants.verdict import Validity
+
+EXIT_VALID, EXIT_INVALID, EXIT_NOT_JUDGED = 0, 1, 2
+
+
+def exit_code(valid: Validity) -> int:
+    if valid is True:
+        return EXIT_VALID
+    if valid is False:
+        return EXIT_INVALID
+    return EXIT_NOT_JUDGED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainwreck check",
+        description="Judge a stored run directory (format trainwreck-run/1) against the invariants.",
+        epilog="exit status: 0 valid, 1 invalid, 2 unknown or unusable input",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holds run.json and events/)")
+    parser.add_argument("--golden", metavar="DIR", help="an uninterrupted run of the same spec to compare with")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error (argparse exits 2)
+        return exc.code if isinstance(exc.code, int) else EXIT_NOT_JUDGED
+    try:
+        history = load_history(args.run_dir)
+        golden = None
+        if args.golden:
+            try:
+                golden = load_history(args.golden)
+            except InputError as exc:
+                raise InputError(f"golden run: {exc}") from None
+    except InputError as exc:
+        return _unusable(str(exc), args.json)
+    judgement = judge(history, golden)
+    if args.json:
+        payload: dict[str, Any] = {"run_dir": args.run_dir, **judgement.to_json()}
+        if args.golden:
+            payload["golden"] = args.golden
+        json.dump(payload, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_table(judgement, sys.stdout)
+    return exit_code(judgement.valid)
+
+
+def _unusable(message: str, as_json: bool) -> int:
+    print(f"trainwreck check: cannot judge: {message}", file=sys.stderr)
+    if as_json:
+        json.dump({"valid": "unknown", "error": message, "verdicts": {}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return EXIT_NOT_JUDGED
+
+
+_WORD = {True: "VALID", False: "INVALID"}
+
+
+def _word(valid: Validity) -> str:
+    return _WORD.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+
+
+def print_table(judgement: Judgement, out: TextIO) -> None:
+    """One line per verdict, its evidence indented below, then the overall word."""
+    width = max(len(name) for name in judgement.verdicts)
+    for name, verdict in judgement.verdicts.items():
+        out.write(f"{_word(verdict.valid):<8} {name:<{width}}  {verdict.summary}\n")
+        for line in verdict.evidence:
+            out.write(f"{'':<8} {'':<{width}}    - {line}\n")
+    for note in judgement.notes:
+        out.write(f"note: {note}\n")
+    out.write(f"overall: {_word(judgement.valid)}\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""`continuity`: training state survives restarts unchanged.
+
+Without a golden run: every `restore` digest equals the digest its `save`
+recorded, the restore names the save's step, and each save recorded the state
+its attempt reported after that update. With a golden run: each lineage step
+matches the golden run - by digest where the world sizes match, by loss within
+a tolerance where they differ (only float summation order may differ then).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from invariants.history import History
+from invariants.lineage import Lineage, resolve_save, walk_lineage
+from invariants.verdict import UNKNOWN, Evidence, Verdict
+
+NAME = "continuity"
+DEFAULT_LOSS_TOLERANCE = 1e-3
+
+
+def loss_tolerance(history: History) -> float:
+    value = history.spec.get("loss_tolerance")
+    return DEFAULT_LOSS_TOLERANCE if value is None else float(value)
+
+
+def losses_match(loss: float, golden_loss: float, tolerance: float) -> bool:
+    """|loss - golden| <= tolerance * max(1, |golden|): relative for large
+    losses, absolute near zero where a relative test would demand exactness."""
+    return abs(loss - golden_loss) <= tolerance * max(1.0, abs(golden_loss))
+
+
+def check_continuity(history: History, golden: History | None = None) -> Verdict:
+    evidence = Evidence()
+    unverified: list[str] = []
+    counts = {"restores_checked": 0, "saves_checked": 0, "golden_steps_checked": 0}
+    _check_restores(history, evidence, unverified, counts)
+    _check_saves(history, evidence, counts)
+    lineage = walk_lineage(history)
+    if golden is not None:
+        _check_golden(history, lineage, golden, evidence, unverified, counts)
+    counts["violations"] = evidence.total
+    if evidence:
+        return Verdict(NAME, False, f"{evidence.total} discontinuit{'y' if evidence.total == 1 else 'ies'}: {evidence.lines[0]}", counts, evidence.listing())
+    if unverified:
+        return Verdict(NAME, UNKNOWN, f"continuity cannot be shown: {unverified[0]}", counts, unverified[:10])
+    if not _has_digests(history):
+        return Verdict(NAME, UNKNOWN, "no digests in the run: state continuity cannot be shown", counts)
+    restores = counts["restores_checked"]
+    if golden is None and restores == 0:
+        return Verdict(NAME, True, f"no restore to check: the lineage is one attempt; {counts['saves_checked']} save digest(s) match their steps", counts)
+    golden_note = f", {counts['golden_steps_checked']} lineage steps match the golden run" if golden is not None else ""
+    return Verdict(NAME, True, f"{restores} restore digest(s) equal their saves{golden_note}", counts)
+
+
+def _has_digests(history: History) -> bool:
+    if any(ev.get("digest") is not None for kind in ("save", "restore") for ev in history.of_kind(kind)):
+        return True
+    return any(log.digests.count(None) != len(log.digests) for log in history.logs.values())
+
+
+def _check_restores(history: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]) -> None:
+    for ev in history.of_kind("restore"):
+        where = f"attempt {ev['attempt']} rank {ev['rank']} restored {ev['checkpoint']}"
+        save = resolve_save(history, ev["checkpoint"], ev["attempt"])
+        if save is None:
+            unverified.append(f"{where}, which no earlier save committed: no digest to compare")
+            continue
+        if save["step"] != ev["step"]:
+            evidence.add(f"{where} as step {ev['step']}, but it was saved at step {save['step']} (attempt {save['attempt']})")
+        if ev.get("digest") is None or save.get("digest") is None:
+            unverified.append(f"{where}: restore or save has no digest")
+            continue
+        counts["restores_checked"] += 1
+        if ev["digest"] != save["digest"]:
+            evidence.add(f"{where}: digest {ev['digest']} != {save['digest']} recorded by its save (attempt {save['attempt']} step {save['step']})")
+
+
+def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -> None:
+    """A save must hold the state after its update: compare with that step's digest."""
+    for save in history.of_kind("save"):
+        if save.get("digest") is None:
+            continue
+        digests = set()
+        for log in history.ranks_of(save["attempt"]):
+            digest = log.digest_by_step().get(save["step"])
+            if digest is not None:
+                digests.add(digest)
+        if not digests:
+            continue
+        counts["saves_checked"] += 1
+        if save["digest"] not in digests:
+            evidence.add(
+                f"attempt {save['attempt']} saved {save['checkpoint']} at step {save['step']} with digest"
+                f" {save['digest']}, but step {save['step']} reported {sorted(map(str, digests))[0]}"
+            )
+
+
+def _check_golden(
+    history: History, lineage: Lineage, golden: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]
+) -> None:
+    if not lineage.complete:
+        unverified.extend(lineage.problems[:1])
+    golden_at = dict(walk_lineage(golden).steps())
+    tolerance = loss_tolerance(history)
+    checked = 0
+    for k, attempt in lineage.steps():
+        ours = history.step_record(attempt, k)
+        if ours is None:
+            _note(unverified, f"no step event for lineage step {k} (attempt {attempt})")
+            continue
+        if k not in golden_at:
+            _note(unverified, f"the golden run has no step {k}")
+            continue
+        g_attempt = golden_at[k]
+        theirs = golden.step_record(g_attempt, k)
+        if theirs is None:
+            _note(unverified, f"the golden run has no step event for step {k}")
+            continue
+        same_world = history.world_sizes.get(attempt) == golden.world_sizes.get(g_attempt)
+        (loss, digest), (g_loss, g_digest) = ours, theirs
+        if same_world and digest is not None and g_digest is not None:
+            checked += 1
+            if digest != g_digest:
+                evidence.add(f"lineage step {k} (attempt {attempt}): digest {digest} != golden {g_digest} (same world size {history.world_sizes.get(attempt)})")
+        elif _is_num(loss) and _is_num(g_loss):
+            checked += 1
+            if not losses_match(loss, g_loss, tolerance):
+                why = "world size {} vs golden {}".format(history.world_sizes.get(attempt), golden.world_sizes.get(g_attempt)) if not same_world else "no digests"
+                evidence.add(f"lineage step {k} (attempt {attempt}): loss {loss!r} vs golden {g_loss!r}, beyond tolerance {tolerance:g} ({why})")
+        else:
+            _note(unverified, f"lineage step {k}: neither digests nor losses to compare with the golden run")
+    counts["golden_steps_checked"] = checked
+
+
+def _is_num(x: Any) -> bool:
+    return type(x) in (int, float)
+
+
+def _note(lines: list[str], line: str) -> None:
+    if len(lines) < 10:
+        lines.append(line)

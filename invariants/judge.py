@@ -1,0 +1,72 @@
+"""Running every checker over a run and composing one judgement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from invariants.atomicity import check_atomicity
+from invariants.continuity import check_continuity
+from invariants.coverage import check_coverage
+from invariants.hang import check_hang, first_firings
+from invariants.history import History
+from invariants.progress import check_progress
+from invariants.replicas import check_replicas
+from invariants.verdict import UNKNOWN, Validity, Verdict, check_safe, compose
+
+Checker = Callable[[History, "History | None"], Verdict]
+
+# The invariant names of DESIGN.md, in report order.
+CHECKERS: dict[str, Checker] = {
+    "coverage": check_coverage,
+    "continuity": check_continuity,
+    "atomicity": check_atomicity,
+    "hang": check_hang,
+    "replicas": check_replicas,
+    "progress": check_progress,
+}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Every verdict on a run, and what they add up to."""
+
+    valid: Validity
+    verdicts: dict[str, Verdict]
+    unfired_faults: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "verdicts": {name: v.to_json() for name, v in self.verdicts.items()},
+            "unfired_faults": list(self.unfired_faults),
+            "notes": list(self.notes),
+        }
+
+
+def unfired_faults(history: History) -> list[Any]:
+    """Planned faults with no `fault` event: the run did not test them."""
+    fired = first_firings(history)
+    return [f["id"] for f in history.spec["faults"] if f["id"] not in fired]
+
+
+def judge(history: History, golden: History | None = None) -> Judgement:
+    """All six checkers, each crash-safe, composed false > unknown > true.
+
+    A planned fault that never fired adds an "unknown": the run did not test
+    what it meant to. A violation still wins, since it was really observed."""
+    verdicts = {name: check_safe(name, fn, history, golden) for name, fn in CHECKERS.items()}
+    unfired = unfired_faults(history)
+    notes = list(history.notes)
+    if golden is not None:
+        notes.extend(f"golden: {note}" for note in golden.notes)
+    planned = {f["id"] for f in history.spec["faults"]}
+    strays = sorted({str(fid) for fid in first_firings(history) if fid not in planned})
+    if strays:
+        notes.append(f"fault events with ids not in the plan: {', '.join(strays)}")
+    parts: list[Validity] = [v.valid for v in verdicts.values()]
+    if unfired:
+        parts.append(UNKNOWN)
+        notes.append(f"planned fault(s) never fired, so the run did not test them: {', '.join(map(str, unfired))}")
+    return Judgement(compose(parts), verdicts, unfired, notes)

@@ -1,0 +1,138 @@
+"""The lineage walk of DESIGN.md: which updates shaped the final model.
+
+Walking back from the final step: the last attempt's updates after its restore
+point; the restored checkpoint's `save` names the attempt that produced it,
+whose updates after its own restore point come before; and so on to step 0.
+Every other update is redo work - a cost, not an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from invariants.history import History
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Updates first..last (inclusive) of the lineage, made by one attempt."""
+
+    attempt: int
+    first: int
+    last: int
+    restored: str | None  # the checkpoint the attempt started from; None: fresh
+
+
+@dataclass
+class Lineage:
+    segments: list[Segment] = field(default_factory=list)  # in step order
+    final_step: int = 0
+    complete: bool = False  # the walk reached step 0
+    problems: list[str] = field(default_factory=list)  # why incomplete, or what was assumed
+    redo: dict[int, int] = field(default_factory=dict)  # attempt -> updates outside the lineage
+
+    def steps(self) -> list[tuple[int, int]]:
+        """(step, attempt) for every lineage step, in step order."""
+        return [(k, seg.attempt) for seg in self.segments for k in range(seg.first, seg.last + 1)]
+
+    def first_step(self) -> int:
+        return self.segments[0].first if self.segments else self.final_step + 1
+
+
+def restore_point(history: History, attempt: int) -> dict[str, Any] | None:
+    """The `restore` an attempt started from (rank 0's, else the lowest rank's);
+    None when the attempt started fresh."""
+    restores = [ev for ev in history.of_kind("restore") if ev["attempt"] == attempt]
+    if not restores:
+        return None
+    return min(restores, key=lambda ev: (ev["rank"], ev["_pos"]))
+
+
+def resolve_save(history: History, checkpoint: str, before_attempt: int) -> dict[str, Any] | None:
+    """The save that committed `checkpoint` last before `before_attempt` began.
+
+    Names are reused (redo work re-saves `step-00000020`), so it is the latest
+    save of an earlier attempt that counts."""
+    best = None
+    for ev in history.of_kind("save"):
+        if ev["checkpoint"] == checkpoint and ev["attempt"] < before_attempt:
+            if best is None or (ev["attempt"], ev["_pos"]) > (best["attempt"], best["_pos"]):
+                best = ev
+    return best
+
+
+def walk_lineage(history: History) -> Lineage:
+    lineage = Lineage()
+    attempts = history.attempts()
+    if not attempts:
+        lineage.problems.append("no rank events: there is no lineage to walk")
+        return lineage
+    attempt = attempts[-1]
+    restore = restore_point(history, attempt)
+    start = restore["step"] if restore else 0
+    last = history.last_step(attempt)
+    end = max(start, last) if last is not None else start
+    lineage.final_step = end
+    segments: list[Segment] = []
+    while True:
+        restore = restore_point(history, attempt)
+        start = restore["step"] if restore else 0
+        if start > end:
+            lineage.problems.append(
+                f"attempt {attempt} restored step {start}, after the step {end} its successor restored"
+            )
+            break
+        if end > start:
+            segments.append(Segment(attempt, start + 1, end, restore["checkpoint"] if restore else None))
+        if restore is None:
+            lineage.complete = True
+            break
+        producer = _producer(history, attempt, restore, lineage)
+        if producer is None:
+            break
+        attempt, end = producer, start
+    segments.reverse()
+    lineage.segments = segments
+    lineage.redo = _redo(history, segments)
+    return lineage
+
+
+def _producer(history: History, attempt: int, restore: dict[str, Any], lineage: Lineage) -> int | None:
+    """The attempt whose updates led up to the checkpoint `attempt` restored."""
+    checkpoint, step = restore["checkpoint"], restore["step"]
+    save = resolve_save(history, checkpoint, attempt)
+    if save is not None:
+        return save["attempt"]
+    # No save: atomicity will call the restore invalid. For the other checkers
+    # assume the latest earlier attempt that reached that step made it, and say so.
+    for earlier in range(attempt - 1, -1, -1):
+        if any(step in log.step_index() for log in history.ranks_of(earlier)):
+            lineage.problems.append(
+                f"attempt {attempt} restored {checkpoint} (step {step}), which no save committed;"
+                f" assumed attempt {earlier}'s updates led to it"
+            )
+            return earlier
+    lineage.problems.append(
+        f"attempt {attempt} restored {checkpoint} (step {step}), which no save committed"
+        " and no earlier attempt reached: the lineage before it is unknown"
+    )
+    return None
+
+
+def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
+    in_lineage: dict[int, tuple[int, int]] = {}
+    for seg in segments:
+        in_lineage.setdefault(seg.attempt, (seg.first, seg.last))
+        lo, hi = in_lineage[seg.attempt]
+        in_lineage[seg.attempt] = (min(lo, seg.first), max(hi, seg.last))
+    redo: dict[int, int] = {}
+    for attempt in {a for a, _ in history.logs}:
+        lo, hi = in_lineage.get(attempt, (1, 0))
+        applied: set[int] = set()
+        for log in history.ranks_of(attempt):
+            applied.update(log.steps)
+        outside = sum(1 for k in applied if not lo <= k <= hi)
+        if outside:
+            redo[attempt] = outside
+    return redo

@@ -1,0 +1,37 @@
+"""`progress`: the job ended `completed` at `total_steps` within its restart budget."""
+
+from __future__ import annotations
+
+from invariants.history import History
+from invariants.lineage import walk_lineage
+from invariants.verdict import UNKNOWN, Evidence, Verdict
+
+NAME = "progress"
+
+
+def check_progress(history: History, golden: History | None = None) -> Verdict:
+    if not history.has_events:
+        return Verdict(NAME, UNKNOWN, "no events at all: nothing shows the job ran")
+    total = history.spec["total_steps"]
+    attempts = history.attempt_count()
+    lineage = walk_lineage(history)
+    counts = {"attempts": attempts, "total_steps": total, "lineage_final_step": lineage.final_step}
+    ends = history.of_kind("end")
+    if not ends:
+        return Verdict(NAME, False, "no end event: the job did not finish", counts,
+                       [f"the lineage reaches step {lineage.final_step} of {total} over {attempts} attempt(s)"])
+    end = ends[-1]
+    evidence = Evidence()
+    if end["status"] != "completed":
+        evidence.add(f"the job ended {end['status']!r} at step {end['final_step']} ({end['_src']})")
+    elif end["final_step"] != total:
+        evidence.add(f"the job ended completed at step {end['final_step']}, not total_steps {total} ({end['_src']})")
+    if lineage.final_step != total:
+        evidence.add(f"the last update of the lineage is step {lineage.final_step}, not total_steps {total}")
+    budget = history.spec.get("max_restarts")
+    if budget is not None and attempts - 1 > budget:
+        evidence.add(f"{attempts - 1} restart(s) exceed the budget max_restarts={budget}")
+    if evidence:
+        return Verdict(NAME, False, evidence.lines[0], counts, evidence.listing())
+    within = f" within max_restarts={budget}" if budget is not None else ""
+    return Verdict(NAME, True, f"completed at step {total} after {attempts} attempt(s){within}", counts)

@@ -1,0 +1,99 @@
+"""`replicas`: all ranks of an attempt hold the same state at the same step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from invariants.history import History, RankLog
+from invariants.verdict import UNKNOWN, Evidence, Verdict
+
+NAME = "replicas"
+
+
+def check_replicas(history: History, golden: History | None = None) -> Verdict:
+    evidence = Evidence()
+    compared = 0
+    with_digest = any(log.digests.count(None) != len(log.digests) for log in history.logs.values())
+    multi_rank = False
+    for attempt in sorted({a for a, _ in history.logs}):
+        logs = [log for log in history.ranks_of(attempt) if log.steps]
+        if len(logs) < 2:
+            continue
+        multi_rank = True
+        shared, split = _disagreements(logs)
+        compared += shared
+        for step in sorted(split):
+            evidence.add(f"attempt {attempt} step {step}: {_groups(_digests_at(logs, step))}")
+    for attempt, step, rank, _, digest, src in history.duplicate_steps:
+        log = history.logs.get((attempt, rank))
+        first = log.digest_by_step().get(step) if log else None
+        if first is not None and digest is not None and digest != first:
+            evidence.add(f"attempt {attempt} rank {rank} reported step {step} twice, with digests {first} and {digest} ({src})")
+    restores_compared = _check_restores(history, evidence)
+    counts = {"steps_compared": compared, "restores_compared": restores_compared, "disagreements": evidence.total}
+    if evidence:
+        return Verdict(NAME, False, f"replicas diverged {evidence.total} time(s); first: {evidence.lines[0]}", counts, evidence.listing())
+    if not with_digest:
+        return Verdict(NAME, UNKNOWN, "no step digests: replica agreement cannot be shown", counts)
+    if not multi_rank and restores_compared == 0:
+        return Verdict(NAME, True, "a single replica in every attempt: nothing can disagree", counts)
+    return Verdict(NAME, True, f"all ranks agree at {compared} (attempt, step) pair(s) and {restores_compared} restore(s)", counts)
+
+
+def _disagreements(logs: list[RankLog]) -> tuple[int, set[int]]:
+    """(steps reported by two or more ranks, steps where digests differ).
+
+    Whole-rank dict comparisons first: when replicas agree - the common case -
+    no step is looked at in Python. A missing digest cannot disagree."""
+    reference = logs[0].digest_by_step()
+    shared: set[int] = set()
+    split: set[int] = set()
+    for log in logs[1:]:
+        digests = log.digest_by_step()
+        if digests == reference:
+            shared.update(digests)
+            continue
+        common = digests.keys() & reference.keys()
+        shared.update(common)
+        split.update(k for k in common if digests[k] != reference[k] and digests[k] is not None and reference[k] is not None)
+    # Ranks that rank 0 (say) never reached can still disagree among themselves.
+    seen: dict[int, Any] = {}
+    for log in logs[1:]:
+        for k in log.digest_by_step().keys() - reference.keys():
+            digest = log.digest_by_step()[k]
+            if k in seen:
+                shared.add(k)
+                if digest is not None and seen[k] is not None and digest != seen[k]:
+                    split.add(k)
+            else:
+                seen[k] = digest
+    return len(shared), split
+
+
+def _digests_at(logs: list[RankLog], step: int) -> dict[int, Any]:
+    return {log.rank: log.digest_by_step()[step] for log in logs if step in log.digest_by_step()}
+
+
+def _check_restores(history: History, evidence: Evidence) -> int:
+    """Every rank loads the checkpoint itself; all must end in the same state."""
+    by_attempt: dict[int, dict[int, Any]] = {}
+    for ev in history.of_kind("restore"):
+        if ev.get("digest") is not None:
+            by_attempt.setdefault(ev["attempt"], {})[ev["rank"]] = ev["digest"]
+    compared = 0
+    for attempt, per_rank in sorted(by_attempt.items()):
+        if len(per_rank) < 2:
+            continue
+        compared += 1
+        if len(set(map(str, per_rank.values()))) > 1:
+            evidence.add(f"attempt {attempt} restore: {_groups(per_rank)}")
+    return compared
+
+
+def _groups(per_rank: dict[int, Any]) -> str:
+    """"rank(s) 0,1 digest aa; rank(s) 2 digest bb", the majority first."""
+    by_digest: dict[str, list[int]] = {}
+    for rank, digest in sorted(per_rank.items()):
+        by_digest.setdefault(str(digest), []).append(rank)
+    groups = sorted(by_digest.items(), key=lambda item: (-len(item[1]), item[1]))
+    return "; ".join(f"rank(s) {','.join(map(str, ranks))} digest {digest}" for digest, ranks in groups)
