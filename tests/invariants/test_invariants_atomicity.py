@@ -1,0 +1,152 @@
+"""atomicity: committed, intact checkpoints only; damage rejected first; no needless loss."""
+
+from __future__ import annotations
+
+from invariants import check_atomicity
+
+
+def test_resume_from_the_newest_committed_checkpoint_is_valid(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2, restore="step-00000004").train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is True, verdict
+
+
+def test_fallback_past_a_rejected_checkpoint_is_valid(builder):
+    b = builder(total_steps=8, faults=[{"id": "c1", "kind": "corrupt"}])
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, restore="step-00000002", rejects=("step-00000004",)).train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is True, verdict
+    assert verdict.counts["rejects_required"] == 1
+
+
+def test_rejects_from_several_ranks_are_accepted(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, restore="step-00000002", rejects=("step-00000004",), reject_ranks=(0, 1)).train(8)
+    assert check_atomicity(b.load()).valid is True
+
+
+def test_everything_pruned_or_corrupt_starts_fresh_validly(builder):
+    b = builder(total_steps=8)
+    att = b.attempt(2).train(5, save_every=2)
+    att.prune("step-00000002")  # retention keeps one checkpoint
+    att.crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, rejects=("step-00000004",)).train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is True, verdict
+    assert verdict.counts["fresh_starts"] == 2
+
+
+def test_damage_older_than_the_restore_point_needs_no_reject(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000002", attempt=1)
+    b.attempt(2, restore="step-00000004").train(8)
+    assert check_atomicity(b.load()).valid is True
+
+
+def test_checkpoint_resaved_after_damage_is_intact_again(builder):
+    b = builder(total_steps=10)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, restore="step-00000002", rejects=("step-00000004",)).train(7, save_every=2).crash(0)
+    # attempt 1 re-saved step-00000004 (and step-00000006): both intact now.
+    b.attempt(2, restore="step-00000006").train(10)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is True, verdict
+
+
+def test_in_rank_tear_during_a_save_is_not_cleared_by_that_save(builder):
+    b = builder(total_steps=8)
+    att = b.attempt(2).train(4, save_every=2)
+    att.fault("s1", rank=0, checkpoint="step-00000004", detail="short write")
+    att.train(5).crash(1)
+    b.attempt(2, restore="step-00000004").train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "which fault 's1' had damaged" in verdict.evidence[0]
+
+
+def test_restore_of_a_never_committed_checkpoint_is_invalid(builder):
+    b = builder(total_steps=6)
+    b.attempt(2).train(2, save_every=2).train(4).crash(1)  # the save of step 4 never committed
+    b.attempt(2, restore="step-00000004", restore_step=4).train(6)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "restored step-00000004" in verdict.evidence[0] and "never committed" in verdict.evidence[0]
+
+
+def test_restore_older_than_the_newest_intact_checkpoint_is_invalid(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2, restore="step-00000002").train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "at step 2 although step-00000004 (step 4, saved in attempt 0) was newer and intact" in verdict.evidence[0]
+
+
+def test_corrupted_checkpoint_restored_without_rejection_is_invalid(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, restore="step-00000004").train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert verdict.evidence[0].startswith("attempt 1 restored step-00000004 (events/a001-r000")
+    assert "which fault 'c1' had damaged (events/harness.jsonl:" in verdict.evidence[0]
+
+
+def test_considered_damage_that_was_not_rejected_is_invalid(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    b.attempt(2, restore="step-00000002").train(8)  # silently skipped it: no reject
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert verdict.evidence == [
+        "attempt 1 considered step-00000004 (step 4, saved in attempt 0), damaged by fault 'c1', but never rejected it"
+    ]
+
+
+def test_reject_after_the_restore_is_too_late(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.corrupt("c1", "step-00000004", attempt=1)
+    att = b.attempt(2, restore="step-00000002")
+    att.emit(0, "reject", checkpoint="step-00000004", reason="late")
+    att.train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "only after restoring or training" in verdict.evidence[0]
+
+
+def test_fresh_start_while_an_intact_checkpoint_exists_is_needless_lost_work(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2).train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "attempt 1 started fresh although step-00000004" in verdict.evidence[0]
+
+
+def test_restore_of_a_pruned_checkpoint_is_invalid(builder):
+    b = builder(total_steps=8)
+    att = b.attempt(2).train(5, save_every=2)
+    att.prune("step-00000004")
+    att.crash(1)
+    b.attempt(2, restore="step-00000004").train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    assert "retention had pruned" in verdict.evidence[0]
+
+
+def test_no_rank_events_is_unknown(builder):
+    b = builder()
+    b.end()
+    assert check_atomicity(b.load()).valid == "unknown"
