@@ -1,0 +1,108 @@
+"""No orphans: random kills across many attempts, and a SIGTERMed harness, leave nothing."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.spec import JobSpec
+from harness.supervisor import run_job
+from tests.harness.conftest import assert_no_leftover_processes, harness_events
+from trainer.config import TrainConfig
+from trainer.progress import progress_path, read_progress
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def random_kill_plan(rng: random.Random, attempts: int) -> list[dict]:
+    """One kill per attempt at a random moment (often during start-up), of one rank or all."""
+    plan = []
+    for i in range(attempts):
+        at_s = round(rng.uniform(0.0, 0.4), 3)
+        if rng.random() < 0.3:
+            plan.append({"id": f"n{i}", "kind": "node_loss", "ranks": [0, 1], "at_s": at_s, "attempt": i})
+        else:
+            plan.append({"id": f"k{i}", "kind": "signal", "rank": rng.randrange(2),
+                         "signal": rng.choice(["SIGKILL", "SIGTERM"]), "at_s": at_s, "attempt": i})
+    return plan
+
+
+def run_random_kills(total_attempts: int, per_job: int, seed: int, tmp: Path) -> None:
+    rng = random.Random(seed)
+    # Never finishes on its own, so every attempt ends by a kill; checkpoints are rare.
+    cfg = TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6)
+    done = 0
+    while done < total_attempts:
+        n = min(per_job, total_attempts - done)
+        record = run_job(JobSpec(config=cfg, world_sizes=(2,), plan=random_kill_plan(rng, n),
+                                 max_restarts=n - 1, no_progress_patience=n, keep=False))
+        assert (record.outcome, record.attempts) == ("budget_exhausted", n)
+        assert not record.run_dir.exists()
+        done += n
+        assert_no_leftover_processes()
+    assert list(tmp.iterdir()) == []  # every temporary run directory was removed
+
+
+def test_twenty_attempts_with_random_kills_leave_no_process_and_no_temporary_directory(private_tmp: Path) -> None:
+    run_random_kills(20, per_job=10, seed=1, tmp=private_tmp)
+
+
+@pytest.mark.slow
+def test_two_hundred_attempts_with_random_kills_leave_no_process_and_no_temporary_directory(
+        private_tmp: Path) -> None:
+    run_random_kills(200, per_job=20, seed=2, tmp=private_tmp)
+
+
+HARNESS_SCRIPT = """
+import sys
+from harness.spec import JobSpec
+from harness.supervisor import run_job
+from trainer.config import TrainConfig
+run_job(JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6), world_sizes=(2,),
+                hang_timeout_s=60, run_dir=sys.argv[1], launcher=sys.argv[2]))
+"""
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling files written by another process tree; no event to wait on
+
+
+@pytest.mark.parametrize("launcher", ["warm", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_sigtermed_harness_leaves_no_process_behind(tmp_path: Path, launcher: str) -> None:
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS_SCRIPT, str(run), launcher], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def ranks_running() -> bool:
+            boards = [read_progress(progress_path(run, 0, r)) for r in range(2)]
+            return all(b is not None and b.step >= 1 for b in boards)
+
+        wait_until(ranks_running, 180, "both ranks to reach step 1")
+        pids = [read_progress(progress_path(run, 0, r)).pid for r in range(2)]  # type: ignore[union-attr]
+        started = psutil.Process(harness.pid).children(recursive=True)  # fork server and ranks
+        assert set(pids) <= {p.pid for p in started}
+        harness.send_signal(signal.SIGTERM)
+        output = harness.communicate(timeout=60)[0].decode(errors="replace")
+        assert harness.returncode == 143, output
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    gone, alive = psutil.wait_procs(started, timeout=15)
+    assert alive == [], f"left behind: {alive}"
+    assert all(not psutil.pid_exists(pid) for pid in pids)
+    end = harness_events(run, "end")
+    assert [e["status"] for e in end] == ["failed"]
+    assert {(e["rank"], e["code"]) for e in harness_events(run, "exit")} == {(0, -9), (1, -9)}
