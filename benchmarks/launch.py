@@ -1,0 +1,62 @@
+"""Launch latency: from an attempt's start until every rank is at update 1.
+
+Measured by the supervisor itself (RunRecord.launch_s): the clock starts just before
+the launcher is asked for the attempt, and stops at the newest of the ranks' own
+progress-board timestamps the first time all of them show step >= 1. The warm
+launcher is measured with its fork server already up (that is the point of it: one
+server per harness process, reused by every attempt and every run).
+
+    python -m benchmarks.launch [--ranks 2,4] [--launchers warm,spawn,torchrun] [--repeats 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from harness.launchers import fork_server
+from harness.spec import JobSpec
+from harness.supervisor import run_job
+from trainer.config import TrainConfig
+
+
+def launch_once(launcher: str, world_size: int) -> float:
+    record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=2), world_sizes=(world_size,),
+                             launcher=launcher, hang_timeout_s=120.0))
+    if record.outcome != "completed" or not record.launch_s or record.launch_s[0] is None:
+        raise RuntimeError(f"{launcher} with {world_size} ranks did not complete: {record}")
+    return record.launch_s[0]
+
+
+def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = ("warm", "spawn", "torchrun"),
+                 repeats: int = 1) -> dict[str, float]:
+    """Median seconds from attempt start to all ranks at step 1, keyed launch_{launcher}_s_{ranks}."""
+    out: dict[str, float] = {}
+    if "warm" in launchers:
+        out["warm_server_ready_s"] = round(fork_server().import_s, 3)  # paid once per harness process
+        launch_once("warm", min(ranks))  # first fork also faults in the server's pages
+    for launcher in launchers:
+        for n in ranks:
+            times = [launch_once(launcher, n) for _ in range(repeats)]
+            out[f"launch_{launcher}_s_{n}"] = round(statistics.median(times), 4)
+    for n in ranks:
+        warm, torchrun = out.get(f"launch_warm_s_{n}"), out.get(f"launch_torchrun_s_{n}")
+        if warm and torchrun:
+            out[f"torchrun_over_warm_{n}"] = round(torchrun / warm, 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", default="2,4", help="comma-separated world sizes")
+    parser.add_argument("--launchers", default="warm,spawn,torchrun")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    result = bench_launch(tuple(int(r) for r in args.ranks.split(",")), tuple(args.launchers.split(",")),
+                          args.repeats)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
