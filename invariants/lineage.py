@@ -63,6 +63,14 @@ def resolve_save(history: History, checkpoint: str, before_attempt: int) -> dict
 
 
 def walk_lineage(history: History) -> Lineage:
+    """The lineage of a loaded (and so unchanging) history; computed once."""
+    cached = history.__dict__.get("_lineage")
+    if cached is None:
+        cached = history.__dict__["_lineage"] = _walk(history)
+    return cached
+
+
+def _walk(history: History) -> Lineage:
     lineage = Lineage()
     attempts = history.attempts()
     if not attempts:
