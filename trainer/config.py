@@ -13,7 +13,7 @@ AMP_DTYPES = ("auto", "none", "bf16", "fp16")
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
 _NOT_IDENTITY = frozenset(
-    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size"}
+    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
 )
 
 
@@ -67,6 +67,8 @@ class TrainConfig:
     """Write batch/step events with digests and phase timers (off only for overhead benchmarks)."""
     max_world_size: int = 64
     """Upper bound used when listing world sizes that divide the global batch."""
+    variant: str = "reference"
+    """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
 
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",

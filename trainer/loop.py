@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401  DDP imports it lazily (~2 s); a warm parent pays it once for all forks
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
@@ -49,12 +50,31 @@ def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> 
         hooks.bind(events, ctx.rank, ctx.world_size, ctx.attempt)
         init_process_group(ctx, resolve_backend(cfg, device))
         try:
-            Trainer(ctx, cfg, device, events, progress, hooks).train()
+            trainer_class(cfg.variant)(ctx, cfg, device, events, progress, hooks).train()
         finally:
             dist.destroy_process_group()
     finally:
         events.close()
         progress.close()
+
+
+VARIANTS: dict[str, type[Trainer]] = {}
+
+
+def register_variant(name: str):  # type: ignore[no-untyped-def]
+    """Class decorator: make a Trainer subclass selectable as TrainConfig.variant=name."""
+    def decorate(cls: type[Trainer]) -> type[Trainer]:
+        VARIANTS[name] = cls
+        return cls
+    return decorate
+
+
+def trainer_class(name: str) -> type[Trainer]:
+    import trainer.defects  # noqa: F401  registers the planted defects
+
+    if name not in VARIANTS:
+        raise ValueError(f"variant={name!r} is unknown; known variants: {', '.join(sorted(VARIANTS))}")
+    return VARIANTS[name]
 
 
 def resolve_backend(cfg: TrainConfig, device: torch.device) -> str:
@@ -90,6 +110,10 @@ class PhaseTimer:
 
 
 class Trainer:
+    """The reference trainer; planted-defect variants (trainer/defects.py) subclass it."""
+
+    store_class: type[CheckpointStore] = CheckpointStore
+
     def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, events: EventLog,
                  progress: ProgressBoard, hooks: Hooks) -> None:
         self.ctx, self.cfg, self.device = ctx, cfg, device
@@ -104,7 +128,7 @@ class Trainer:
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
         hooks.on_model(self.ddp)
         storage = hooks.wrap_storage(LocalStorage(ctx.run_dir / "checkpoints"))
-        self.checkpoints = CheckpointStore(storage, events, hooks, cfg.keep_last)
+        self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
 
     def _fresh_state(self) -> TrainState:
@@ -260,3 +284,6 @@ class Trainer:
         # RNG draws are replicated across ranks by design, so a rank that did not exist
         # when the checkpoint was written takes rank 0's stream.
         restore_rng(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
+
+
+VARIANTS["reference"] = Trainer

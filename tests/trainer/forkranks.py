@@ -1,0 +1,123 @@
+"""Run trainer ranks as forked children of the test process, for trainer-level tests.
+
+The harness has the real launchers; these tests check the trainer alone, so they
+fork ranks from the already-warm pytest process (tens of milliseconds each) and own
+a loopback TCPStore on an OS-assigned port. Every child is reaped or killed.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import traceback
+import uuid
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable
+
+import torch.distributed as dist
+
+import trainer.loop  # noqa: F401  forked ranks inherit DDP's lazy imports already done
+from trainer.config import TrainConfig
+from trainer.hooks import Hooks, NoHooks
+from trainer.launch import RankContext
+from trainer.rundir import run_spec, write_json_atomic
+
+CRASH_CODE = 17
+
+
+class CrashAt(NoHooks):
+    """Exit the process abruptly at one fault point of one step (a stand-in for a kill)."""
+
+    def __init__(self, step: int, point: str = "step_start", rank: int = 0) -> None:
+        self.step, self.point_name, self.rank_to_crash = step, point, rank
+        self._rank = -1
+
+    def bind(self, events: Any, rank: int, world_size: int, attempt: int) -> None:
+        self._rank = rank
+
+    def point(self, name: str, step: int, **ctx: Any) -> None:
+        if name == self.point_name and step == self.step and self._rank == self.rank_to_crash:
+            os._exit(CRASH_CODE)
+
+
+def write_run_json(run_dir: Path, cfg: TrainConfig, world_sizes: list[int]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "run.json", run_spec(cfg, world_sizes))
+
+
+def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
+    from trainer.loop import run_rank
+
+    try:
+        run_rank(ctx, cfg, hooks)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def run_attempt(run_dir: Path, cfg: TrainConfig, world_size: int, attempt: int,
+                hooks: Callable[[], Hooks] = NoHooks, timeout_s: float = 120.0) -> dict[int, int]:
+    """One attempt of `world_size` ranks; returns rank → exit code (negative: signal)."""
+    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    fork = multiprocessing.get_context("fork")
+    prefix = f"{uuid.uuid4().hex}/{attempt}"  # one fresh namespace shared by the attempt's ranks
+    procs = []
+    for rank in range(world_size):
+        ctx = RankContext(run_dir=run_dir, rank=rank, world_size=world_size, attempt=attempt,
+                          store_host="127.0.0.1", store_port=store.port,
+                          store_prefix=prefix, pg_timeout_s=60)
+        proc = fork.Process(target=_child, args=(ctx, cfg, hooks()), daemon=True)
+        proc.start()
+        procs.append(proc)
+    try:
+        _supervise(procs, timeout_s)
+    finally:
+        for proc in procs:
+            if proc.exitcode is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+        del store
+    return {rank: proc.exitcode for rank, proc in enumerate(procs)}
+
+
+def _supervise(procs: list[Any], timeout_s: float) -> None:
+    """Wait for every rank; once one fails, the rest would only block in collectives."""
+    pending = {proc.sentinel: proc for proc in procs}
+    while pending:
+        ready = wait(list(pending), timeout=timeout_s)
+        if not ready:
+            raise TimeoutError(f"ranks still running after {timeout_s}s")
+        for sentinel in ready:
+            proc = pending.pop(sentinel)
+            proc.join()
+            if proc.exitcode != 0:
+                return
+
+
+@dataclass
+class Events:
+    """The events of a run directory, read plainly (the checkers have their own loader)."""
+
+    items: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Events:
+        items = []
+        for path in sorted((run_dir / "events").glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    items.append(json.loads(line))
+                except ValueError:
+                    pass  # a torn last line of a killed rank
+        return cls(items)
+
+    def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
+        return [e for e in self.items if e["kind"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+    def digests(self, attempt: int | None = None, rank: int = 0) -> dict[int, str]:
+        return {e["step"]: e["digest"] for e in self.of("step", rank=rank)
+                if attempt is None or e["attempt"] == attempt}
