@@ -43,6 +43,8 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "hang": (("attempt", _INT), ("ranks", _INTS)),
     "exit": (),
     "end": (("status", _STR), ("final_step", _INT)),
+    # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
+    "attempt": (),
 }
 _DENSE = frozenset(["step", "batch"])
 

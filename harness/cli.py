@@ -1,0 +1,57 @@
+"""The `trainwreck` command: a thin dispatcher over one module per subcommand.
+
+Each command module exposes `configure(parser)` and `main(args) -> int`; exit codes
+everywhere are 0 valid, 1 invalid, 2 not judged (unknown verdict or unusable input).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand → (module, one-line help). Modules are imported only when their command
+# runs, so `trainwreck check` never pays for torch.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("harness.commands.demo", "a short chaos run over built-in scenarios, ending in a casebook"),
+    "run": ("harness.commands.run", "one job under faults, judged against a golden run"),
+    "check": ("invariants.cli", "re-judge a stored run directory"),
+    "chaos": ("harness.commands.chaos", "random fault plans until the time budget is spent"),
+    "sweep": ("harness.commands.sweep", "crash at every file operation of a checkpoint save"),
+    "defects": ("harness.commands.defects", "run the planted-defect self-test table"),
+    "report": ("harness.commands.report", "(re)render the report of a run directory"),
+    "scenarios": ("harness.commands.scenarios", "list the built-in scenarios"),
+}
+
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print_usage()
+        return 0 if argv else EXIT_UNKNOWN
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"trainwreck: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    module = importlib.import_module(COMMANDS[name][0])
+    if name == "check":  # the checkers own their argument parsing (stdlib only)
+        return int(module.main(rest))
+    parser = argparse.ArgumentParser(prog=f"trainwreck {name}", description=COMMANDS[name][1])
+    module.configure(parser)
+    try:
+        args = parser.parse_args(rest)
+    except SystemExit as exc:  # argparse: usage errors are "input that could not be used"
+        return EXIT_VALID if exc.code == 0 else EXIT_UNKNOWN
+    return int(module.main(args))
+
+
+def print_usage() -> None:
+    print("usage: trainwreck COMMAND [options]\n\ncommands:")
+    for name, (_, help_text) in COMMANDS.items():
+        print(f"  {name:<10} {help_text}")
+    print("\n`trainwreck COMMAND --help` describes each one.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""trainwreck run [SCENARIO] [...]: one job under faults, judged against a cached golden run."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.runner import JudgedRun, run_judged, spec_for
+from harness.scenarios import Scenario, get_scenario, scenario_names
+from harness.spec import LAUNCHERS, SpecError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", help=f"a built-in scenario: {', '.join(scenario_names())}")
+    parser.add_argument("--plan", help="fault plan as JSON, or @FILE (replaces the scenario's plan)")
+    parser.add_argument("--world-sizes", help="world size per attempt, e.g. 4,2 (the last repeats)")
+    parser.add_argument("--total-steps", type=int, help="optimizer updates in the job")
+    parser.add_argument("--hang-timeout", type=float, help="seconds without progress before a hang is declared")
+    parser.add_argument("--launcher", default="warm", help=f"one of {', '.join(LAUNCHERS)} (default warm)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), help="process-group backend (default: auto)")
+    parser.add_argument("--out", type=Path, help="run directory (default: ./trainwreck-out/run-TIMESTAMP)")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        scenario = build_scenario(args)
+        out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+        spec = spec_for(scenario, out, launcher=args.launcher)
+    except (ValueError, KeyError, SpecError, OSError) as exc:
+        print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    judged = run_judged(spec, args.scenario)
+    print_result(judged, args.json)
+    return judged.exit_code
+
+
+def build_scenario(args: argparse.Namespace) -> Scenario:
+    scenario = get_scenario(args.scenario) if args.scenario else Scenario(
+        name="custom", summary="a plan given on the command line", question="", threatens=())
+    changes: dict[str, Any] = {}
+    if args.plan is not None:
+        changes["plan"] = tuple(parse_plan_arg(args.plan))
+    if args.world_sizes:
+        try:
+            changes["world_sizes"] = tuple(int(w) for w in args.world_sizes.split(","))
+        except ValueError:
+            raise ValueError(f"--world-sizes {args.world_sizes!r}: expected integers like 4,2") from None
+    config = dict(scenario.config)
+    if args.total_steps is not None:
+        config["total_steps"] = args.total_steps
+    if args.backend:
+        config["backend"] = args.backend
+        config["device"] = "cuda" if args.backend == "nccl" else "cpu"
+    changes["config"] = config
+    if args.hang_timeout is not None:
+        changes["hang_timeout_s"] = args.hang_timeout
+    return replace(scenario, **changes)
+
+
+def parse_plan_arg(text: str) -> list[dict[str, Any]]:
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        plan = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--plan is not valid JSON ({exc}); expected a list like "
+                         '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]') from None
+    if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
+        raise ValueError("--plan must be a JSON list of fault objects")
+    try:
+        from faults.plan import parse_plan  # validates every field, naming the fault id
+    except ImportError:
+        return plan
+    return parse_plan(plan).to_list()
+
+
+def print_result(judged: JudgedRun, as_json: bool) -> None:
+    if as_json:
+        payload = {**judged.judgement.to_json(), "run_dir": str(judged.record.run_dir),
+                   "outcome": judged.record.outcome, "reproduce": judged.reproduce}
+        print(json.dumps(payload, indent=1, default=str))
+        return
+    for name, verdict in judged.judgement.verdicts.items():
+        label = {True: "VALID", False: "INVALID"}.get(verdict.valid, "UNKNOWN")  # type: ignore[arg-type]
+        print(f"{label:<8} {name:<11} {verdict.summary}")
+        for line in verdict.evidence[:3]:
+            print(f"{'':<21}{line}")
+    for note in judged.judgement.notes:
+        print(f"note: {note}")
+    overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")  # type: ignore[arg-type]
+    print(f"overall: {overall}   ({judged.record.outcome} after {judged.record.attempts} attempt(s), "
+          f"{judged.record.wall_s:.1f}s)")
+    print(f"run directory: {judged.record.run_dir}")
+    print(f"reproduce: {judged.reproduce}")

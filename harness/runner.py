@@ -1,0 +1,60 @@
+"""Run a job under faults and judge it against its golden run: the unit every command repeats."""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.golden import golden_run
+from harness.scenarios import Scenario
+from harness.spec import JobSpec
+from harness.supervisor import RunRecord, run_job
+from invariants import Judgement, judge, load_history
+
+
+@dataclass(frozen=True)
+class JudgedRun:
+    """A finished run, its verdicts, and how to reproduce it."""
+
+    record: RunRecord
+    judgement: Judgement
+    golden_dir: Path
+    reproduce: str
+    """The exact command that reruns this job and judges it again."""
+
+    @property
+    def exit_code(self) -> int:
+        """0 valid, 1 invalid, 2 unknown (the CLI contract)."""
+        return {True: 0, False: 1}.get(self.judgement.valid, 2)  # type: ignore[arg-type]
+
+
+def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
+    parts = ["trainwreck", "run"]
+    if scenario:
+        parts.append(scenario)
+    parts += ["--plan", json.dumps(spec.plan, separators=(",", ":")),
+              "--world-sizes", ",".join(map(str, spec.world_sizes)),
+              "--total-steps", str(spec.config.total_steps),
+              "--hang-timeout", f"{spec.hang_timeout_s:g}",
+              "--launcher", spec.launcher]
+    return shlex.join(parts)
+
+
+def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", **overrides: Any) -> JobSpec:
+    return JobSpec(config=scenario.train_config(), world_sizes=scenario.world_sizes,
+                   plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
+                   launcher=launcher, run_dir=out, keep=True, **overrides)
+
+
+def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None) -> JudgedRun:
+    """Run `spec` (its run_dir is kept), judge it against the cached golden run, write verdicts.json."""
+    golden_dir = golden_run(spec.config, spec.world_sizes[0], golden_cache, launcher="warm")
+    record = run_job(spec)
+    judgement = judge(load_history(record.run_dir), load_history(golden_dir))
+    judged = JudgedRun(record, judgement, golden_dir, reproduce_command(spec, scenario))
+    (record.run_dir / "verdicts.json").write_text(json.dumps(
+        {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
+         "outcome": record.outcome, "attempts": record.attempts}, indent=1, default=str) + "\n")
+    return judged

@@ -1,0 +1,81 @@
+"""Built-in scenarios: named fault plans with the invariants each one threatens.
+
+A scenario is data. The CLI runs them (`trainwreck run NAME`, `trainwreck demo`),
+the pytest plugin parametrises tests over them, and reports quote their question.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    """Stable identifier used on the command line and in test ids."""
+    summary: str
+    """One line: what goes wrong."""
+    question: str
+    """The interview question this case answers (quoted by reports)."""
+    threatens: tuple[str, ...]
+    """Invariants this fault endangers; all six are judged regardless."""
+    plan: tuple[dict[str, Any], ...] = ()
+    """The fault plan (DESIGN.md plan format)."""
+    world_sizes: tuple[int, ...] = (2,)
+    """Planned world size per attempt; the last repeats."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Overrides of TrainConfig.tiny() (total_steps, ckpt_interval, ...)."""
+    hang_timeout_s: float = 3.0
+    """The watchdog's timeout for this scenario."""
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **self.config})
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="kill-resume",
+        summary="SIGKILL rank 1 before update 7; the job restarts from the step-4 checkpoint",
+        question="How do you know a resumed run is the same run?",
+        threatens=("coverage", "continuity", "atomicity", "progress"),
+        plan=({"id": "kill-r1", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 7},),
+    ),
+    Scenario(
+        name="hang-detect",
+        summary="SIGSTOP rank 1 at update 6: the watchdog must name it, dump stacks and restart",
+        question="How do you find the rank that hangs?",
+        threatens=("hang", "progress"),
+        plan=({"id": "stop-r1", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 6,
+               "expect": "hang"},),
+    ),
+    Scenario(
+        name="shrink-world",
+        summary="4 ranks lose a node of 2 mid-epoch; the job resumes on 2 ranks",
+        question="What breaks when the world size changes?",
+        threatens=("coverage", "continuity", "progress"),
+        plan=({"id": "node-loss", "kind": "node_loss", "ranks": [2, 3], "signal": "SIGKILL", "step": 7},),
+        world_sizes=(4, 2),
+        config={"dataset_size": 64},
+    ),
+    Scenario(
+        name="sigterm-rank0",
+        summary="SIGTERM the checkpoint writer (rank 0) right after a save; the job restarts",
+        question="What is the most dangerous silent failure around a checkpoint?",
+        threatens=("atomicity", "continuity", "progress"),
+        plan=({"id": "term-r0", "kind": "signal", "rank": 0, "signal": "SIGTERM", "step": 9},),
+    ),
+)
+
+
+def scenario_names() -> list[str]:
+    return [s.name for s in SCENARIOS]
+
+
+def get_scenario(name: str) -> Scenario:
+    for scenario in SCENARIOS:
+        if scenario.name == name:
+            return scenario
+    raise KeyError(f"unknown scenario {name!r}; built-in scenarios: {', '.join(scenario_names())} "
+                   "(`trainwreck scenarios` lists them)")
