@@ -1,0 +1,136 @@
+"""Checkpoint corruption between attempts: damage what the next attempt will find.
+
+When it runs: rank 0's hooks apply a `corrupt` fault in ``bind()`` of attempt
+`attempt` (default 1). ``bind`` runs before the process group exists, so the other
+ranks of that attempt cannot get past rendezvous, and nobody reads a checkpoint until
+rank 0 has selected one after rendezvous. So this is exactly "between attempts": the
+previous attempt's processes are gone (the harness reaps them before it launches the
+next) and the new one has not looked yet. Doing it in-rank rather than in the harness
+keeps every injector in faults/ and needs no new harness hook.
+
+Where: the checkpoint store of the run directory, reached through the trainer's
+``LocalStorage`` (so a target name cannot escape it). The fault event carries
+``rank: null`` (damage from outside any training rank, counted before the attempt by
+the atomicity checker), ``applied_by_rank: 0`` and ``checkpoint`` for each checkpoint
+it damaged, and is written before the damage is done.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step
+from trainer.storage import LocalStorage, Storage
+
+# emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.
+Emit = Callable[..., None]
+
+
+def checkpoints_root(events_path: Path) -> Path:
+    """RUN_DIR/checkpoints from a rank's event file RUN_DIR/events/<file> (DESIGN's run-dir layout)."""
+    return Path(events_path).parent.parent / "checkpoints"
+
+
+def pointer_step(storage: Storage) -> int | None:
+    """The committed step named by `latest`; None when it is missing or unreadable."""
+    try:
+        record = json.loads(storage.read(POINTER))
+        step = record["step"]
+        return step if isinstance(step, int) and record.get("checkpoint") == checkpoint_name(step) else None
+    except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def committed(storage: Storage) -> list[str]:
+    """Checkpoint directories the loader would consider committed, newest first: those at
+    or below the pointer; every step directory when the pointer is missing or torn."""
+    names = sorted((n for n in storage.list(".") if checkpoint_step(n) is not None),
+                   key=lambda n: checkpoint_step(n) or 0, reverse=True)
+    limit = pointer_step(storage)
+    return [n for n in names if limit is None or (checkpoint_step(n) or 0) <= limit]
+
+
+def targets(storage: Storage, fault: dict[str, Any], how_many: int = 1) -> list[str]:
+    """The checkpoints to damage: the newest committed ones, or the one named by `target`."""
+    target = fault.get("target", "newest")
+    if target != "newest":
+        return [target] if target in storage.list(".") else []
+    return committed(storage)[:how_many]
+
+
+def apply_corruption(fault: dict[str, Any], storage: Storage, emit: Emit) -> list[str]:
+    """Apply one `corrupt` fault; returns the damaged checkpoints. Nothing to damage means
+    no event, so the run is judged "unknown" (the fault did not test anything)."""
+    how = fault["how"]
+    if how == "tear_pointer":
+        return _tear_pointer(fault, storage, emit)
+    if how == "stale_tmp":
+        return _stale_tmp(fault, storage, emit)
+    names = targets(storage, fault, 2 if how == "break_newest_two" else 1)
+    if how == "break_newest_two" and len(names) < 2:
+        return []  # fewer than two to break: this fault cannot do what it says
+    for name in names:
+        if how == "delete_manifest":
+            emit(fault, f"deleted {name}/{MANIFEST}", checkpoint=name)
+            storage.remove(f"{name}/{MANIFEST}")
+        elif how in ("truncate", "break_newest_two"):
+            _truncate(fault, storage, emit, name)
+        elif how == "flip":
+            _flip(fault, storage, emit, name)
+    return names
+
+
+def _file(fault: dict[str, Any], name: str) -> str:
+    return f"{name}/{fault.get('file', 'model.pt')}"
+
+
+def _truncate(fault: dict[str, Any], storage: Storage, emit: Emit, name: str) -> None:
+    path = _file(fault, name)
+    data = storage.read(path)
+    size = min(fault.get("offset", len(data) // 2), len(data))
+    if size == len(data):
+        size = max(0, len(data) - 1)  # an offset at or past the end would change nothing
+    emit(fault, f"truncated {path} from {len(data)} to {size} bytes", checkpoint=name)
+    storage.write(path, data[:size])
+
+
+def _flip(fault: dict[str, Any], storage: Storage, emit: Emit, name: str) -> None:
+    path = _file(fault, name)
+    data = bytearray(storage.read(path))
+    start = min(fault.get("offset", len(data) // 2), max(0, len(data) - 1))
+    end = min(start + fault.get("count", 1), len(data))
+    emit(fault, f"flipped bytes {start}..{end - 1} of {path} ({len(data)} bytes)", checkpoint=name)
+    for i in range(start, end):
+        data[i] ^= 0xFF
+    storage.write(path, bytes(data))
+
+
+def _tear_pointer(fault: dict[str, Any], storage: Storage, emit: Emit) -> list[str]:
+    # The pointer is not a checkpoint: no `checkpoint` field; every checkpoint stays intact.
+    if not storage.exists(POINTER):
+        return []
+    data = storage.read(POINTER)
+    emit(fault, f"tore {POINTER}: kept {len(data) // 2} of {len(data)} bytes")
+    storage.write(POINTER, data[: len(data) // 2])
+    return []
+
+
+def _stale_tmp(fault: dict[str, Any], storage: Storage, emit: Emit) -> list[str]:
+    """A save that died half-way: a temporary directory of the next step with a torn file.
+    It damages no checkpoint; it must never be restored and retention must clear it."""
+    newest = committed(storage)
+    step = (checkpoint_step(newest[0]) or 0) + 1 if newest else 1
+    tmp = f".tmp-{checkpoint_name(step)}-999999"
+    emit(fault, f"left a stale temporary directory {tmp} with a half-written model.pt")
+    storage.mkdir(tmp)
+    storage.write(f"{tmp}/model.pt", b"PK\x03\x04 torn")
+    return []
+
+
+def corrupt_run_dir(fault: dict[str, Any], events_path: Path, emit: Emit) -> list[str]:
+    """`apply_corruption` on the store of the run directory that holds `events_path`."""
+    root = checkpoints_root(events_path)
+    if not root.is_dir():
+        return []
+    return apply_corruption(fault, LocalStorage(root), emit)

@@ -1,0 +1,234 @@
+"""In-rank fault injection: the ``Hooks`` the harness builds in every rank from the plan.
+
+    hooks = build_hooks(plan)    # harness/rank.py does this in every rank
+    # trainer: hooks.bind(...); hooks.on_model(ddp); hooks.wrap_storage(storage); hooks.point(...)
+
+At ``bind`` the hooks keep only the faults of this rank and this attempt (so redo
+work after a restart does not fire a fault again) and apply a between-attempts
+corruption (faults/corrupt.py). Every fault writes its ``fault`` event - flushed at
+once by the event log - before it acts, so the judge sees it even when the act is a
+SIGKILL.
+
+How each kind acts (docs/FAULTS.md has the table):
+
+- kill: SIGKILL or SIGTERM to itself, ``os._exit(1)``, or a Python exception.
+- hang: ``event`` waits on a ``threading.Event`` nobody sets (the GIL is released, so
+  other Python threads run); ``gil`` blocks inside a C call made through
+  ``ctypes.PyDLL`` - unlike ``ctypes.CDLL``, PyDLL does not release the GIL - namely
+  libc ``pause()``, so no other Python thread of the rank ever runs and no Python-level
+  signal handler runs except between two pauses (faulthandler's C-level stack dump still
+  works); ``sigstop`` stops itself, and if continued it stays blocked, so the fault is
+  a hang whatever the harness does to wake it.
+- straggler: sleeps `seconds` at the start of each update in [step, until].
+- comm_delay / comm_fail / skip_collective: a DDP communication hook, registered in
+  ``on_model`` on the faulty rank only, that runs the stock all-reduce
+  (``default_hooks.allreduce_hook``) except at the faulty update.
+- nan_grad: writes NaN/inf into one element of the (already reduced) gradient at
+  ``after_backward``, so this replica's parameters leave the others'.
+- storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from faults.corrupt import corrupt_run_dir
+from faults.plan import HARNESS, KINDS, parse_plan, with_defaults
+from faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
+from trainer import hooks as fp
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.events import EventLog
+    from trainer.storage import Storage
+
+POINT_KINDS = ("kill", "hang", "nan_grad")
+COMM_KINDS = ("comm_delay", "comm_fail", "skip_collective")
+
+
+class InjectedFault(RuntimeError):
+    """The exception a `kill` fault with how="exception" (or a comm_fail) raises."""
+
+
+def _block_forever_releasing_gil() -> None:
+    never = threading.Event()
+    while True:
+        never.wait()
+
+
+def _block_forever_holding_gil() -> None:
+    # PyDLL keeps the GIL across the call; pause() sleeps in the kernel until a signal.
+    # After a signal (handled in C, e.g. faulthandler's SIGUSR1 dump) it returns and we
+    # pause again: the GIL is never released for another thread.
+    libc = ctypes.PyDLL(None)
+    while True:
+        libc.pause()
+
+
+class FaultHooks:
+    """Fires the plan's in-rank faults in one rank (implements trainer.hooks.Hooks)."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        self.plan = [with_defaults(f) for f in parse_plan(plan).faults if KINDS[f["kind"]].where != HARNESS]
+        self.events: EventLog | None = None
+        self.rank, self.world_size, self.attempt = -1, 0, -1
+        self.clock = StepClock()
+        self.mine: list[dict[str, Any]] = []
+        self.fired: set[str] = set()
+
+    # ----- Hooks protocol -----------------------------------------------------------------
+
+    def bind(self, events: EventLog, rank: int, world_size: int, attempt: int) -> None:
+        self.events, self.rank, self.world_size, self.attempt = events, rank, world_size, attempt
+        # A fault fires in its own attempt only: redo work after a restart replays steps.
+        self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
+        for fault in self.of_kind("corrupt"):
+            corrupt_run_dir(fault, events.path, self._record_corruption)
+
+    def point(self, name: str, step: int, **ctx: Any) -> None:
+        self.clock.step = step
+        for fault in self.of_kind(*POINT_KINDS):
+            if fault["id"] in self.fired or fault["step"] != step:
+                continue
+            at = fault.get("point", fp.AFTER_BACKWARD if fault["kind"] == "nan_grad" else fp.STEP_START)
+            if name == at:
+                self.fired.add(fault["id"])
+                self._act(fault, name, step, ctx)
+        if name == fp.STEP_START:
+            self._straggle(step)
+
+    def wrap_storage(self, storage: Storage) -> Storage:
+        faults = self.of_kind(*STORAGE_KINDS)
+        return FaultyStorage(storage, faults, self.clock, self.record) if faults else storage
+
+    def on_model(self, model: torch.nn.Module) -> None:
+        if self.of_kind(*COMM_KINDS):
+            # DDP checks the hook's annotations at run time, and this module's are strings
+            # (postponed evaluation), so the hook it sees is an unannotated closure.
+            def hook(state, bucket):  # type: ignore[no-untyped-def]
+                return self._comm_hook(state, bucket)
+
+            model.register_comm_hook(state=None, hook=hook)  # type: ignore[operator]
+
+    # ----- helpers ------------------------------------------------------------------------
+
+    def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
+        return [f for f in self.mine if f["kind"] in kinds]
+
+    def record(self, fault: dict[str, Any], detail: str, **extra: Any) -> None:
+        """The `fault` event; kind "fault" is flushed by the event log before we go on to act."""
+        assert self.events is not None, "bind() must run before a fault fires"
+        self.fired.add(fault["id"])
+        self.events.emit("fault", fault_id=fault["id"], rank=self.rank, detail=detail,
+                         fault_kind=fault["kind"], **extra)
+
+    def _record_corruption(self, fault: dict[str, Any], detail: str, checkpoint: str | None = None) -> None:
+        # rank null: the damage is the world's doing between attempts, not this rank's work.
+        assert self.events is not None
+        extra = {"checkpoint": checkpoint} if checkpoint is not None else {}
+        self.fired.add(fault["id"])
+        self.events.emit("fault", fault_id=fault["id"], rank=None, applied_by_rank=self.rank,
+                         detail=detail, fault_kind="corrupt", **extra)
+
+    # ----- the point faults ---------------------------------------------------------------
+
+    def _act(self, fault: dict[str, Any], name: str, step: int, ctx: dict[str, Any]) -> None:
+        where = f"at {name} of update {step}"
+        kind = fault["kind"]
+        if kind == "kill":
+            self._kill(fault, where)
+        elif kind == "hang":
+            self._hang(fault, where)
+        elif kind == "nan_grad":
+            self._poison_gradient(fault, where, ctx)
+
+    def _kill(self, fault: dict[str, Any], where: str) -> None:
+        how = fault["how"]
+        self.record(fault, f"rank {self.rank} killed ({how}) {where}")
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "sigterm":
+            # With the default disposition the process is gone before kill() returns; a
+            # trainer that handles SIGTERM decides itself what happens next.
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif how == "exit":
+            os._exit(1)
+        else:
+            raise InjectedFault(f"fault {fault['id']!r}: injected exception in rank {self.rank} {where}")
+
+    def _hang(self, fault: dict[str, Any], where: str) -> None:
+        how = fault["how"]
+        self.record(fault, f"rank {self.rank} hangs ({how}) {where}")
+        if how == "sigstop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            _block_forever_releasing_gil()  # continued (e.g. to dump stacks): still hung
+        elif how == "gil":
+            _block_forever_holding_gil()
+        else:
+            _block_forever_releasing_gil()
+
+    def _poison_gradient(self, fault: dict[str, Any], where: str, ctx: dict[str, Any]) -> None:
+        import torch
+
+        model = ctx.get("model")
+        params = [p for p in model.parameters() if p.grad is not None] if model is not None else []
+        if not params:
+            return  # nothing to poison: no event, so the run says the fault never fired
+        value = float(fault["value"])
+        self.record(fault, f"rank {self.rank}: gradient element 0 of its first parameter set to {value} {where}")
+        with torch.no_grad():
+            params[0].grad.view(-1)[0] = value
+
+    def _straggle(self, step: int) -> None:
+        for fault in self.of_kind("straggler"):
+            if not fault["step"] <= step <= fault.get("until", step):
+                continue
+            if fault["id"] not in self.fired:
+                until = fault.get("until")
+                self.record(fault, f"rank {self.rank} slowed by {fault['seconds']} s per update from update "
+                                   f"{fault['step']}" + (f" to {until}" if until is not None else ""))
+            time.sleep(fault["seconds"])  # the slowness itself, not a synchronisation
+
+    # ----- the communication hook ---------------------------------------------------------
+
+    def _comm_hook(self, state: Any, bucket: Any) -> Any:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        for fault in self.of_kind(*COMM_KINDS):
+            if fault["id"] in self.fired or fault["step"] != self.clock.step:
+                continue
+            result = self._comm_fault(fault, bucket)
+            if result is not None:
+                return result
+        return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    def _comm_fault(self, fault: dict[str, Any], bucket: Any) -> Any:
+        import torch
+
+        where = f"in the gradient all-reduce (bucket {bucket.index()}) of update {self.clock.step}"
+        kind = fault["kind"]
+        if kind == "comm_delay":
+            self.record(fault, f"rank {self.rank} delayed {fault['seconds']} s {where}")
+            time.sleep(fault["seconds"])  # the delay itself
+            return None
+        if kind == "comm_fail":
+            self.record(fault, f"rank {self.rank}: communication failure {where}")
+            raise InjectedFault(f"fault {fault['id']!r}: injected communication failure {where}")
+        # skip_collective: this rank does not take part in the all-reduce.
+        if fault["then"] == "wait":
+            self.record(fault, f"rank {self.rank} skipped the collective {where} and waits for its result")
+            return torch.futures.Future()  # never completed: DDP waits on it forever
+        self.record(fault, f"rank {self.rank} skipped the collective {where} and went on unreduced")
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(bucket.buffer().div_(self.world_size))
+        return done
+
+
+def build_hooks(plan: list[dict[str, Any]]) -> FaultHooks:
+    """The harness's entry point: hooks for the plan's in-rank faults (checked here too)."""
+    return FaultHooks(plan)

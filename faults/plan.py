@@ -1,0 +1,424 @@
+"""Fault plans as data: a validated, JSON-serialisable list of faults, and a builder.
+
+    plan = Plan().kill(rank=1, step=12).hang(rank=0, step=5, how="gil")
+    plan.to_json()          # '[{"id": "kill-1", "kind": "kill", ...}, ...]'
+    parse_plan(text)        # Plan, or PlanError naming the fault id and the field
+    validate_plan(plan, cfg, world_sizes)   # also checks ranks and steps against the job
+
+A fault is a flat dict with an `id`, a `kind` and the kind's fields (see KINDS and
+docs/FAULTS.md). `parse_plan` checks the shape of every fault (known kind, known
+fields, types, choices); `validate_plan` additionally checks it against the job: ranks
+inside the world size of the attempt it fires in, steps inside total_steps, save
+points only at steps that save. Both run before any process starts.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from trainer import hooks as fp
+from trainer.config import TrainConfig
+
+IN_RANK, STORAGE, BETWEEN, HARNESS = "in-rank", "in-rank storage", "between attempts", "harness"
+
+
+class PlanError(ValueError):
+    """A plan is unusable; the message names the fault id, the field, the bad value and the fix."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a fault kind: its JSON types, whether it is required, its default."""
+
+    types: tuple[type, ...]
+    required: bool = False
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    doc: str = ""
+
+    def describe_type(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        names = {int: "an integer", float: "a number", str: "a string", list: "a list", bool: "true/false"}
+        text = " or ".join(names.get(t, t.__name__) for t in self.types)
+        return f"{text} >= {self.minimum:g}" if self.minimum is not None else text
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A fault kind: where it runs, its fields, what it threatens."""
+
+    name: str
+    where: str
+    fields: dict[str, Field]
+    doc: str
+    threatens: tuple[str, ...]
+    hangs: bool = False
+    """True: the harness must detect a hang, so the fault needs `expect: "hang"`."""
+
+
+INT, NUM, STR = (int,), (int, float), (str,)
+
+
+def _rank(required: bool = True, default: int | None = None) -> Field:
+    return Field(INT, required, default, minimum=0, doc="the rank the fault acts in")
+
+
+def _step(required: bool = True, default: int | None = None, doc: str = "") -> Field:
+    return Field(INT, required, default, minimum=0, doc=doc or "fires before update `step`")
+
+
+_ATTEMPT = Field(INT, default=0, minimum=0,
+                 doc="the attempt it fires in (redo work after a restart does not fire it again)")
+_POINT = Field(STR, default=fp.STEP_START, choices=fp.ALL_POINTS, doc="the fault point it fires at")
+_EXPECT = Field(STR, choices=("hang",), doc='"hang": the harness must detect a hang')
+_SECONDS = Field(NUM, required=True, minimum=0, doc="seconds")
+
+
+def _kind(name: str, where: str, doc: str, threatens: tuple[str, ...], hangs: bool = False,
+          **fields: Field) -> Kind:
+    common = {"id": Field(STR, required=True), "kind": Field(STR, required=True)}
+    if where != HARNESS:
+        common["attempt"] = _ATTEMPT
+        common["expect"] = _EXPECT
+    return Kind(name, where, {**common, **fields}, doc, threatens, hangs)
+
+
+STORAGE_OPS = ("read", "write")
+WRITE_ERRORS = ("ENOSPC", "EIO")
+CORRUPTIONS = ("truncate", "flip", "delete_manifest", "tear_pointer", "stale_tmp", "break_newest_two")
+CRASH_WHEN = ("before", "after", "torn")
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    # ----- in-rank, at fault points -----------------------------------------------------
+    _kind("kill", IN_RANK, "the rank dies at a fault point", ("progress", "continuity", "coverage", "atomicity"),
+          rank=_rank(), step=_step(), point=_POINT,
+          how=Field(STR, default="sigkill", choices=("sigkill", "sigterm", "exit", "exception"),
+                    doc="SIGKILL self, SIGTERM self, os._exit(1), or a Python exception")),
+    _kind("hang", IN_RANK, "the rank stops making progress forever", ("hang", "progress"), hangs=True,
+          rank=_rank(), step=_step(), point=_POINT,
+          how=Field(STR, default="event", choices=("event", "gil", "sigstop"),
+                    doc="wait on an Event (GIL released), block in C holding the GIL, or SIGSTOP self")),
+    _kind("straggler", IN_RANK, "the rank is slower by `seconds` per update from `step` on", ("hang", "progress"),
+          rank=_rank(), step=_step(), seconds=_SECONDS,
+          until=Field(INT, minimum=0, doc="last slow update (default: to the end)")),
+    _kind("comm_delay", IN_RANK, "the rank's gradient all-reduce of update `step` starts `seconds` late",
+          ("hang", "replicas", "continuity"), rank=_rank(), step=_step(), seconds=_SECONDS),
+    _kind("comm_fail", IN_RANK, "the rank's gradient all-reduce of update `step` raises",
+          ("progress", "continuity", "coverage"), rank=_rank(), step=_step()),
+    _kind("nan_grad", IN_RANK, "one element of the rank's reduced gradient becomes NaN/inf at update `step`",
+          ("replicas", "continuity"), rank=_rank(), step=_step(),
+          value=Field(STR, default="nan", choices=("nan", "inf", "-inf"))),
+    _kind("skip_collective", IN_RANK, "the rank skips its gradient all-reduce of update `step` (a desync)",
+          ("hang", "progress", "replicas"), hangs=True, rank=_rank(), step=_step(),
+          then=Field(STR, default="wait", choices=("wait", "continue"),
+                     doc="wait: the rank then waits for the missing result (others hang in the all-reduce); "
+                         "continue: it goes on to its next collective (gloo aborts on the size mismatch)")),
+    # ----- in-rank, through the Storage seam ---------------------------------------------
+    _kind("storage_stall", STORAGE, "matching storage ops take `seconds` longer", ("hang", "progress"),
+          rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
+          op=Field(STR, default="write", choices=STORAGE_OPS), seconds=_SECONDS,
+          count=Field(INT, default=1, minimum=1, doc="how many ops to stall")),
+    _kind("storage_throttle", STORAGE, "matching storage ops run at `bytes_per_s`", ("hang", "progress"),
+          rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
+          op=Field(STR, default="write", choices=STORAGE_OPS),
+          bytes_per_s=Field(NUM, required=True, minimum=1)),
+    _kind("storage_error", STORAGE, "the `nth` write from update `step` on raises ENOSPC or EIO",
+          ("atomicity", "progress", "continuity"),
+          rank=_rank(False, 0), step=_step(False, 0, "count writes from update `step` on"),
+          errno=Field(STR, default="ENOSPC", choices=WRITE_ERRORS), nth=Field(INT, default=1, minimum=1)),
+    _kind("torn_write", STORAGE, "the `nth` write of the save at `step` persists half its bytes, then SIGKILL",
+          ("atomicity", "continuity"), rank=_rank(False, 0), step=_step(doc="the update whose save is torn"),
+          nth=Field(INT, default=1, minimum=1), file=Field(STR, doc="only writes of this file name count")),
+    _kind("crash_op", STORAGE, "SIGKILL before/after the `op_index`-th mutating storage op of the save at `step`",
+          ("atomicity", "continuity", "coverage"), rank=_rank(False, 0), step=_step(doc="the update whose save crashes"),
+          op_index=Field(INT, required=True, minimum=0, doc="0-based index among the save's mutating ops"),
+          when=Field(STR, default="before", choices=CRASH_WHEN, doc="torn: a write persists half its bytes")),
+    # ----- between attempts (rank 0 at bind of `attempt`) --------------------------------
+    _kind("corrupt", BETWEEN, "damage checkpoint files before `attempt` selects one", ("atomicity", "continuity"),
+          how=Field(STR, required=True, choices=CORRUPTIONS),
+          target=Field(STR, default="newest", doc='"newest" committed checkpoint, or a name like step-00000008'),
+          file=Field(STR, default="model.pt", doc="the file truncate/flip damage"),
+          offset=Field(INT, minimum=0, doc="truncate: new size; flip: first byte (default: the middle)"),
+          count=Field(INT, default=1, minimum=1, doc="flip: bytes to flip")),
+    # ----- the harness's (faults/external.py applies them) -------------------------------
+    _kind("signal", HARNESS, "the harness sends a signal to one rank", ("progress", "hang", "atomicity"),
+          rank=_rank(), signal=Field(STR, required=True, choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
+          step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
+          attempt=_ATTEMPT, expect=_EXPECT),
+    _kind("node_loss", HARNESS, "the harness kills a group of ranks at once", ("progress", "atomicity"),
+          ranks=Field((list,), required=True, doc="a non-empty list of ranks"),
+          signal=Field(STR, default="SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
+          step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
+          attempt=_ATTEMPT, expect=_EXPECT),
+)}
+
+# Corruption is applied when attempt 1 starts unless the plan says otherwise.
+_KIND_DEFAULTS = {"corrupt": {"attempt": 1}}
+
+
+def defaults(kind: str) -> dict[str, Any]:
+    """Every optional field's default for `kind` (what the injectors use when it is absent)."""
+    out = {name: f.default for name, f in KINDS[kind].fields.items() if f.default is not None}
+    out.update(_KIND_DEFAULTS.get(kind, {}))
+    return out
+
+
+def with_defaults(fault: Mapping[str, Any]) -> dict[str, Any]:
+    return {**defaults(fault["kind"]), **fault}
+
+
+# ----- checking one fault's shape --------------------------------------------------------
+
+
+def _fid(raw: Mapping[str, Any], index: int) -> str:
+    fid = raw.get("id")
+    return repr(fid) if isinstance(fid, str) else f"#{index} (no valid id)"
+
+
+def check_fault(raw: Any, index: int = 0) -> dict[str, Any]:
+    """The fault as a plain dict if its shape is valid; else PlanError naming id and field."""
+    if not isinstance(raw, Mapping):
+        raise PlanError(f"fault #{index} is {raw!r}: each fault must be a JSON object with 'id' and 'kind'")
+    fid = _fid(raw, index)
+    if not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise PlanError(f"fault {fid}: field 'id'={raw.get('id')!r} must be a non-empty string")
+    kind_name = raw.get("kind")
+    if kind_name not in KINDS:
+        raise PlanError(f"fault {fid}: field 'kind'={kind_name!r} is unknown; known kinds: {', '.join(KINDS)}")
+    kind = KINDS[kind_name]
+    for name, spec in kind.fields.items():
+        if spec.required and name not in raw:
+            raise PlanError(f"fault {fid}: kind {kind_name!r} needs field {name!r} ({spec.describe_type()})")
+    for name, value in raw.items():
+        if name not in kind.fields:
+            raise PlanError(f"fault {fid}: field {name!r} is not a field of kind {kind_name!r}; "
+                            f"its fields: {', '.join(kind.fields)}")
+        _check_value(fid, name, value, kind.fields[name])
+    _check_kind_rules(fid, kind, raw)
+    return dict(raw)
+
+
+def _check_value(fid: str, name: str, value: Any, spec: Field) -> None:
+    # bool is an int in Python, never in a plan.
+    ok = isinstance(value, spec.types) and not isinstance(value, bool)
+    if ok and spec.choices is not None:
+        ok = value in spec.choices
+    if ok and spec.minimum is not None:
+        ok = value >= spec.minimum
+    if not ok:
+        raise PlanError(f"fault {fid}: field {name!r}={value!r} must be {spec.describe_type()}")
+
+
+def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
+    if kind.where == HARNESS:
+        _check_external(fid, raw)
+    hang_expected = raw.get("expect") == "hang"
+    hangs = kind.hangs and raw.get("then", "wait") == "wait"
+    if hangs and not hang_expected:
+        raise PlanError(f"fault {fid}: kind {kind.name!r} hangs the job, so the harness must detect it: "
+                        "add \"expect\": \"hang\"")
+    if hang_expected and not hangs and not (kind.name == "signal" and raw.get("signal") == "SIGSTOP"):
+        raise PlanError(f"fault {fid}: field 'expect'='hang' but a {kind.name!r} fault does not hang the job "
+                        "(a hang event would then be judged a false alarm); remove 'expect'")
+    if kind.name == "straggler" and "until" in raw and raw["until"] < raw["step"]:
+        raise PlanError(f"fault {fid}: field 'until'={raw['until']} is before step={raw['step']}")
+
+
+def _check_external(fid: str, raw: Mapping[str, Any]) -> None:
+    """The harness's own parser decides; its message already names id and field."""
+    from faults.external import FaultError, parse_fault
+
+    if raw["kind"] == "node_loss":
+        for r in raw["ranks"]:
+            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+                raise PlanError(f"fault {fid}: field 'ranks' holds {r!r}; it must list integers >= 0")
+    try:
+        parse_fault(raw)
+    except FaultError as exc:
+        raise PlanError(str(exc)) from None
+
+
+# ----- the plan ----------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """An ordered list of faults; builder methods append one and return the plan."""
+
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, kind: str, *, id: str | None = None, **fields: Any) -> Plan:
+        """Append a fault of `kind` (checked now); the id defaults to '<kind>-<n>'."""
+        fault = {"id": id or self._next_id(kind), "kind": kind,
+                 **{k: v for k, v in fields.items() if v is not None}}
+        if KINDS.get(kind) is not None and KINDS[kind].hangs and fields.get("then", "wait") == "wait":
+            fault.setdefault("expect", "hang")
+        self.faults.append(check_fault(fault, len(self.faults)))
+        _check_unique(self.faults)
+        return self
+
+    def _next_id(self, kind: str) -> str:
+        taken = {f["id"] for f in self.faults}
+        n = 1
+        while f"{kind}-{n}" in taken:
+            n += 1
+        return f"{kind}-{n}"
+
+    # One builder per kind, keyed by rank and step like the JSON fields.
+    def kill(self, rank: int, step: int, how: str = "sigkill", point: str | None = None, **kw: Any) -> Plan:
+        return self.add("kill", rank=rank, step=step, how=how, point=point, **kw)
+
+    def hang(self, rank: int, step: int, how: str = "event", point: str | None = None, **kw: Any) -> Plan:
+        return self.add("hang", rank=rank, step=step, how=how, point=point, **kw)
+
+    def straggler(self, rank: int, step: int, seconds: float, **kw: Any) -> Plan:
+        return self.add("straggler", rank=rank, step=step, seconds=seconds, **kw)
+
+    def comm_delay(self, rank: int, step: int, seconds: float, **kw: Any) -> Plan:
+        return self.add("comm_delay", rank=rank, step=step, seconds=seconds, **kw)
+
+    def comm_fail(self, rank: int, step: int, **kw: Any) -> Plan:
+        return self.add("comm_fail", rank=rank, step=step, **kw)
+
+    def nan_grad(self, rank: int, step: int, value: str = "nan", **kw: Any) -> Plan:
+        return self.add("nan_grad", rank=rank, step=step, value=value, **kw)
+
+    def skip_collective(self, rank: int, step: int, then: str = "wait", **kw: Any) -> Plan:
+        return self.add("skip_collective", rank=rank, step=step, then=then, **kw)
+
+    def storage_stall(self, seconds: float, op: str = "write", step: int = 0, **kw: Any) -> Plan:
+        return self.add("storage_stall", seconds=seconds, op=op, step=step, **kw)
+
+    def storage_throttle(self, bytes_per_s: float, op: str = "write", step: int = 0, **kw: Any) -> Plan:
+        return self.add("storage_throttle", bytes_per_s=bytes_per_s, op=op, step=step, **kw)
+
+    def storage_error(self, step: int = 0, errno: str = "ENOSPC", nth: int = 1, **kw: Any) -> Plan:
+        return self.add("storage_error", step=step, errno=errno, nth=nth, **kw)
+
+    def torn_write(self, step: int, nth: int = 1, file: str | None = None, **kw: Any) -> Plan:
+        return self.add("torn_write", step=step, nth=nth, file=file, **kw)
+
+    def crash_op(self, step: int, op_index: int, when: str = "before", **kw: Any) -> Plan:
+        return self.add("crash_op", step=step, op_index=op_index, when=when, **kw)
+
+    def corrupt(self, how: str, attempt: int = 1, target: str = "newest", **kw: Any) -> Plan:
+        return self.add("corrupt", how=how, attempt=attempt, target=target, **kw)
+
+    def signal(self, rank: int, signal: str, step: int | None = None, at_s: float | None = None,
+               **kw: Any) -> Plan:
+        if signal == "SIGSTOP":
+            kw.setdefault("expect", "hang")
+        return self.add("signal", rank=rank, signal=signal, step=step, at_s=at_s, **kw)
+
+    def node_loss(self, ranks: Sequence[int], step: int | None = None, at_s: float | None = None,
+                  **kw: Any) -> Plan:
+        return self.add("node_loss", ranks=list(ranks), step=step, at_s=at_s, **kw)
+
+    # ----- serialisation --------------------------------------------------------------
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The plan as JSON-ready dicts (what JobSpec.plan and run.json hold)."""
+        return [dict(f) for f in self.faults]
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_list(), indent=indent)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.faults)
+
+    def __len__(self) -> int:
+        return len(self.faults)
+
+    def kinds(self) -> set[str]:
+        return {f["kind"] for f in self.faults}
+
+
+def _check_unique(faults: Iterable[Mapping[str, Any]]) -> None:
+    seen: set[str] = set()
+    for fault in faults:
+        if fault["id"] in seen:
+            raise PlanError(f"fault {fault['id']!r}: field 'id' appears twice; ids must be unique")
+        seen.add(fault["id"])
+
+
+def parse_plan(source: str | bytes | Sequence[Mapping[str, Any]] | Plan) -> Plan:
+    """A Plan from JSON text or a list of dicts; PlanError names the fault id and the field."""
+    if isinstance(source, Plan):
+        source = source.to_list()
+    if isinstance(source, (str, bytes)):
+        try:
+            source = json.loads(source)
+        except ValueError as exc:
+            raise PlanError(f"plan is not valid JSON ({exc}); a plan is a JSON list of fault objects, "
+                            'e.g. [{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]') from None
+    if not isinstance(source, (list, tuple)):
+        raise PlanError(f"plan must be a JSON list of fault objects, got {type(source).__name__}")
+    faults = [check_fault(raw, i) for i, raw in enumerate(source)]
+    _check_unique(faults)
+    return Plan(faults)
+
+
+# ----- checking a plan against the job -----------------------------------------------
+
+
+def save_steps(cfg: TrainConfig) -> list[int]:
+    """The updates after which the trainer saves (the loop's rule)."""
+    return [s for s in range(1, cfg.total_steps + 1) if s % cfg.ckpt_interval == 0 or s == cfg.total_steps]
+
+
+def world_size_for(world_sizes: Sequence[int], attempt: int) -> int:
+    return world_sizes[min(attempt, len(world_sizes) - 1)]
+
+
+def validate_plan(plan: str | Sequence[Mapping[str, Any]] | Plan, cfg: TrainConfig,
+                  world_sizes: Sequence[int]) -> Plan:
+    """Parse `plan` and check every fault against the job; the Plan, or PlanError."""
+    parsed = parse_plan(plan)
+    sizes = list(world_sizes)
+    if not sizes:
+        raise PlanError("world_sizes is empty; give the world size of each attempt, e.g. [2]")
+    for fault in parsed.faults:
+        _check_against_job(with_defaults(fault), cfg, sizes)
+    return parsed
+
+
+def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]) -> None:
+    fid, kind = repr(fault["id"]), KINDS[fault["kind"]]
+    attempt = fault.get("attempt", 0)
+    if kind.where == HARNESS:
+        # The harness waits for an attempt that has the rank, so any later one will do.
+        largest = max(sizes[min(attempt, len(sizes) - 1):])
+        for rank in fault.get("ranks", [fault.get("rank")]):
+            if rank >= largest:
+                raise PlanError(f"fault {fid}: field 'rank{'s' if 'ranks' in fault else ''}' holds rank {rank}, "
+                                f"outside world size {largest} (attempt {attempt} on); use a rank < {largest}")
+    elif "rank" in fault:
+        size = world_size_for(sizes, attempt)
+        if fault["rank"] >= size:
+            raise PlanError(f"fault {fid}: field 'rank'={fault['rank']} is outside the world size {size} of "
+                            f"attempt {attempt}; use a rank < {size}")
+    step = fault.get("step")
+    if step is not None and step > cfg.total_steps:
+        raise PlanError(f"fault {fid}: field 'step'={step} is beyond total_steps={cfg.total_steps}; "
+                        f"use a step in 1..{cfg.total_steps}")
+    if kind.where == IN_RANK and step is not None and step < 1:
+        raise PlanError(f"fault {fid}: field 'step'={step}: updates are numbered from 1")
+    point = fault.get("point", fp.STEP_START)
+    needs_save = point in fp.SAVE_POINTS or fault["kind"] in ("torn_write", "crash_op")
+    if needs_save:
+        _check_save_step(fid, fault, cfg, point)
+    if fault["kind"] == "straggler" and fault.get("until", step) > cfg.total_steps:
+        raise PlanError(f"fault {fid}: field 'until'={fault['until']} is beyond total_steps={cfg.total_steps}")
+
+
+def _check_save_step(fid: str, fault: dict[str, Any], cfg: TrainConfig, point: str) -> None:
+    saves = save_steps(cfg)
+    if fault["step"] not in saves:
+        raise PlanError(f"fault {fid}: field 'step'={fault['step']} has no checkpoint save, so "
+                        f"{fault['kind']} at {point!r} would never fire; saves happen after updates "
+                        f"{', '.join(map(str, saves))}")
+    if fault.get("rank", 0) != 0:
+        raise PlanError(f"fault {fid}: field 'rank'={fault['rank']}: only rank 0 writes checkpoints; use rank 0")
