@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config(args)
         ctx = RankContext.from_torchrun_env(args.run_dir)
         cfg.check_world_size(ctx.world_size)
-        prepare_standalone(args.run_dir, cfg, ctx.world_size, ctx.rank)
+        prepare_standalone(args.run_dir, cfg, ctx.world_size, ctx.rank, ctx.pg_timeout_s)
     except (ConfigError, RunDirError, OSError) as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
         return 2

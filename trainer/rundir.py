@@ -35,8 +35,15 @@ def ensure_writable(run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RunDirError(f"cannot create run directory {run_dir}: {exc.strerror}; choose another --run-dir") from None
-    if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise RunDirError(f"run directory {run_dir} is not writable; fix its permissions or choose another --run-dir")
+    # A real write, not os.access: root passes every permission check, read-only mounts do not.
+    probe = run_dir / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RunDirError(
+            f"run directory {run_dir} is not writable ({exc.strerror}); fix its permissions or choose another --run-dir"
+        ) from None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -45,7 +52,8 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: int) -> None:
+def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: int,
+                       collective_timeout_s: float) -> None:
     """Rank 0 writes run.json once; a later attempt (torchrun restart) must match it."""
     ensure_writable(run_dir)
     path = run_dir / "run.json"
@@ -60,4 +68,6 @@ def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: i
                 "options or use a new --run-dir")
         return
     if rank == 0:
-        write_json_atomic(path, run_spec(cfg, [world_size], launcher="standalone"))
+        # No watchdog supervises a standalone run: the collective timeout is its hang bound.
+        write_json_atomic(path, run_spec(cfg, [world_size], launcher="standalone",
+                                         hang_timeout_s=collective_timeout_s))

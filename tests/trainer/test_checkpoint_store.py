@@ -1,0 +1,151 @@
+"""The checkpoint store on its own: atomic commit, verified load, retention, bad input."""
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.forkranks import Events
+from trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint
+from trainer.events import EventLog
+from trainer.hooks import NoHooks
+from trainer.storage import LocalStorage, UnsafePathError
+
+IDENTITY = "cfg-a"
+FILES = {"model.pt": b"weights" * 100, "trainer.pt": b"cursor" * 10}
+
+
+def make_store(run_dir: Path, keep_last: int = 3, storage: object | None = None) -> CheckpointStore:
+    events = EventLog(run_dir / "events" / "a000-r000-p1.jsonl", attempt=0, rank=0, world_size=1)
+    storage = storage or LocalStorage(run_dir / "checkpoints")
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    return CheckpointStore(storage, events, NoHooks(), keep_last)  # type: ignore[arg-type]
+
+
+def save_steps(store: CheckpointStore, *steps: int) -> None:
+    for step in steps:
+        store.save(step, FILES, {"config_identity": IDENTITY, "digest": f"d{step}", "world_size": 1})
+
+
+def rejects(run_dir: Path) -> list[tuple[str, str]]:
+    return [(e["checkpoint"], e["reason"]) for e in Events.read(run_dir).of("reject")]
+
+
+def test_the_newest_committed_checkpoint_is_selected_and_announced_once(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000008"
+    assert chosen.files == FILES
+    assert [(e["step"], e["digest"]) for e in Events.read(tmp_path).of("save")] == [(4, "d4"), (8, "d8")]
+    assert json.loads((tmp_path / "checkpoints" / "latest").read_text())["step"] == 8
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda d: (d / "model.pt").write_bytes(b"X" + (d / "model.pt").read_bytes()[1:]), "sha256"),
+    (lambda d: (d / "model.pt").write_bytes((d / "model.pt").read_bytes()[:10]), "bytes"),
+    (lambda d: (d / "manifest.json").unlink(), "missing"),
+    (lambda d: (d / "manifest.json").write_text("{not json"), "not valid JSON"),
+    (lambda d: (d / "trainer.pt").unlink(), "missing"),
+])
+def test_a_damaged_newest_checkpoint_is_rejected_and_the_previous_one_taken(tmp_path: Path, damage, reason) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    damage(tmp_path / "checkpoints" / "step-00000008")
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    [(name, why)] = rejects(tmp_path)
+    assert name == "step-00000008" and reason in why
+
+
+@pytest.mark.parametrize("evil", ["../../outside.pt", "/etc/passwd", "sub/../../x"])
+def test_a_manifest_naming_a_path_outside_the_checkpoint_is_rejected(tmp_path: Path, evil: str) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    manifest_path = tmp_path / "checkpoints" / "step-00000008" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"][evil] = {"size": 1, "sha256": "0"}
+    manifest_path.write_text(json.dumps(manifest))
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    assert "escapes" in rejects(tmp_path)[0][1] or "not a file of the checkpoint" in rejects(tmp_path)[0][1]
+
+
+def test_a_directory_newer_than_the_commit_pointer_is_never_restored(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    # A save that renamed its directory into place but died before the pointer moved.
+    (tmp_path / "checkpoints" / "latest").write_text(json.dumps({"step": 4, "checkpoint": "step-00000004"}))
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    assert rejects(tmp_path) == [("step-00000008", "never committed: newer than the commit pointer")]
+
+
+def test_a_torn_pointer_falls_back_to_the_newest_directory_that_verifies(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    (tmp_path / "checkpoints" / "latest").write_text('{"step": 8, "chec')
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000008"
+    assert rejects(tmp_path)[0][0] == "latest"
+
+
+def test_with_nothing_intact_the_job_starts_fresh(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4)
+    (tmp_path / "checkpoints" / "step-00000004" / "model.pt").write_bytes(b"")
+    assert store.select(IDENTITY) is None
+    assert [name for name, _ in rejects(tmp_path)] == ["step-00000004"]
+
+
+def test_a_checkpoint_of_another_configuration_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4)
+    with pytest.raises(IncompatibleCheckpoint, match="config identity cfg-a, this run has cfg-b"):
+        store.select("cfg-b")
+
+
+def test_retention_keeps_the_newest_k_emits_prune_and_clears_stale_temporaries(tmp_path: Path) -> None:
+    store = make_store(tmp_path, keep_last=2)
+    (tmp_path / "checkpoints" / ".tmp-step-00000099-123").mkdir()
+    save_steps(store, 4, 8, 12)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-00000008", "step-00000012"]
+    assert [e["checkpoint"] for e in Events.read(tmp_path).of("prune")] == ["step-00000004"]
+
+
+class FullDisk(LocalStorage):
+    """Fails the Nth write with ENOSPC, as a full disk would."""
+
+    def __init__(self, root: Path, fail_at: int) -> None:
+        super().__init__(root)
+        self.writes, self.fail_at = 0, fail_at
+
+    def write(self, path: str, data: bytes) -> None:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        super().write(path, data)
+
+
+@pytest.mark.parametrize("fail_at", [1, 2, 3, 4])
+def test_a_save_that_fails_midway_loses_nothing_already_committed(tmp_path: Path, fail_at: int) -> None:
+    save_steps(make_store(tmp_path), 4)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints" / "step-00000004").iterdir()}
+    failing = make_store(tmp_path, storage=FullDisk(tmp_path / "checkpoints", fail_at))
+    with pytest.raises(OSError, match="No space"):
+        save_steps(failing, 8)
+    fresh = make_store(tmp_path)
+    chosen = fresh.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "checkpoints" / "step-00000004").iterdir()} == before
+
+
+def test_storage_refuses_paths_that_escape_its_root(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path / "ckpt")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "link").symlink_to(tmp_path)
+    for evil in ("../x", "/abs", "link/x", "a\\..\\b"):
+        with pytest.raises(UnsafePathError):
+            storage.write(evil, b"")
