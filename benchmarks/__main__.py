@@ -1,0 +1,91 @@
+"""python -m benchmarks [--quick] [--json]: every performance figure, measured in one run.
+
+Figures are ratios or latencies taken in the same process on the same machine, so
+they can be compared across machines; absolute seconds are reported for context.
+`--quick` trims repeats and sizes to fit in about 3 minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.checker import bench_checker
+from benchmarks.checkpoint import bench_checkpoint
+from benchmarks.instrumentation import bench_instrumentation
+from benchmarks.launch import bench_launch
+from benchmarks.scenarios import bench_hang, bench_throughput
+
+TARGETS = {
+    "launch_warm_s_4": ("<=", 0.5),
+    "launch_speedup_vs_torchrun_4": (">=", 20.0),
+    "instrumentation_overhead_pct": ("<=", 3.0),
+    "instrumentation_direct_pct": ("<=", 3.0),
+    "atomic_save_ratio_100mb": ("<=", 1.3),
+    "checker_events_per_s": (">=", 200_000),
+}
+
+
+def machine() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {"cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})"}
+
+
+def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("launch", lambda: bench_launch(repeats=1 if quick else 3)),
+        ("checker", lambda: bench_checker(steps=20_000 if quick else 100_000)),
+        ("instrumentation", lambda: bench_instrumentation(blocks=6 if quick else 12)),
+        ("checkpoint", lambda: bench_checkpoint(("1mb", "100mb") if quick else ("1mb", "100mb", "1gb"),
+                                                repeats=2 if quick else 3)),
+        ("throughput", lambda: bench_throughput(runs=3 if quick else 10)),
+        ("hang", lambda: bench_hang(hangs=5 if quick else 20)),
+    ]
+    results: dict[str, Any] = {"machine": machine(), "quick": quick}
+    for name, bench in steps:
+        started = time.perf_counter()
+        log(f"[benchmarks] {name} ...")
+        results.update(bench())
+        log(f"[benchmarks] {name} done in {time.perf_counter() - started:.1f}s")
+    results["launch_speedup_vs_torchrun_4"] = round(
+        results["launch_torchrun_s_4"] / results["launch_warm_s_4"], 1)
+    results["targets"] = {key: {"target": f"{op} {bound:g}", "measured": results.get(key),
+                                "met": _met(results.get(key), op, bound)}
+                          for key, (op, bound) in TARGETS.items()}
+    return results
+
+
+def _met(value: Any, op: str, bound: float) -> bool | None:
+    if not isinstance(value, (int, float)):
+        return None
+    return value <= bound if op == "<=" else value >= bound
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes (about 3 minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    results = run_all(args.quick, lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    for key, value in results.items():
+        if key != "targets" and not isinstance(value, dict):
+            print(f"{key:<36} {value}")
+    print("\ntargets:")
+    for key, row in results["targets"].items():
+        mark = {True: "met", False: "MISSED", None: "n/a"}[row["met"]]
+        print(f"  {key:<34} {row['target']:<12} measured {row['measured']}  {mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

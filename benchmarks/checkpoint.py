@@ -1,0 +1,79 @@
+"""Checkpoint cost: the atomic save (temporary directory, fsync, sha256 manifest, rename,
+pointer) against a plain `torch.save` of the same state, and verification on load
+against a plain `torch.load`. Same state, same disk, same process, alternating runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from trainer.checkpoint import CheckpointStore, from_bytes, to_bytes
+from trainer.events import EventLog
+from trainer.hooks import NoHooks
+from trainer.storage import LocalStorage
+
+SIZES_MB = {"1mb": 1, "100mb": 100, "1gb": 1024}
+
+
+def _state(megabytes: int) -> dict[str, torch.Tensor]:
+    """A state dict of float32 tensors totalling `megabytes` (16 tensors, like layers)."""
+    per_tensor = megabytes * 2**20 // 4 // 16
+    generator = torch.Generator().manual_seed(0)
+    return {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(16)}
+
+
+def _timed(fn: Callable[[], Any], repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
+    state = _state(megabytes)
+    events = EventLog(root / "events.jsonl")
+    store = CheckpointStore(LocalStorage(root / "ckpt"), events, NoHooks(), keep_last=2)
+    (root / "ckpt").mkdir(exist_ok=True)
+    step = iter(range(1, 10_000))
+    plain_path = root / "plain.pt"
+
+    def atomic_save() -> None:
+        store.save(next(step), {"model.pt": to_bytes(state)}, {"config_identity": "bench", "digest": None})
+
+    def plain_save() -> None:
+        torch.save(state, plain_path)
+
+    plain_s = _timed(plain_save, repeats)
+    atomic_s = _timed(atomic_save, repeats)
+    verify_s = _timed(lambda: from_bytes(store.select("bench").files["model.pt"]), repeats)  # type: ignore[union-attr]
+    load_s = _timed(lambda: torch.load(plain_path, weights_only=True), repeats)
+    events.close()
+    return {"plain_save_s": plain_s, "atomic_save_s": atomic_s, "verified_load_s": verify_s, "plain_load_s": load_s}
+
+
+def bench_checkpoint(sizes: tuple[str, ...] = ("1mb", "100mb", "1gb"), repeats: int = 3) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in sizes:
+        root = Path(tempfile.mkdtemp(prefix="tw-ckpt-", dir=os.environ.get("TRAINWRECK_BENCH_DIR")))
+        try:
+            figures = bench_size(SIZES_MB[name], repeats if SIZES_MB[name] < 1024 else 1, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        out[f"atomic_save_ratio_{name}"] = round(figures["atomic_save_s"] / figures["plain_save_s"], 3)
+        out[f"verified_load_ratio_{name}"] = round(figures["verified_load_s"] / figures["plain_load_s"], 3)
+        out[f"checkpoint_{name}"] = {k: round(v, 4) for k, v in figures.items()}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(bench_checkpoint(("1mb", "100mb")), indent=1))

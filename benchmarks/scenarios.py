@@ -1,0 +1,136 @@
+"""Scenario throughput and hang-detection latency, on the warm launcher with a cached golden run.
+
+Throughput: kill-and-resume scenarios per minute, and the ratio of a scenario's wall
+time to the training compute inside it (the sum of rank 0's step phases), i.e. what
+the harness, restarts and judging cost on top of the training itself.
+
+Hang latency: inject a SIGSTOP hang N times and measure fault → `hang` event,
+against the configured timeout; beside it, what gloo does alone: its default
+collective timeout (read from torch) and that its timeout error names no rank.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.runner import run_judged, spec_for
+from harness.scenarios import get_scenario
+from invariants import load_history
+
+
+def _compute_seconds(run_dir: Path) -> float:
+    """Rank 0's step phases summed over every attempt (redo work included: it is compute too)."""
+    total = 0.0
+    for path in (run_dir / "events").glob("a*-r000-*.jsonl"):
+        for line in path.read_text().splitlines():
+            if '"kind":"step"' in line:
+                try:
+                    total += sum(json.loads(line).get("phases", {}).values())
+                except ValueError:
+                    pass  # a torn last line of a killed rank
+    return total
+
+
+def bench_throughput(runs: int = 5) -> dict[str, Any]:
+    scenario = get_scenario("kill-resume")
+    walls, ratios = [], []
+    with tempfile.TemporaryDirectory(prefix="tw-throughput-") as tmp:
+        run_judged(spec_for(scenario, Path(tmp) / "warmup"), scenario.name)  # golden + fork server
+        for i in range(runs):
+            started = time.perf_counter()
+            judged = run_judged(spec_for(scenario, Path(tmp) / f"run{i}"), scenario.name)
+            wall = time.perf_counter() - started
+            if judged.judgement.valid is not True:
+                raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
+            walls.append(wall)
+            ratios.append(wall / _compute_seconds(judged.record.run_dir))
+    return {"scenarios_per_min": round(60.0 / statistics.median(walls), 1),
+            "scenario_wall_s": round(statistics.median(walls), 3),
+            "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1)}
+
+
+def bench_hang(hangs: int = 20, timeout_s: float = 1.0) -> dict[str, Any]:
+    from torch.distributed import constants
+
+    scenario = get_scenario("hang-detect")
+    latencies = []
+    with tempfile.TemporaryDirectory(prefix="tw-hang-") as tmp:
+        for i in range(hangs):
+            spec = replace(spec_for(scenario, Path(tmp) / f"hang{i}"), hang_timeout_s=timeout_s)
+            judged = run_judged(spec, scenario.name)
+            latencies.append(_hang_latency(judged.record.run_dir))
+    return {
+        "hang_timeout_s": timeout_s,
+        "hang_latency_min_s": round(min(latencies), 3),
+        "hang_latency_median_s": round(statistics.median(latencies), 3),
+        "hang_latency_max_s": round(max(latencies), 3),
+        "hang_runs": hangs,
+        "gloo_default_timeout_s": constants.default_pg_timeout.total_seconds(),
+        **gloo_alone(),
+    }
+
+
+def _gloo_rank(rank: int, port: int, timeout_s: float, queue: Any) -> None:
+    import datetime
+    import os
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # the hung rank never joins the collective
+    started = time.perf_counter()
+    try:
+        dist.all_reduce(torch.ones(1))
+        queue.put((time.perf_counter() - started, "no error"))
+    except Exception as exc:  # noqa: BLE001  the point is to read what gloo says
+        queue.put((time.perf_counter() - started, str(exc)))
+
+
+def gloo_alone(timeout_s: float = 3.0) -> dict[str, Any]:
+    """What plain gloo does about a hung peer: when the survivor fails, and whether it says who hung."""
+    import multiprocessing
+    import os
+    import re
+    import signal
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    fork = multiprocessing.get_context("fork")
+    queue = fork.Queue()
+    ranks = [fork.Process(target=_gloo_rank, args=(r, store.port, timeout_s, queue)) for r in (0, 1)]
+    for proc in ranks:
+        proc.start()
+    try:
+        seconds, message = queue.get(timeout=timeout_s * 10)
+    finally:
+        for proc in ranks:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+    return {"gloo_probe_timeout_s": timeout_s, "gloo_error_after_s": round(seconds, 3),
+            "gloo_names_rank": bool(re.search(r"\brank\D{0,3}1\b", message, re.IGNORECASE)),
+            "gloo_error": message.splitlines()[0][:200] if message else ""}
+
+
+def _hang_latency(run_dir: Path) -> float:
+    history = load_history(run_dir)
+    fault = next(e for e in history.events if e.get("kind") == "fault")
+    hang = next(e for e in history.events if e.get("kind") == "hang")
+    if fault.get("rank") not in hang.get("ranks", []):
+        raise RuntimeError(f"the hang in {run_dir} did not name rank {fault.get('rank')}")
+    return float(hang["t"]) - float(fault["t"])
+
+
+if __name__ == "__main__":
+    print(json.dumps({**bench_throughput(3), **bench_hang(3)}, indent=1))
