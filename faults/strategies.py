@@ -1,0 +1,101 @@
+"""Hypothesis strategies for fault plans over this catalog (tests and `trainwreck chaos`).
+
+    from faults.strategies import plans
+    @given(plans(TrainConfig.tiny(), world_sizes=(2,)))
+    def test_...(plan: Plan): ...
+
+Bounds keep every generated plan valid (validate_plan passes) and every fault able to
+fire: ranks inside the smallest world size, steps inside total_steps, at most one
+hang per plan, at most two faults that end an attempt (kills or the hang), placed in
+consecutive attempts at steps at least one checkpoint interval apart - so each
+restart passes the next one's step and commits a newer checkpoint first (the
+harness's no-progress guard) - and a corruption only in an attempt that follows one
+that committed a checkpoint. Small delays (tens of milliseconds) keep runs short.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from hypothesis import strategies as st
+
+from faults.plan import CORRUPTIONS, Plan, save_steps
+from trainer.config import TrainConfig
+
+Fault = dict[str, Any]
+
+KILL_HOWS = ("sigkill", "sigterm", "exit", "exception")
+HANG_HOWS = ("event", "gil", "sigstop")
+
+
+def _ranks(world_sizes: Sequence[int]) -> st.SearchStrategy[int]:
+    return st.integers(0, min(world_sizes) - 1)
+
+
+def _steps(cfg: TrainConfig, low: int = 1, high: int | None = None) -> st.SearchStrategy[int]:
+    return st.integers(low, high if high is not None else cfg.total_steps)
+
+
+def kills(cfg: TrainConfig, world_sizes: Sequence[int], attempt: int = 0, min_step: int = 1) -> st.SearchStrategy[Fault]:
+    """A `kill` fault of any `how`, at a step start of `attempt`."""
+    return st.fixed_dictionaries({
+        "kind": st.just("kill"), "rank": _ranks(world_sizes), "step": _steps(cfg, min_step),
+        "how": st.sampled_from(KILL_HOWS), "attempt": st.just(attempt)})
+
+
+def hangs(cfg: TrainConfig, world_sizes: Sequence[int], attempt: int = 0, min_step: int = 1) -> st.SearchStrategy[Fault]:
+    """A `hang` fault (expect: hang) of any `how`."""
+    return st.fixed_dictionaries({
+        "kind": st.just("hang"), "rank": _ranks(world_sizes), "step": _steps(cfg, min_step),
+        "how": st.sampled_from(HANG_HOWS), "attempt": st.just(attempt), "expect": st.just("hang")})
+
+
+def corruptions(attempt: int = 1, hows: Sequence[str] = CORRUPTIONS) -> st.SearchStrategy[Fault]:
+    """A `corrupt` fault applied when `attempt` starts (to the newest committed checkpoint)."""
+    return st.fixed_dictionaries({"kind": st.just("corrupt"), "how": st.sampled_from(tuple(hows)),
+                                  "attempt": st.just(attempt)})
+
+
+def slowdowns(cfg: TrainConfig, world_sizes: Sequence[int], before: int | None = None) -> st.SearchStrategy[Fault]:
+    """A fault that slows attempt 0 without failing it - straggler, comm_delay, or a stalled
+    checkpoint write - firing before update `before` (None: anywhere in the run)."""
+    last = cfg.total_steps if before is None else before - 1
+    seconds = st.sampled_from((0.01, 0.02, 0.05))
+    options = [
+        st.fixed_dictionaries({"kind": st.just("straggler"), "rank": _ranks(world_sizes),
+                               "step": _steps(cfg, 1, last), "seconds": seconds}),
+        st.fixed_dictionaries({"kind": st.just("comm_delay"), "rank": _ranks(world_sizes),
+                               "step": _steps(cfg, 1, last), "seconds": seconds}),
+    ]
+    saves = [s for s in save_steps(cfg) if s <= last]
+    if saves:  # a write stall fires at the first save at or after its step
+        options.append(st.fixed_dictionaries({"kind": st.just("storage_stall"), "step": st.sampled_from(saves),
+                                              "seconds": seconds}))
+    return st.one_of(*options)
+
+
+@st.composite
+def plans(draw: st.DrawFn, cfg: TrainConfig, world_sizes: Sequence[int] = (2,), max_stops: int = 2) -> Plan:
+    """A valid plan of at most a few faults that can all fire (see the module doc)."""
+    stops: list[Fault] = []
+    step, hung = 0, False
+    for attempt in range(draw(st.integers(0, max_stops))):
+        low = step + (cfg.ckpt_interval if attempt else 1)
+        if low > cfg.total_steps:
+            break
+        options = [kills(cfg, world_sizes, attempt, low)] + ([] if hung else [hangs(cfg, world_sizes, attempt, low)])
+        fault = draw(st.one_of(*options))
+        hung = hung or fault["kind"] == "hang"
+        step = fault["step"]
+        stops.append(fault)
+    extras: list[Fault] = []
+    first_stop = stops[0]["step"] if stops else None
+    if (first_stop is None or first_stop > 1) and draw(st.booleans()):
+        extras.append(draw(slowdowns(cfg, world_sizes, before=first_stop)))
+    committed = [s for s in save_steps(cfg) if stops and s < stops[0]["step"]]
+    if committed and draw(st.booleans()):
+        hows = CORRUPTIONS if len(committed) >= 2 else tuple(h for h in CORRUPTIONS if h != "break_newest_two")
+        extras.append(draw(corruptions(1, hows)))
+    plan = Plan()
+    for fault in stops + extras:
+        plan.add(fault.pop("kind"), **fault)
+    return plan
