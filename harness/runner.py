@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,4 +58,15 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
     (record.run_dir / "verdicts.json").write_text(json.dumps(
         {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts}, indent=1, default=str) + "\n")
+    _render_report(record.run_dir)
     return judged
+
+
+def _render_report(run_dir: Path) -> None:
+    """Every judged run gets its report; a report bug must not turn a judged run into a crash."""
+    from harness.report import render_report  # stdlib only, but not needed before this point
+
+    try:
+        render_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the verdicts are already on disk
+        print(f"trainwreck: could not render the report of {run_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -1,0 +1,37 @@
+"""trainwreck report RUN_DIR: (re)render a run's report; exit 0/1/2 per the run's verdict."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.report import NotARun, render_report
+from harness.report.model import verdict_word
+
+EXIT = {"VALID": 0, "INVALID": 1, "UNKNOWN": 2}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a run directory (it holds run.json and events/)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        html = render_report(args.run_dir)
+    except NotARun as exc:
+        print(f"trainwreck report: {args.run_dir} is not a run directory: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"trainwreck report: cannot write the report into {args.run_dir}: {exc}", file=sys.stderr)
+        return 2
+    word = verdict_of(html)
+    print(f"{word}  {html}")
+    print(f"      {html.with_name('report.md')}")
+    return EXIT[word]
+
+
+def verdict_of(html: Path) -> str:
+    """The verdict the report states (report.json sits beside the HTML)."""
+    report = json.loads(html.with_name("report.json").read_text())
+    return verdict_word(report["valid"])

@@ -1,0 +1,42 @@
+"""Failure reports: one per run (report.json, report.md, report.html) and a casebook over many.
+
+    from harness.report import render_report, render_casebook
+    html = render_report(Path("trainwreck-out/run-1"))          # RUN_DIR/report/report.html
+    index = render_casebook(Path("out/casebook"), run_dirs, "demo")
+
+A report reads only its run directory (and verdicts.json when present; otherwise
+it judges the run itself, without a golden run). Standard library only: no torch.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.report.casebook import render_casebook
+from harness.report.html import render_html
+from harness.report.markdown import render_markdown
+from harness.report.model import NotARun, build_report, verdict_word
+
+__all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]
+
+
+def render_report(run_dir: Path) -> Path:
+    """Write RUN_DIR/report/{report.json,report.md,report.html}; return the HTML's path.
+
+    Raises NotARun when RUN_DIR is not a trainwreck run directory."""
+    run_dir = Path(run_dir)
+    report = build_report(run_dir)
+    out = run_dir / "report"
+    out.mkdir(exist_ok=True)
+    _write(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    _write(out / "report.md", render_markdown(report))
+    html = out / "report.html"
+    _write(html, render_html(report))
+    return html
+
+
+def _write(path: Path, text: str) -> None:
+    """Write then rename, so a reader (a browser, a casebook) never sees half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,112 @@
+"""report.md: the same facts as the HTML, as text (for a terminal, a PR comment, a diff)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.report.html import RECOVERY_COLUMNS, fmt
+from harness.report.model import verdict_word
+
+
+def _cell(text: Any) -> str:
+    """A table cell: pipes and newlines would break the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    word = verdict_word(report["valid"])
+    out = [f"# {report['name']}: {word}", ""]
+    scenario = report.get("scenario")
+    if scenario:
+        out += [f"Scenario **{scenario['name']}**" + (f": {scenario['summary']}" if scenario.get("summary") else ""), ""]
+    out += [f"> {report['headline']}", ""]
+    if report.get("error"):
+        out += [f"**{report['error']}**", ""]
+    out += _verdicts(report) + _timeline(report) + _recovery(report) + _phases(report) + _angles(report)
+    out += _reproduce(report)
+    out += ["", "Pictures (timeline, wall clock, phases): [report.html](report.html). Machine view: "
+            "[report.json](report.json).", ""]
+    return "\n".join(out)
+
+
+def _verdicts(report: dict[str, Any]) -> list[str]:
+    judged = f"Judged by {report['judged_by']}" + (f" against the golden run `{report['golden']}`"
+                                                   if report.get("golden") else "") + "."
+    out = ["## Verdicts", "", judged, "", "| invariant | verdict | summary |", "|---|---|---|"]
+    for name, v in report["verdicts"].items():
+        out.append(f"| {name} | **{verdict_word(v.get('valid'))}** | {_cell(v.get('summary', ''))} |")
+    for name, v in report["verdicts"].items():
+        if v.get("evidence"):
+            out += ["", f"Evidence for **{name}**:", ""] + [f"- `{e}`" for e in v["evidence"]]
+    if report["unfired_faults"]:
+        out += ["", f"Planned fault(s) that never fired: {', '.join(map(str, report['unfired_faults']))}."]
+    out += [""] + [f"- note: {n}" for n in list(report["notes"]) + list(report.get("raw_notes", []))]
+    return out + [""]
+
+
+def _timeline(report: dict[str, Any]) -> list[str]:
+    out = ["## Timeline", "", "| attempt | ranks | restored | updates (lineage / redo) | ended |", "|---|---|---|---|---|"]
+    for att in report["attempts"]:
+        restored = f"{att['restored']['checkpoint']} (step {att['restored']['step']})" if att["restored"] else "fresh"
+        lineage = sorted({tuple(r) for ln in att["lanes"] for r in ln["lineage"]})
+        redo = sorted({tuple(r) for ln in att["lanes"] for r in ln["redo"]})
+        work = ", ".join(f"{lo}-{hi}" for lo, hi in lineage) or "none"
+        if redo:
+            work += " / redo " + ", ".join(f"{lo}-{hi}" for lo, hi in redo)
+        out.append(f"| {att['attempt']} | {att['world_size']} | {restored} | {work} | {att['ended']} |")
+    events = [(f["t_s"], f"fault {f['id']} ({f['signal'] or f['kind']}): {f['detail'] or ''}") for f in report["faults"]]
+    events += [(h["t_s"], f"hang declared: suspects {h['ranks']}, waiting {h['waiting']}, "
+                          f"{h['detected_after_s']} s without progress") for h in report["hangs"]]
+    events += [(s["t_s"], f"save {s['checkpoint']} committed by attempt {s['attempt']}") for s in report["saves"]]
+    events += [(a["start_s"], f"attempt {a['attempt']} started") for a in report["attempts"]]
+    events = sorted((t, e) for t, e in events if t is not None)
+    if events:
+        out += ["", "| +seconds | event |", "|---:|---|"] + [f"| {t:.3f} | {_cell(e)} |" for t, e in events[:60]]
+        if len(events) > 60:
+            out.append(f"| | ... and {len(events) - 60} more |")
+    return out + [""]
+
+
+def _recovery(report: dict[str, Any]) -> list[str]:
+    if not report["recovery"]:
+        return ["## Recovery", "", "No attempt failed.", ""]
+    out = ["## Recovery", "", "| " + " | ".join(label for _, label, _ in RECOVERY_COLUMNS) + " |",
+           "|" + "---|" * len(RECOVERY_COLUMNS)]
+    for row in report["recovery"]:
+        out.append("| " + " | ".join(_cell(fmt(row[k], unit)) for k, _, unit in RECOVERY_COLUMNS) + " |")
+    return out + [""]
+
+
+def _phases(report: dict[str, Any]) -> list[str]:
+    phases = report["phases"]
+    if not phases["ranks"]:
+        return []
+    names = phases["phase_names"]
+    out = ["## Step phases (seconds, whole run)", "", "| rank | steps | " + " | ".join(names) + " | own work |",
+           "|---|---:|" + "---:|" * (len(names) + 1)]
+    for r in phases["ranks"]:
+        mark = " **(slowest)**" if r["rank"] == phases["slowest_rank"] else ""
+        out.append(f"| {r['rank']}{mark} | {r['steps']} | " + " | ".join(f"{r['totals'].get(n, 0):.3f}" for n in names)
+                   + f" | {r['own_s']:.3f} |")
+    out += ["", "`checkpoint` of update k is the save after update k-1; own work = data + forward + optimizer."]
+    return out + [""]
+
+
+def _angles(report: dict[str, Any]) -> list[str]:
+    out = ["## Interview angle", ""]
+    scenario = report.get("scenario") or {}
+    if scenario.get("question"):
+        out += [f"This case was built to answer: **{scenario['question']}**", ""]
+    for angle in report["angles"]:
+        out += [f"### {angle['question']}", "", angle["answer"], ""]
+    return out
+
+
+def _reproduce(report: dict[str, Any]) -> list[str]:
+    check = f"trainwreck check {report['run_dir']}" + (f" --golden {report['golden']}" if report.get("golden") else "")
+    out = ["## Reproduce", ""]
+    if report.get("reproduce"):
+        out += ["```sh", report["reproduce"], "```", ""]
+    out += ["Re-judge this directory:", "", "```sh", check, "```", "", "Plan:", "", "```json",
+            json.dumps(report["plan"], indent=1), "```"]
+    return out

@@ -1,0 +1,491 @@
+"""The report's content, as one JSON-able dict (report.json): what happened, when, and the verdicts.
+
+Everything a renderer draws comes from this dict, so report.json is the machine
+view of the same facts the HTML and Markdown show. Times are seconds since the
+run's first event. It reads only the run directory: verdicts.json when present
+(the judgement against a golden run), otherwise it judges the run itself.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from harness.report.angles import interview_angles
+from harness.report.rawlog import PHASES, LaneLog, RawRun, read_raw
+from invariants import InputError, Lineage, judge, load_history, walk_lineage
+from invariants.history import History
+from invariants.lineage import restore_point
+from invariants.loader import load_spec
+
+REPORT_FORMAT = "trainwreck-report/1"
+# Phases a collective cannot stretch: time a rank spends here is its own work. The
+# others' extra backward (DDP's gradient all-reduce), sync and checkpoint (barrier)
+# time is mostly waiting for the slowest rank, so those do not name it.
+OWN_PHASES = ("data", "forward", "optimizer")
+
+
+class NotARun(Exception):
+    """The directory is not a trainwreck run directory; the message says which file and why."""
+
+
+def build_report(run_dir: Path) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    try:
+        load_spec(str(run_dir))
+    except InputError as exc:
+        raise NotARun(str(exc)) from None
+    raw = read_raw(run_dir)
+    history, load_error = _load(run_dir)
+    judged = _judgement(run_dir, history, load_error)
+    lineage = walk_lineage(history) if history is not None else None
+    attempts = _attempts(raw, lineage)
+    report: dict[str, Any] = {
+        "format": REPORT_FORMAT,
+        "run_dir": str(run_dir),
+        "name": run_dir.name,
+        **judged,
+        "spec": _spec_summary(raw.spec),
+        "plan": list(raw.spec.get("faults", [])),
+        "wall_s": _round((raw.t_end or 0) - (raw.t0 or 0)),
+        "attempts": attempts,
+        "saves": _saves(raw),
+        "missed_saves": _missed_saves(raw),
+        "prunes": [{"attempt": ev.get("attempt"), "checkpoint": ev.get("checkpoint"), "t_s": raw.rel(ev["t"])}
+                   for ev in raw.of_kind("prune")],
+        "faults": _faults(raw),
+        "hangs": _hangs(raw, run_dir),
+        "lineage": _lineage_json(lineage),
+        "phases": _phases(raw),
+        "recovery": _recovery(raw, attempts, lineage),
+        "raw_notes": raw.notes,
+    }
+    report["scenario"] = _scenario(report.get("reproduce"))
+    report["totals"] = _totals(report)
+    report["angles"] = interview_angles(report)
+    report["headline"] = headline(report)
+    return report
+
+
+# ----- judgement ------------------------------------------------------------------------
+
+
+def _load(run_dir: Path) -> tuple[History | None, str | None]:
+    try:
+        return load_history(run_dir), None
+    except InputError as exc:
+        return None, str(exc)
+
+
+def _judgement(run_dir: Path, history: History | None, load_error: str | None) -> dict[str, Any]:
+    """verdicts.json (judged against the golden run) when present; else judge here, without one."""
+    stored = _read_json(run_dir / "verdicts.json")
+    if isinstance(stored, dict) and "valid" in stored and isinstance(stored.get("verdicts"), dict):
+        return {"valid": stored["valid"], "verdicts": stored["verdicts"],
+                "unfired_faults": stored.get("unfired_faults", []), "notes": stored.get("notes", []),
+                "judged_by": "verdicts.json", "golden": stored.get("golden"),
+                "reproduce": stored.get("reproduce"), "outcome": stored.get("outcome"), "error": None}
+    base = {"judged_by": "report (no golden run: digests and batches not compared with an uninterrupted run)",
+            "golden": None, "reproduce": None, "outcome": None}
+    if history is None:
+        return {**base, "valid": "unknown", "verdicts": {}, "unfired_faults": [], "notes": [],
+                "error": f"the run could not be judged: {load_error}"}
+    judgement = judge(history).to_json()
+    return {**base, **judgement, "error": None}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _scenario(reproduce: str | None) -> dict[str, Any] | None:
+    """The built-in scenario a run came from: the word after `trainwreck run` in its reproduce command."""
+    if not reproduce:
+        return None
+    try:
+        words = shlex.split(reproduce)
+    except ValueError:
+        return None
+    if len(words) < 3 or words[:2] != ["trainwreck", "run"] or words[2].startswith("-"):
+        return None
+    try:
+        from harness.scenarios import get_scenario  # light: no torch
+        s = get_scenario(words[2])
+    except (KeyError, ImportError):
+        return {"name": words[2], "summary": "", "question": ""}
+    return {"name": s.name, "summary": s.summary, "question": s.question, "threatens": list(s.threatens)}
+
+
+def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
+    config = spec.get("config") if isinstance(spec.get("config"), dict) else {}
+    keys = ("dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "hang_slack_s",
+            "world_sizes", "max_restarts", "launcher")
+    summary = {k: spec.get(k) for k in keys if k in spec}
+    for k in ("ckpt_interval", "keep_last", "variant", "backend"):
+        if k in config:
+            summary[k] = config[k]
+    return summary
+
+
+# ----- attempts and lanes ---------------------------------------------------------------
+
+
+def _attempts(raw: RawRun, lineage: Lineage | None) -> list[dict[str, Any]]:
+    numbers = {a for a, _ in raw.lanes}
+    numbers.update(ev["attempt"] for ev in raw.events if type(ev.get("attempt")) is int)
+    return [_attempt(raw, a, lineage) for a in sorted(numbers)]
+
+
+def _attempt(raw: RawRun, a: int, lineage: Lineage | None) -> dict[str, Any]:
+    lanes = sorted((lane for (att, _), lane in raw.lanes.items() if att == a), key=lambda x: x.rank)
+    mine = [ev for ev in raw.events if ev.get("attempt") == a]
+    header = next((ev for ev in mine if ev.get("kind") == "attempt"), None)
+    exits = {ev["rank"]: ev.get("code") for ev in mine if ev.get("kind") == "exit" and type(ev.get("rank")) is int}
+    restores = sorted((ev for ev in mine if ev.get("kind") == "restore"), key=lambda ev: ev.get("rank", 0))
+    starts = [lane.started for lane in lanes if lane.started is not None]
+    first_steps = [lane.times[0] for lane in lanes if lane.times]
+    start = header["t"] if header else (min(starts) if starts else (min(first_steps) if first_steps else None))
+    ends = [ev["t"] for ev in mine if ev.get("kind") == "exit"] or \
+        [t for lane in lanes for t in lane.times[-1:]] + [ev["t"] for ev in mine]
+    world = (header or {}).get("world_size") or next((lane.world_size for lane in lanes if lane.world_size), None)
+    segments = [(s.first, s.last) for s in (lineage.segments if lineage else []) if s.attempt == a]
+    return {
+        "attempt": a,
+        "world_size": world,
+        "start_s": raw.rel(start),
+        "first_step_s": raw.rel(min(first_steps)) if first_steps else None,
+        "end_s": raw.rel(max(ends)) if ends else None,
+        "restored": ({"checkpoint": restores[0].get("checkpoint"), "step": restores[0].get("step")}
+                     if restores else None),
+        "rejected": sorted({str(ev.get("checkpoint")) for ev in mine if ev.get("kind") == "reject"}),
+        "exits": {str(r): c for r, c in sorted(exits.items())},
+        "ended": _ended(raw, a, mine, exits),
+        "last_step": max((lane.steps[-1] for lane in lanes if lane.steps), default=None),
+        "rank_batch": _rank_batch(raw, a),
+        "lanes": [_lane(lane, segments, exits.get(lane.rank), raw) for lane in lanes],
+    }
+
+
+def _rank_batch(raw: RawRun, a: int) -> int | None:
+    """Samples one rank used per update in this attempt (rank 0's first batch): it changes with the world size."""
+    sizes = sorted((k, n) for (att, rank, k), n in raw.batch_sizes.items() if att == a and rank == 0)
+    return sizes[0][1] if sizes else None
+
+
+def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any]) -> str:
+    if any(ev.get("kind") == "hang" for ev in mine):
+        return "hang"
+    if exits and all(code == 0 for code in exits.values()):
+        return "completed"
+    if any(code not in (0, None) for code in exits.values()):
+        return "failed"
+    end = next((ev for ev in reversed(raw.events) if ev.get("kind") == "end"), None)
+    last = max((ev["attempt"] for ev in raw.events if type(ev.get("attempt")) is int), default=a)
+    last = max([last] + [att for att, _ in raw.lanes])
+    if end is not None and a == last:
+        return str(end.get("status"))
+    return "failed" if a < last else "unknown"
+
+
+def _lane(lane: LaneLog, segments: list[tuple[int, int]], code: Any, raw: RawRun) -> dict[str, Any]:
+    in_lineage = [k for k in lane.steps if any(lo <= k <= hi for lo, hi in segments)]
+    redo = [k for k in lane.steps if not any(lo <= k <= hi for lo, hi in segments)]
+    return {
+        "rank": lane.rank,
+        "ranges": ranges(lane.steps),
+        "lineage": ranges(in_lineage),
+        "redo": ranges(redo),
+        "first_s": raw.rel(lane.times[0]) if lane.times else None,
+        "last_s": raw.rel(lane.times[-1]) if lane.times else None,
+        "exit": code,
+    }
+
+
+def ranges(steps: list[int]) -> list[list[int]]:
+    """[1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]: contiguous runs, so a picture draws bars, not cells."""
+    out: list[list[int]] = []
+    for k in sorted(set(steps)):
+        if out and k == out[-1][1] + 1:
+            out[-1][1] = k
+        else:
+            out.append([k, k])
+    return out
+
+
+# ----- checkpoints, faults, hangs -------------------------------------------------------
+
+
+def _saves(raw: RawRun) -> list[dict[str, Any]]:
+    return [{"attempt": ev.get("attempt"), "rank": ev.get("rank", 0), "step": ev.get("step"),
+             "checkpoint": ev.get("checkpoint"), "t_s": raw.rel(ev["t"]), "seconds": ev.get("seconds")}
+            for ev in raw.of_kind("save")]
+
+
+def _missed_saves(raw: RawRun) -> list[dict[str, Any]]:
+    """Saves the trainer was due to make (every ckpt_interval and at the end) after an update the
+    writer applied, but that never committed: the attempt died before or during them."""
+    config = raw.spec.get("config") if isinstance(raw.spec.get("config"), dict) else {}
+    interval, total = config.get("ckpt_interval"), raw.spec.get("total_steps")
+    if type(interval) is not int or interval <= 0:
+        return []
+    committed = {(ev.get("attempt"), ev.get("step")) for ev in raw.of_kind("save")}
+    missed = []
+    for (a, rank), lane in sorted(raw.lanes.items()):
+        if rank != 0:
+            continue
+        for k in sorted(set(lane.steps)):
+            if (k % interval == 0 or k == total) and (a, k) not in committed:
+                missed.append({"attempt": a, "step": k})
+    return missed
+
+
+def _faults(raw: RawRun) -> list[dict[str, Any]]:
+    plan = {str(f.get("id")): f for f in raw.spec.get("faults", []) if isinstance(f, dict)}
+    seen: set[str] = set()
+    out = []
+    for ev in raw.of_kind("fault"):
+        fid = str(ev.get("fault_id"))
+        planned = plan.get(fid, {})
+        rank = ev.get("rank")
+        ranks = ev.get("ranks") or ([rank] if type(rank) is int else [])
+        out.append({
+            "id": fid, "kind": planned.get("kind", "?"), "signal": ev.get("signal") or planned.get("signal"),
+            "attempt": ev.get("attempt"), "rank": rank, "ranks": ranks, "t_s": raw.rel(ev["t"]),
+            "detail": ev.get("detail"), "checkpoint": ev.get("checkpoint"), "expect": planned.get("expect"),
+            "in_step": _step_in_progress(raw, ev.get("attempt"), ranks, ev["t"]),
+            "repeat": fid in seen,
+        })
+        seen.add(fid)
+    return out
+
+
+def _step_in_progress(raw: RawRun, attempt: Any, ranks: list[int], t: float) -> int | None:
+    """The update the fault's rank was working on when it fired: one past its last applied step."""
+    done = [k for r in ranks for k, tk in _lane_points(raw, attempt, r) if tk <= t]
+    if not ranks or (attempt, ranks[0]) not in raw.lanes:
+        return None
+    return max(done, default=0) + 1
+
+
+def _lane_points(raw: RawRun, attempt: Any, rank: int) -> list[tuple[int, float]]:
+    lane = raw.lanes.get((attempt, rank))
+    return list(zip(lane.steps, lane.times)) if lane else []
+
+
+def _hangs(raw: RawRun, run_dir: Path) -> list[dict[str, Any]]:
+    return [{"attempt": ev.get("attempt"), "ranks": ev.get("ranks", []), "waiting": ev.get("waiting", []),
+             "last_step": ev.get("last_step"), "detected_after_s": ev.get("detected_after_s"),
+             "t_s": raw.rel(ev["t"]),
+             "stacks": [_stack(run_dir, str(s)) for s in ev.get("stacks", []) if isinstance(s, str)]}
+            for ev in raw.of_kind("hang")]
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_RANK_IN_NAME = re.compile(r"-r(\d+)")
+
+
+def _stack(run_dir: Path, rel: str) -> dict[str, Any]:
+    """Where a rank stood when the watchdog fired: the first trainer frame of its dump, and the innermost."""
+    match = _RANK_IN_NAME.search(Path(rel).name)
+    out: dict[str, Any] = {"file": rel, "rank": int(match.group(1)) if match else None,
+                           "frame": None, "innermost": None}
+    try:
+        text = (run_dir / rel).read_text(errors="replace")
+    except OSError:
+        return out
+    block = text.split("\n\n")[0]  # faulthandler: the current thread first, most recent call first
+    frames = [m.groupdict() for m in _FRAME.finditer(block)]
+    short = [f"{'/'.join(Path(f['path']).parts[-2:])}:{f['line']} {f['func']}" for f in frames]
+    ours = [s for s, f in zip(short, frames) if re.search(r"/(trainer|faults)/", f["path"])]
+    out["innermost"] = short[0] if short else None
+    out["frame"] = ours[0] if ours else out["innermost"]
+    return out
+
+
+def _lineage_json(lineage: Lineage | None) -> dict[str, Any] | None:
+    if lineage is None:
+        return None
+    return {"segments": [{"attempt": s.attempt, "first": s.first, "last": s.last, "restored": s.restored}
+                         for s in lineage.segments],
+            "final_step": lineage.final_step, "complete": lineage.complete, "problems": list(lineage.problems),
+            "redo_steps": {str(a): n for a, n in sorted(lineage.redo.items())}}
+
+
+# ----- phases ---------------------------------------------------------------------------
+
+
+def _phases(raw: RawRun) -> dict[str, Any]:
+    per_rank: dict[int, dict[str, float]] = {}
+    steps: dict[int, int] = {}
+    for (_, rank), lane in raw.lanes.items():
+        totals = per_rank.setdefault(rank, {})
+        for name, seconds in lane.phase_totals.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+        steps[rank] = steps.get(rank, 0) + lane.phase_steps
+    names = list(PHASES) + sorted({n for t in per_rank.values() for n in t} - set(PHASES))
+    rows = []
+    for rank in sorted(per_rank):
+        totals = {n: round(per_rank[rank].get(n, 0.0), 6) for n in names}
+        n = max(steps[rank], 1)
+        rows.append({"rank": rank, "steps": steps[rank], "totals": totals,
+                     "mean_step_s": round(sum(totals.values()) / n, 6),
+                     "own_s": round(sum(totals.get(p, 0.0) for p in OWN_PHASES), 6)})
+    rows = [r for r in rows if r["steps"]]
+    slowest = max(rows, key=lambda r: r["own_s"])["rank"] if len(rows) > 1 else None
+    saves = [s for s in (ev.get("seconds") for ev in raw.of_kind("save")) if isinstance(s, (int, float))]
+    # The median, not the mean: one hung step (seconds inside an all-reduce) would
+    # otherwise pass for the cost of every step.
+    work = sorted(w for lane in raw.lanes.values() for w in lane.work)
+    return {"phase_names": names, "ranks": rows, "slowest_rank": slowest,
+            "median_step_s": round(work[len(work) // 2], 6) if work else None,
+            "save_seconds": {"count": len(saves), "mean": _round(sum(saves) / len(saves)) if saves else None,
+                             "max": _round(max(saves)) if saves else None}}
+
+
+# ----- recovery -------------------------------------------------------------------------
+
+
+def _recovery(raw: RawRun, attempts: list[dict[str, Any]], lineage: Lineage | None) -> list[dict[str, Any]]:
+    """One row per attempt that failed: what hit it, what it lost, how long until work resumed."""
+    rows = []
+    by_number = {a["attempt"]: a for a in attempts}
+    for att in attempts:
+        if att["ended"] in ("completed", "unknown") or not att["lanes"]:
+            continue
+        rows.append(_recovery_row(raw, att, by_number.get(att["attempt"] + 1), lineage))
+    return rows
+
+
+def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
+                  lineage: Lineage | None) -> dict[str, Any]:
+    a = att["attempt"]
+    mine = [ev for ev in raw.events if ev.get("attempt") == a]
+    # The cause: the first fault aimed at a rank (damage to a checkpoint between attempts is
+    # not what kills an attempt), else the hang, else the first rank that died.
+    fault = next((ev for ev in mine if ev.get("kind") == "fault"
+                  and (ev.get("rank") is not None or ev.get("ranks"))), None)
+    hang = next((ev for ev in mine if ev.get("kind") == "hang"), None)
+    death = next((ev for ev in mine if ev.get("kind") == "exit" and ev.get("code") not in (0, None)), None)
+    cause_ev = fault or hang or death
+    fail_t = cause_ev["t"] if cause_ev else raw.t0 + (att["end_s"] or 0.0)
+    progress = max((k for (aa, _), lane in raw.lanes.items() if aa == a
+                    for k, t in zip(lane.steps, lane.times) if t <= fail_t), default=0)
+    save = max((ev for ev in raw.of_kind("save") if ev["t"] <= fail_t and type(ev.get("step")) is int),
+               key=lambda ev: (ev["step"], ev["t"]), default=None)
+    seen_t = (hang or next((ev for ev in mine if ev.get("kind") == "exit"), None) or {}).get("t")
+    redo = [(r, k) for (aa, r), lane in raw.lanes.items() if aa == a for k in set(lane.steps)
+            if not _in_lineage(lineage, a, k)]
+    row: dict[str, Any] = {
+        "attempt": a,
+        "cause": _cause(fault, hang, death),
+        "fault_id": fault.get("fault_id") if fault else None,
+        "failed_s": raw.rel(fail_t),
+        "progress_at_failure": progress,
+        "checkpoint": save.get("checkpoint") if save else None,
+        "checkpoint_step": save.get("step") if save else 0,
+        "checkpoint_age_steps": progress - (save["step"] if save else 0),
+        "checkpoint_age_s": _round(fail_t - save["t"]) if save else None,
+        "detected_after_s": _round(seen_t - fail_t) if seen_t is not None else None,
+        "steps_redone": len({k for _, k in redo}),
+        "samples_redone": sum(raw.batch_sizes.get((a, r, k), 0) for r, k in redo),
+        "restart_after_s": None, "resumed_after_s": None, "recovered_after_s": None,
+        "restored": nxt["restored"] if nxt else None,
+    }
+    if nxt is not None:
+        row.update(_resume_times(raw, nxt, fail_t, progress))
+    return row
+
+
+def _cause(fault: dict[str, Any] | None, hang: dict[str, Any] | None, death: dict[str, Any] | None) -> str:
+    if fault is not None:
+        text = f"fault {fault.get('fault_id')}"
+        return f"{text}: {fault['detail']}" if fault.get("detail") else text
+    if hang is not None:
+        return f"hang of rank(s) {', '.join(map(str, hang.get('ranks', [])))} (no planned fault)"
+    if death is not None:
+        return f"rank {death.get('rank')} exited with code {death.get('code')}"
+    return "the attempt ended without completing"
+
+
+def _in_lineage(lineage: Lineage | None, attempt: int, step: int) -> bool:
+    return bool(lineage) and any(s.attempt == attempt and s.first <= step <= s.last for s in lineage.segments)
+
+
+def _resume_times(raw: RawRun, nxt: dict[str, Any], fail_t: float, progress: int) -> dict[str, Any]:
+    later = [(k, t) for (a, _), lane in raw.lanes.items() if a >= nxt["attempt"]
+             for k, t in zip(lane.steps, lane.times)]
+    back = min((t for k, t in later if k >= progress), default=None)
+    t0 = raw.t0 or 0.0
+    return {
+        "restart_after_s": _round(t0 + nxt["start_s"] - fail_t) if nxt["start_s"] is not None else None,
+        "resumed_after_s": _round(t0 + nxt["first_step_s"] - fail_t) if nxt["first_step_s"] is not None else None,
+        "recovered_after_s": _round(back - fail_t) if back is not None else None,
+    }
+
+
+def _totals(report: dict[str, Any]) -> dict[str, Any]:
+    applied = sum(len({k for lane in att["lanes"] for lo, hi in lane["ranges"] for k in range(lo, hi + 1)})
+                  for att in report["attempts"])
+    lineage = report["lineage"] or {}
+    return {
+        "attempts": len(report["attempts"]),
+        "steps_applied": applied,
+        "lineage_steps": sum(s["last"] - s["first"] + 1 for s in lineage.get("segments", [])),
+        "redo_steps": sum(lineage.get("redo_steps", {}).values()),
+        "samples_redone": sum(r["samples_redone"] for r in report["recovery"]),
+        "final_step": lineage.get("final_step"),
+    }
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+# ----- the one-line story ---------------------------------------------------------------
+
+VERDICT_WORD = {True: "VALID", False: "INVALID"}
+
+
+def verdict_word(valid: Any) -> str:
+    return VERDICT_WORD.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+
+
+def headline(report: dict[str, Any]) -> str:
+    """What happened, in one sentence a reader can say out loud."""
+    parts = []
+    fired = [f for f in report["faults"] if not f["repeat"]]
+    if fired:
+        parts.append("; ".join(_fault_phrase(f) for f in fired[:3]))
+    else:
+        parts.append("no fault fired")
+    for row in report["recovery"]:
+        restored = row["restored"]
+        where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
+            ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
+        parts.append(f"attempt {row['attempt']} lost {row['checkpoint_age_steps']} step(s) and {where}")
+    totals = report["totals"]
+    final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
+    parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")
+    verdicts = report["verdicts"]
+    bad = [n for n, v in verdicts.items() if v.get("valid") is False]
+    unsure = [n for n, v in verdicts.items() if v.get("valid") not in (True, False)]
+    if bad:
+        parts.append(f"violated: {', '.join(bad)}")
+    elif unsure or report["valid"] != True:  # noqa: E712 - "unknown" is truthy
+        parts.append(f"not judged: {', '.join(unsure) or 'see notes'}")
+    else:
+        parts.append(f"all {len(verdicts)} invariants hold")
+    return " → ".join(parts) + "."
+
+
+def _fault_phrase(fault: dict[str, Any]) -> str:
+    who = f"rank {fault['rank']}" if fault["rank"] is not None else \
+        (f"ranks {', '.join(map(str, fault['ranks']))}" if fault["ranks"] else fault.get("checkpoint") or "the job")
+    what = fault["signal"] or fault["kind"]
+    when = f" in step {fault['in_step']}" if fault["in_step"] else ""
+    return f"{what} {who}{when} (attempt {fault['attempt']})"

@@ -1,0 +1,138 @@
+"""A forgiving read of a run's raw events, for pictures and figures.
+
+The invariants' loader keeps what the checkers need (steps and batches as
+columns) and is strict on purpose. A report also needs what the checkers drop:
+the time of every `step`, its `phases`, a save's `seconds`, a hang's stack files.
+And it must still draw something for a run whose events the checkers refuse, so
+this reader skips what it cannot parse and says so instead of raising.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
+"""The trainer's step phases, in the order they happen (docs/DESIGN.md `step` event)."""
+
+
+@dataclass
+class LaneLog:
+    """One rank of one attempt: the updates it reported applied, when, and how long each phase took."""
+
+    attempt: int
+    rank: int
+    world_size: int | None = None
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    phase_totals: dict[str, float] = field(default_factory=dict)
+    phase_steps: int = 0  # step events that carried `phases`
+    work: list[float] = field(default_factory=list)  # per step: seconds in every phase but checkpoint
+    started: float | None = None  # the `start` event's time
+
+
+@dataclass
+class RawRun:
+    """Everything the report draws, straight from events/*.jsonl."""
+
+    spec: dict[str, Any]
+    lanes: dict[tuple[int, int], LaneLog] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)  # every kind but step/batch, by time
+    batch_sizes: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (attempt, rank, step) -> ids
+    notes: list[str] = field(default_factory=list)
+    t0: float | None = None
+    t_end: float | None = None
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [ev for ev in self.events if ev.get("kind") == kind]
+
+    def rel(self, t: float | None) -> float | None:
+        """Seconds since the run's first event (what every figure in a report is measured in)."""
+        if t is None or self.t0 is None:
+            return None
+        return round(t - self.t0, 4)
+
+
+def read_spec(run_dir: Path) -> dict[str, Any]:
+    """run.json as a dict; {} when it is missing or unreadable (the caller decides what that means)."""
+    try:
+        spec = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def read_raw(run_dir: Path) -> RawRun:
+    raw = RawRun(spec=read_spec(run_dir))
+    events_dir = run_dir / "events"
+    for path in sorted(events_dir.glob("*.jsonl")) if events_dir.is_dir() else []:
+        _read_file(raw, path)
+    raw.events.sort(key=lambda ev: ev["t"])
+    for lane in raw.lanes.values():
+        # A rank's file is written in order; sorting anyway keeps hand-written logs honest.
+        order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
+        lane.steps = [lane.steps[i] for i in order]
+        lane.times = [lane.times[i] for i in order]
+    return raw
+
+
+def _read_file(raw: RawRun, path: Path) -> None:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raw.notes.append(f"events/{path.name}: cannot read ({exc})")
+        return
+    skipped = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(ev, dict) or not isinstance(ev.get("t"), (int, float)):
+            skipped += 1
+            continue
+        _ingest(raw, ev)
+    if skipped:
+        raw.notes.append(f"events/{path.name}: skipped {skipped} line(s) that were not events (a torn last line is normal after a kill)")
+
+
+def _ingest(raw: RawRun, ev: dict[str, Any]) -> None:
+    t = float(ev["t"])
+    raw.t0 = t if raw.t0 is None else min(raw.t0, t)
+    raw.t_end = t if raw.t_end is None else max(raw.t_end, t)
+    kind = ev.get("kind")
+    attempt, rank = ev.get("attempt"), ev.get("rank")
+    has_lane = type(attempt) is int and type(rank) is int
+    if kind == "step" and has_lane and type(ev.get("step")) is int:
+        _ingest_step(raw.lanes.setdefault((attempt, rank), LaneLog(attempt, rank)), ev, t)
+        return
+    if kind == "batch":
+        if has_lane and type(ev.get("step")) is int and isinstance(ev.get("samples"), list):
+            key = (attempt, rank, ev["step"])
+            raw.batch_sizes[key] = raw.batch_sizes.get(key, 0) + len(ev["samples"])
+        return
+    if kind == "start" and has_lane:
+        lane = raw.lanes.setdefault((attempt, rank), LaneLog(attempt, rank))
+        lane.started = t if lane.started is None else min(lane.started, t)
+        lane.world_size = lane.world_size or ev.get("world_size")
+    raw.events.append(ev)
+
+
+def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
+    lane.steps.append(ev["step"])
+    lane.times.append(t)
+    if type(ev.get("world_size")) is int:
+        lane.world_size = ev["world_size"]
+    phases = ev.get("phases")
+    if isinstance(phases, dict):
+        lane.phase_steps += 1
+        work = 0.0
+        for name, seconds in phases.items():
+            if isinstance(seconds, (int, float)):
+                lane.phase_totals[name] = lane.phase_totals.get(name, 0.0) + float(seconds)
+                work += float(seconds) if name != "checkpoint" else 0.0
+        lane.work.append(work)
