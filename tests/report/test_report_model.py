@@ -1,0 +1,144 @@
+"""The report's facts, from hand-written run directories whose every number is known (no torch)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.report import NotARun, build_report, render_report
+from harness.report.model import ranges
+from tests.report.rundirs import RunWriter, clean_run, duplicated_sample_run, hung_run, killed_run
+
+
+def test_ranges_turn_steps_into_contiguous_runs() -> None:
+    assert ranges([7, 1, 2, 3, 8, 8]) == [[1, 3], [7, 8]]
+    assert ranges([]) == []
+
+
+def test_render_report_writes_json_markdown_and_html_into_the_run_directory(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    html = render_report(run)
+    assert html == run / "report" / "report.html"
+    assert {p.name for p in (run / "report").iterdir()} == {"report.json", "report.md", "report.html"}
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["format"] == "trainwreck-report/1"
+    assert report["valid"] is True
+    assert "all 6 invariants hold" in report["headline"]
+
+
+def test_without_verdicts_json_the_report_judges_the_run_itself_and_says_so(tmp_path: Path) -> None:
+    report = build_report(clean_run(tmp_path / "run"))
+    assert report["judged_by"].startswith("report (no golden run")
+    assert set(report["verdicts"]) == {"coverage", "continuity", "atomicity", "hang", "replicas", "progress"}
+
+
+def test_a_stored_verdicts_json_is_the_judgement_the_report_shows(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    (run / "verdicts.json").write_text(json.dumps({
+        "valid": False, "verdicts": {"continuity": {"valid": False, "summary": "step 3 left the golden run",
+                                                    "counts": {}, "evidence": ["step 3: digest d3 != g3"]}},
+        "unfired_faults": [], "notes": [], "golden": "/cache/g1", "reproduce": "trainwreck run kill-resume --plan '[]'",
+        "outcome": "completed", "attempts": 1}))
+    report = build_report(run)
+    assert report["valid"] is False and report["judged_by"] == "verdicts.json"
+    assert report["golden"] == "/cache/g1"
+    assert report["scenario"]["name"] == "kill-resume"  # read from the reproduce command
+    assert any(a["topic"] == "violation:continuity" for a in report["angles"])
+
+
+def test_a_duplicated_sample_makes_the_report_invalid_with_the_ids_as_evidence(tmp_path: Path) -> None:
+    run = duplicated_sample_run(tmp_path / "run")
+    render_report(run)
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["valid"] is False
+    assert report["verdicts"]["coverage"]["valid"] is False
+    assert "ids used twice: 5,7" in report["verdicts"]["coverage"]["evidence"][0]
+    assert "violated: coverage" in report["headline"]
+    for name in ("report.md", "report.html"):
+        assert "ids used twice: 5,7" in (run / "report" / name).read_text()
+
+
+def test_a_kill_yields_recovery_figures_measured_from_the_fault(tmp_path: Path) -> None:
+    report = build_report(killed_run(tmp_path / "run"))
+    (row,) = report["recovery"]
+    assert row["attempt"] == 0 and row["fault_id"] == "k1"
+    assert row["progress_at_failure"] == 5
+    assert (row["checkpoint"], row["checkpoint_step"], row["checkpoint_age_steps"]) == ("step-00000004", 4, 1)
+    # step 5 ended 0.1 s after the save of step 4 (+0.02 s), then 0.05 s to the fault
+    assert row["checkpoint_age_s"] == pytest.approx(0.15, abs=1e-6)
+    assert row["steps_redone"] == 1 and row["samples_redone"] == 4  # update 5, both ranks' 2 samples
+    assert row["restored"] == {"checkpoint": "step-00000004", "step": 4}
+    assert row["resumed_after_s"] > row["restart_after_s"] > row["detected_after_s"] > 0
+
+
+def test_lanes_split_each_ranks_work_into_lineage_and_redo(tmp_path: Path) -> None:
+    report = build_report(killed_run(tmp_path / "run"))
+    first, second = report["attempts"]
+    assert first["ended"] == "failed" and second["ended"] == "completed"
+    assert [lane["lineage"] for lane in first["lanes"]] == [[[1, 4]], [[1, 4]]]
+    assert [lane["redo"] for lane in first["lanes"]] == [[[5, 5]], [[5, 5]]]
+    assert second["lanes"][0]["lineage"] == [[5, 8]] and second["lanes"][0]["redo"] == []
+    assert report["totals"]["redo_steps"] == 1 and report["totals"]["lineage_steps"] == 8
+
+
+def test_a_hang_answer_quotes_the_measured_delay_the_timeout_and_the_stack(tmp_path: Path) -> None:
+    report = build_report(hung_run(tmp_path / "run"))
+    (hang,) = report["hangs"]
+    assert hang["ranks"] == [1] and hang["stacks"][0]["frame"] == "trainer/loop.py:214 forward_backward"
+    angle = next(a for a in report["angles"] if a["topic"] == "hang")
+    assert "3.20 s after h1 hit rank 1" in angle["answer"]
+    assert "3 s timeout" in angle["answer"]
+    assert "1800 s" in angle["answer"]
+    assert report["recovery"][0]["detected_after_s"] == pytest.approx(3.2, abs=1e-6)
+
+
+def test_the_scenario_question_leads_the_interview_angle(tmp_path: Path) -> None:
+    run = hung_run(tmp_path / "run")
+    (run / "verdicts.json").write_text(json.dumps({
+        "valid": True, "verdicts": {}, "reproduce": "trainwreck run hang-detect --plan '[]'"}))
+    report = build_report(run)
+    assert report["angles"][0]["question"] == "How do you find the rank that hangs?"
+
+
+def test_the_slowest_rank_is_the_one_with_the_most_own_work(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run")
+    w.slow = {1: 0.3}  # rank 1 spends 0.3 s more in `data` per update
+    w.attempt(0, 3)
+    w.train(0, 3, 1, 8)
+    w.exits(0, {0: 0, 1: 0, 2: 0})
+    w.end()
+    phases = build_report(w.write())["phases"]
+    assert phases["slowest_rank"] == 1
+    assert [r["steps"] for r in phases["ranks"]] == [8, 8, 8]
+    assert phases["save_seconds"] == {"count": 4, "mean": 0.02, "max": 0.02}
+
+
+def test_a_save_that_was_due_but_never_committed_is_reported_missed(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run")
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 3)
+    w.train(0, 2, 4, 4)
+    w.files[w.rank_file(0, 0)].pop()  # the save of step 4 never committed: the writer died inside it
+    w.exits(0, {0: -9, 1: -9})
+    w.end("failed", 4)
+    report = build_report(w.write())
+    assert report["missed_saves"] == [{"attempt": 0, "step": 4}]
+
+
+def test_a_directory_without_run_json_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(NotARun, match="run.json: missing"):
+        render_report(tmp_path)
+
+
+def test_events_the_checkers_refuse_still_give_a_report_with_an_unknown_verdict(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    events = run / "events" / "a000-r000-p0.jsonl"
+    lines = events.read_text().splitlines()
+    events.write_text("\n".join(lines[:3] + ["{not json"] + lines[3:]) + "\n")  # a bad line mid-file
+    render_report(run)
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["valid"] == "unknown"
+    assert "could not be judged" in report["error"]
+    assert report["attempts"][0]["lanes"]  # the picture is still drawn from what parsed
+    assert "skipped 1 line" in " ".join(report["raw_notes"])
