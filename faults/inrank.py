@@ -12,13 +12,10 @@ SIGKILL.
 How each kind acts (docs/FAULTS.md has the table):
 
 - kill: SIGKILL or SIGTERM to itself, ``os._exit(1)``, or a Python exception.
-- hang: ``event`` waits on a ``threading.Event`` nobody sets (the GIL is released, so
-  other Python threads run); ``gil`` blocks inside a C call made through
-  ``ctypes.PyDLL`` - unlike ``ctypes.CDLL``, PyDLL does not release the GIL - namely
-  libc ``pause()``, so no other Python thread of the rank ever runs and no Python-level
-  signal handler runs except between two pauses (faulthandler's C-level stack dump still
-  works); ``sigstop`` stops itself, and if continued it stays blocked, so the fault is
-  a hang whatever the harness does to wake it.
+- hang: ``event`` waits on an Event nobody sets (GIL released); ``gil`` blocks in a C
+  call that keeps the GIL (libc pause() through ctypes.PyDLL; see faults/blocking.py
+  for why that and not a spin); ``sigstop`` stops itself, and if continued it stays
+  blocked, so the fault is a hang whatever the harness does to wake it.
 - straggler: sleeps `seconds` at the start of each update in [step, until].
 - comm_delay / comm_fail / skip_collective: a DDP communication hook, registered in
   ``on_model`` on the faulty rank only, that runs the stock all-reduce
@@ -29,13 +26,12 @@ How each kind acts (docs/FAULTS.md has the table):
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from faults import blocking
 from faults.corrupt import corrupt_run_dir
 from faults.plan import HARNESS, KINDS, parse_plan, with_defaults
 from faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
@@ -53,21 +49,6 @@ COMM_KINDS = ("comm_delay", "comm_fail", "skip_collective")
 
 class InjectedFault(RuntimeError):
     """The exception a `kill` fault with how="exception" (or a comm_fail) raises."""
-
-
-def _block_forever_releasing_gil() -> None:
-    never = threading.Event()
-    while True:
-        never.wait()
-
-
-def _block_forever_holding_gil() -> None:
-    # PyDLL keeps the GIL across the call; pause() sleeps in the kernel until a signal.
-    # After a signal (handled in C, e.g. faulthandler's SIGUSR1 dump) it returns and we
-    # pause again: the GIL is never released for another thread.
-    libc = ctypes.PyDLL(None)
-    while True:
-        libc.pause()
 
 
 class FaultHooks:
@@ -166,11 +147,11 @@ class FaultHooks:
         self.record(fault, f"rank {self.rank} hangs ({how}) {where}")
         if how == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
-            _block_forever_releasing_gil()  # continued (e.g. to dump stacks): still hung
+            blocking.releasing_gil()  # continued (e.g. to dump stacks): still hung
         elif how == "gil":
-            _block_forever_holding_gil()
+            blocking.holding_gil()
         else:
-            _block_forever_releasing_gil()
+            blocking.releasing_gil()
 
     def _poison_gradient(self, fault: dict[str, Any], where: str, ctx: dict[str, Any]) -> None:
         import torch

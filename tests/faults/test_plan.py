@@ -1,0 +1,103 @@
+"""Plans as data: the builder, JSON round trips, and bad input refused before anything runs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from faults.plan import KINDS, Plan, PlanError, parse_plan, validate_plan
+from faults.strategies import corruptions, hangs, kills, plans
+from trainer.config import TrainConfig
+
+CFG = TrainConfig.tiny(total_steps=12)  # saves after 4, 8, 12
+
+
+def test_the_builder_assigns_ids_per_kind_and_round_trips_through_json() -> None:
+    plan = Plan().kill(rank=1, step=12).hang(rank=0, step=5).kill(rank=0, step=3, how="exit")
+    assert [f["id"] for f in plan] == ["kill-1", "hang-1", "kill-2"]
+    assert plan.faults[1]["expect"] == "hang", "a hang must be declared for the hang checker"
+    again = parse_plan(plan.to_json())
+    assert again == plan and json.loads(plan.to_json()) == plan.to_list()
+    assert validate_plan(plan, CFG, [2]) == plan
+
+
+def test_the_design_documents_example_plans_parse() -> None:
+    parse_plan('[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]')
+    parse_plan('[{"id": "h1", "kind": "hang", "rank": 1, "step": 10, "expect": "hang"}]')
+
+
+def test_every_kind_is_in_the_catalog_including_the_harness_kinds() -> None:
+    assert {"signal", "node_loss", "kill", "hang", "corrupt", "crash_op", "torn_write"} <= set(KINDS)
+
+
+@pytest.mark.parametrize("plan,names", [
+    ('[{"id": "x1", "kind": "meteor", "rank": 0, "step": 1}]', ["'x1'", "'kind'", "'meteor'"]),
+    ('[{"id": "k1", "kind": "kill", "rank": "one", "step": 3}]', ["'k1'", "'rank'", "'one'"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0, "step": 3.5}]', ["'k1'", "'step'", "3.5"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0, "step": true}]', ["'k1'", "'step'", "True"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0, "step": 3, "how": "gently"}]', ["'k1'", "'how'", "'gently'"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0}]', ["'k1'", "'step'"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0, "step": 3, "colour": 1}]', ["'k1'", "'colour'"]),
+    ('[{"id": "h1", "kind": "hang", "rank": 0, "step": 3}]', ["'h1'", "expect"]),
+    ('[{"id": "k1", "kind": "kill", "rank": 0, "step": 3, "expect": "hang"}]', ["'k1'", "'expect'"]),
+    ('[{"id": "s1", "kind": "signal", "rank": 0, "signal": "SIGHUP", "step": 3}]', ["'s1'", "signal", "SIGHUP"]),
+    ('[{"id": "n1", "kind": "node_loss", "ranks": [0, "x"], "step": 3}]', ["'n1'", "'ranks'"]),
+    ('[{"id": "c1", "kind": "corrupt", "how": "shred"}]', ["'c1'", "'how'", "'shred'"]),
+    ('[{"id": "a", "kind": "kill", "rank": 0, "step": 1}, {"id": "a", "kind": "kill", "rank": 1, "step": 2}]',
+     ["'a'", "twice"]),
+])
+def test_a_malformed_fault_is_refused_naming_its_id_and_field(plan: str, names: list[str]) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan(plan)
+    for name in names:
+        assert name in str(caught.value), str(caught.value)
+
+
+def test_malformed_json_is_refused_with_an_example_of_a_plan() -> None:
+    with pytest.raises(PlanError, match="not valid JSON.*kind"):
+        parse_plan('[{"id": "k1", "kind": "kill",')
+    with pytest.raises(PlanError, match="list"):
+        parse_plan('{"id": "k1"}')
+
+
+@pytest.mark.parametrize("fault,names", [
+    ({"id": "k1", "kind": "kill", "rank": 2, "step": 3}, ["'k1'", "'rank'", "world size 2"]),
+    ({"id": "k1", "kind": "kill", "rank": 4, "step": 3, "attempt": 1}, ["'k1'", "'rank'", "world size 4 of attempt 1"]),
+    ({"id": "s1", "kind": "signal", "rank": 4, "signal": "SIGKILL", "step": 3}, ["'s1'", "rank 4"]),
+    ({"id": "n1", "kind": "node_loss", "ranks": [0, 5], "step": 3}, ["'n1'", "'ranks'"]),
+    ({"id": "k1", "kind": "kill", "rank": 0, "step": 13}, ["'k1'", "'step'", "total_steps=12"]),
+    ({"id": "s1", "kind": "signal", "rank": 0, "signal": "SIGKILL", "step": 99}, ["'s1'", "'step'"]),
+    ({"id": "t1", "kind": "torn_write", "step": 7}, ["'t1'", "'step'", "4, 8, 12"]),
+    ({"id": "k1", "kind": "kill", "rank": 1, "step": 8, "point": "save.before_rename"}, ["'k1'", "rank 0"]),
+    ({"id": "k1", "kind": "kill", "rank": 0, "step": 0}, ["'k1'", "'step'"]),
+])
+def test_a_fault_that_cannot_fire_in_this_job_is_refused_naming_its_id_and_field(
+        fault: dict, names: list[str]) -> None:
+    with pytest.raises(PlanError) as caught:
+        validate_plan([fault], CFG, [2, 4])
+    for name in names:
+        assert name in str(caught.value), str(caught.value)
+
+
+def test_a_rank_that_exists_only_in_a_later_attempt_is_accepted_there() -> None:
+    validate_plan([{"id": "k1", "kind": "kill", "rank": 3, "step": 3, "attempt": 1}], CFG, [2, 4])
+    validate_plan([{"id": "s1", "kind": "signal", "rank": 3, "signal": "SIGKILL", "step": 3}], CFG, [2, 4])
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(plans(CFG, (4, 2)))
+def test_generated_plans_are_valid_for_their_job_and_round_trip(plan: Plan) -> None:
+    assert validate_plan(plan.to_json(), CFG, (4, 2)) == plan
+    assert sum(f["kind"] == "hang" for f in plan) <= 1
+    assert all(f.get("rank", 0) < 2 for f in plan)
+
+
+@settings(max_examples=50, deadline=None)
+@given(kills(CFG, (2,)), hangs(CFG, (2,)), corruptions())
+def test_single_fault_strategies_give_faults_the_builder_accepts(kill: dict, hang: dict, corrupt: dict) -> None:
+    plan = Plan()
+    for fault in (kill, hang, corrupt):
+        fault = dict(fault)
+        plan.add(fault.pop("kind"), **fault)
+    validate_plan(plan, CFG, (2,))
