@@ -1,16 +1,145 @@
 """Planted defects: deliberately wrong trainer components, selected by TrainConfig.variant.
 
 Each is a named alternative implementation (a subclass overriding one piece), never an
-`if` in the reference path. The self-tests require the invariant named for a defect to
-judge a run of it invalid while the reference trainer passes the same scenario.
+`if` in the reference path. The self-tests (harness/defects.py, `trainwreck defects`)
+require the invariant named for a defect to judge a run of it invalid while the
+reference trainer passes the same scenario. Every one is a bug real trainers shipped.
 """
 from __future__ import annotations
 
 import json
+import signal
+from types import FrameType
 from typing import Any
 
-from trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, checkpoint_name, sha256
+import torch
+import torch.distributed as dist
+
+from trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
+    from_bytes, sha256, to_bytes
 from trainer.loop import Trainer, register_variant
+from trainer.sampler import ElasticSampler, SamplerState
+
+# ----- the data pipeline ---------------------------------------------------------------
+
+
+class ForgetfulSampler(ElasticSampler):
+    """Its state_dict is always the start of training: the position is never checkpointed."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": 0, "cursor": 0}
+
+
+@register_variant("sampler_not_saved")
+class SamplerNotSavedTrainer(Trainer):
+    """The sampler position is not saved; a resume replays data from the start (caught by: coverage)."""
+
+    sampler_class = ForgetfulSampler
+
+
+class EpochBlindSampler(ElasticSampler):
+    """Every epoch's order is epoch 0's: DistributedSampler without set_epoch(epoch)."""
+
+    def order(self, epoch: int) -> torch.Tensor:
+        return super().order(0)
+
+
+@register_variant("shuffle_ignores_epoch")
+class ShuffleIgnoresEpochTrainer(Trainer):
+    """Each epoch repeats the first epoch's order (caught by: coverage, against the golden batches)."""
+
+    sampler_class = EpochBlindSampler
+
+
+class EpochRestartingSampler(ElasticSampler):
+    """Restores the epoch but not the cursor: a mid-epoch resume starts the epoch over."""
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        super().load_state_dict({"epoch": state["epoch"], "cursor": 0})
+
+
+@register_variant("resume_restarts_epoch")
+class ResumeRestartsEpochTrainer(Trainer):
+    """A mid-epoch resume restarts the epoch, repeating its first samples (caught by: coverage)."""
+
+    sampler_class = EpochRestartingSampler
+
+
+@register_variant("pad_uneven_shards")
+class PadUnevenShardsTrainer(Trainer):
+    """Uneven shards of a partial batch are padded with repeated ids, as DistributedSampler
+    does, so some samples are trained twice in the epoch (caught by: coverage)."""
+
+    def shard(self, global_ids: torch.Tensor) -> torch.Tensor:
+        per_rank = -(-len(global_ids) // self.world_size)  # ceil
+        padded = torch.cat([global_ids, global_ids[:per_rank * self.world_size - len(global_ids)]])
+        return padded[self.rank * per_rank:(self.rank + 1) * per_rank]
+
+
+class PerRankCursorSampler(ElasticSampler):
+    """Checkpoints each rank's own progress (samples per rank) instead of the global cursor,
+    and converts back with the *current* world size, like a resumable per-rank sampler."""
+
+    world_size = 1
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.state.epoch, "cursor": self.state.cursor // self.world_size}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        cursor = min(int(state["cursor"]) * self.world_size, self.dataset_size)
+        super().load_state_dict({"epoch": state["epoch"], "cursor": cursor})
+
+
+@register_variant("world_size_reslices")
+class WorldSizeReslicesTrainer(Trainer):
+    """A world-size change re-slices per-rank positions: after 4 -> 2 ranks half the epoch's
+    consumed samples are replayed (caught by: coverage)."""
+
+    sampler_class = PerRankCursorSampler
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sampler.world_size = self.world_size  # type: ignore[attr-defined]
+
+
+# ----- what the checkpoint holds -------------------------------------------------------
+
+
+@register_variant("optimizer_not_saved")
+class OptimizerNotSavedTrainer(Trainer):
+    """The checkpoint holds the optimizer's hyperparameters but not its moments, so AdamW
+    restarts cold after a resume (caught by: continuity, restore digest != save digest)."""
+
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+        files = super().checkpoint_files(rngs)
+        optimizer = self.state.optimizer.state_dict()
+        files["optimizer.pt"] = to_bytes({"state": {}, "param_groups": optimizer["param_groups"]})
+        return files
+
+
+@register_variant("scheduler_not_saved")
+class SchedulerNotSavedTrainer(Trainer):
+    """The checkpoint holds a fresh LR schedule, so a resume re-runs the warmup (caught by:
+    continuity, against the golden digests; the digest itself does not cover the schedule)."""
+
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+        files = super().checkpoint_files(rngs)
+        saved = from_bytes(files["scheduler.pt"])
+        saved["scheduler"] = {**saved["scheduler"], "last_epoch": 0, "_step_count": 1}
+        files["scheduler.pt"] = to_bytes(saved)
+        return files
+
+
+@register_variant("rng_not_restored")
+class RngNotRestoredTrainer(Trainer):
+    """The RNG state is saved but never restored, so dropout after a resume draws a
+    different stream (caught by: continuity, against the golden digests)."""
+
+    def load_rng(self, rngs: list[Any]) -> None:
+        pass
+
+
+# ----- the checkpoint store ------------------------------------------------------------
 
 
 class InPlacePointerFirstStore(CheckpointStore):
@@ -39,3 +168,112 @@ class NaiveWriterTrainer(Trainer):
     """Checkpoints written in place, pointer first (caught by: atomicity)."""
 
     store_class = InPlacePointerFirstStore
+
+
+class PointerBeforeRenameStore(CheckpointStore):
+    """Writes the files into a temporary directory correctly, but commits (`latest` and the
+    `save` event) before the directory is renamed into place and fsynced: a crash in
+    between leaves a commit pointing at a checkpoint that does not exist."""
+
+    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+        from trainer import hooks as fp
+
+        name = checkpoint_name(step)
+        tmp = f".tmp-{name}"
+        self.storage.remove(tmp)
+        self.storage.mkdir(tmp)
+        entries = {}
+        for file_name, data in files.items():
+            self._write_file(step, name, f"{tmp}/{file_name}", file_name, data)
+            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
+        self._write_file(step, name, f"{tmp}/{MANIFEST}", MANIFEST, json.dumps(manifest).encode())
+        self._move_aside(name)
+        self.hooks.point(fp.SAVE_BEFORE_POINTER, step, checkpoint=name)
+        self._write_pointer(step, name)
+        self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
+        self.hooks.point(fp.SAVE_AFTER_POINTER, step, checkpoint=name)
+        self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
+        self.storage.rename(tmp, name)
+        self.hooks.point(fp.SAVE_AFTER_RENAME, step, checkpoint=name)
+        self.retain()
+        return name
+
+
+@register_variant("pointer_before_durable")
+class PointerBeforeDurableTrainer(Trainer):
+    """`latest` advances before the checkpoint is renamed into place (caught by: atomicity)."""
+
+    store_class = PointerBeforeRenameStore
+
+
+class HighestDirectoryStore(CheckpointStore):
+    """Resumes from the highest-numbered step directory, ignoring the commit pointer and
+    never checking the manifest's sizes and checksums."""
+
+    def select(self, identity: str) -> Verified | None:
+        names = self._step_dirs()
+        if not names:
+            return None
+        name = names[0]
+        manifest = json.loads(self.storage.read(f"{name}/{MANIFEST}"))
+        files = {f: self.storage.read(f"{name}/{f}") for f in manifest["files"]}
+        return Verified(name=name, manifest=manifest, files=files)
+
+
+@register_variant("resume_highest_unverified")
+class ResumeHighestUnverifiedTrainer(Trainer):
+    """Resume takes the highest-numbered directory without verifying it was committed
+    (caught by: atomicity, a restore of a checkpoint that was never saved)."""
+
+    store_class = HighestDirectoryStore
+
+
+@register_variant("rank_restores_different")
+class RankRestoresDifferentTrainer(Trainer):
+    """The last rank loads its weights from the previous committed checkpoint, as when each
+    rank resolves the checkpoint on its own while `latest` moves (caught by: replicas)."""
+
+    def load(self, verified: Verified) -> None:
+        super().load(verified)
+        if self.rank != self.world_size - 1 or self.world_size == 1:
+            return
+        older = [n for n in self.checkpoints.committed_names()
+                 if (checkpoint_step(n) or 0) < (checkpoint_step(verified.name) or 0)]
+        if older:
+            files = self.checkpoints.verify(older[0]).files
+            self.state.model.load_state_dict(from_bytes(files["model.pt"]))
+
+
+# ----- the job's lifecycle -------------------------------------------------------------
+
+
+class Preempted(Exception):
+    """Raised inside the loop once every rank has agreed to stop."""
+
+
+@register_variant("sigterm_exits_clean")
+class SigtermExitsCleanTrainer(Trainer):
+    """A 'graceful' preemption handler: on SIGTERM every rank agrees to stop at the next
+    update and exits 0 without finishing, so the job reports success at a step short of
+    total_steps (caught by: progress)."""
+
+    _sigterm = False
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._sigterm = True
+
+    def train(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            super().train()
+        except Preempted:
+            self.progress.publish(self.state.step, "done")
+
+    def train_step(self, step: int) -> None:
+        # The ranks agree before stopping, so all of them leave at the same update.
+        flag = torch.tensor([1.0 if self._sigterm else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            raise Preempted
+        super().train_step(step)

@@ -113,6 +113,7 @@ class Trainer:
     """The reference trainer; planted-defect variants (trainer/defects.py) subclass it."""
 
     store_class: type[CheckpointStore] = CheckpointStore
+    sampler_class: type[ElasticSampler] = ElasticSampler
 
     def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, events: EventLog,
                  progress: ProgressBoard, hooks: Hooks) -> None:
@@ -121,7 +122,7 @@ class Trainer:
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.identity = cfg.identity()
         self.dataset = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
-        self.sampler = ElasticSampler(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
+        self.sampler = self.sampler_class(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
         self.amp = amp_dtype(cfg, device)
         self.state = self._fresh_state()
         self.ddp = DistributedDataParallel(
@@ -159,7 +160,7 @@ class Trainer:
 
         self.progress.publish(step, "data")
         epoch, global_ids = self.sampler.next_global_batch()
-        ids = rank_slice(global_ids, self.rank, self.world_size)
+        ids = self.shard(global_ids)
         x, y = (t.to(self.device) for t in self.dataset.batch(ids))
         if self.cfg.instrument:
             self.events.emit("batch", step=step, epoch=epoch, samples=ids.tolist())
@@ -188,6 +189,10 @@ class Trainer:
                              phases={k: round(v, 6) for k, v in timer.seconds.items()})
         self._last_save_seconds = 0.0
         self.events.flush()
+
+    def shard(self, global_ids: torch.Tensor) -> torch.Tensor:
+        """This rank's sample ids of a global batch (a seam: planted defects override it)."""
+        return rank_slice(global_ids, self.rank, self.world_size)
 
     def forward_backward(self, step: int, x: torch.Tensor, y: torch.Tensor, ids: torch.Tensor,
                          n_global: int, timer: PhaseTimer) -> torch.Tensor:
@@ -239,13 +244,17 @@ class Trainer:
         rngs: list[Any] = [None] * self.world_size
         dist.all_gather_object(rngs, capture_rng())
         if self.rank == 0:
-            files = training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
+            files = self.checkpoint_files(rngs)
             meta = {"world_size": self.world_size, "config_identity": self.identity,
                     "digest": state_digest(self.state), "attempt": self.ctx.attempt}
             self.checkpoints.save(step, files, meta)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
         dist.barrier()
         self._last_save_seconds = time.perf_counter() - started
+
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+        """The files of a checkpoint of the current state (a seam: planted defects override it)."""
+        return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
     def restore(self) -> None:
         verified, error = None, None
@@ -280,7 +289,9 @@ class Trainer:
         trainer_state = from_bytes(files["trainer.pt"])
         state.step = int(trainer_state["step"])
         self.sampler.load_state_dict(trainer_state["sampler"])
-        rngs = from_bytes(files["rng.pt"])
+        self.load_rng(from_bytes(files["rng.pt"]))
+
+    def load_rng(self, rngs: list[Any]) -> None:
         # RNG draws are replicated across ranks by design, so a rank that did not exist
         # when the checkpoint was written takes rank 0's stream.
         restore_rng(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
