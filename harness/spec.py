@@ -48,6 +48,8 @@ class JobSpec:
     """`module:function` building the rank's Hooks from the plan; None: faults.inrank.build_hooks."""
     poll_interval_s: float = 0.02
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
+    watchdog: str = "reference"
+    """Which hang watchdog supervises: 'reference', or a planted defect from harness/defects.py (self-tests)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, TrainConfig):
@@ -87,6 +89,14 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and ":" not in value:
                 raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
+        from harness.watchdog import watchdog_class
+        try:
+            watchdog_class(self.watchdog)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        if self.watchdog != "reference" and self.launcher == "torchrun":
+            raise SpecError(f"watchdog={self.watchdog!r} is a planted defect of the warm/spawn supervisor; "
+                            "use launcher 'warm' or 'spawn' with it")
         if not isinstance(self.plan, list) or not all(isinstance(f, dict) for f in self.plan):
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
         # The external faults are the harness's to apply, so they are checked here too.

@@ -28,7 +28,7 @@ from harness.launchers import Attempt, get_launcher
 from harness.rundir import create_run_dir
 from harness.spec import JobSpec
 from harness.store import HarnessStore
-from harness.watchdog import Hang, Watchdog, WatchdogConfig, dump_stacks
+from harness.watchdog import Hang, WatchdogConfig, dump_stacks, watchdog_class
 from trainer.events import EventLog
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
@@ -217,7 +217,7 @@ class Supervisor:
         self.live.append(handle)
         self.events.emit("attempt", attempt=attempt, world_size=world_size,
                          launcher=self.spec.launcher, pids=[handle.pids[r] for r in range(world_size)])
-        watchdog = Watchdog(self.watch_config, self.run_dir, attempt, world_size)
+        watchdog = watchdog_class(self.spec.watchdog)(self.watch_config, self.run_dir, attempt, world_size)
         result = AttemptResult(ok=False)
         reported: set[int] = set()
         try:

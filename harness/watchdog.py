@@ -93,6 +93,18 @@ class Watchdog:
                     last_step=behind[0], detected_after_s=round(silent, 3), detected_at=time.time())
 
 
+WATCHDOGS: dict[str, type[Watchdog]] = {"reference": Watchdog}
+"""Watchdog implementations by name (JobSpec.watchdog); planted defects add theirs."""
+
+
+def watchdog_class(name: str) -> type[Watchdog]:
+    import harness.defects  # noqa: F401  registers the planted watchdog defects
+
+    if name not in WATCHDOGS:
+        raise ValueError(f"watchdog={name!r} is unknown; known watchdogs: {', '.join(sorted(WATCHDOGS))}")
+    return WATCHDOGS[name]
+
+
 def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:
     """SIGUSR1 every rank (faulthandler dumps all threads), wake stopped ones, wait for the files.
 

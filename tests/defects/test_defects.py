@@ -1,0 +1,93 @@
+"""The planted-defect self-test: every invariant can fail, and the reference passes the same scenario.
+
+One test per defect (the table is data: harness/defects.py). A representative defect per
+invariant runs by default; the rest of the table is `slow` (`pytest -m slow tests/defects`,
+or `trainwreck defects`). Controls of one scenario run once per module.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from harness.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
+from harness.pytest_plugin import record_run
+from harness.watchdog import watchdog_class
+from invariants.judge import CHECKERS
+from trainer.loop import trainer_class
+
+# One cheap defect per invariant in the default run (the hang one waits out a watchdog).
+DEFAULT = {"resume_restarts_epoch", "optimizer_not_saved", "naive_writer", "rank_restores_different",
+           "sigterm_exits_clean", "disabled"}
+
+
+def _param(defect: Defect) -> Any:
+    marks = () if defect.name in DEFAULT else (pytest.mark.slow,)
+    return pytest.param(defect, id=defect.name, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory: pytest.TempPathFactory, golden_cache: Path,
+             warm_launcher: Any) -> Iterator[Callable[[Defect], Any]]:
+    """control(defect) -> the reference's JudgedRun on the defect's scenario (one per scenario)."""
+    out = tmp_path_factory.mktemp("controls")
+    cache: dict[str, Any] = {}
+
+    def control(defect: Defect) -> Any:
+        name = defect.scenario.name
+        if name not in cache:
+            cache[name] = run_control(defect.scenario, out / name, golden_cache)
+        return cache[name]
+
+    yield control
+
+
+@pytest.mark.parametrize("defect", [_param(d) for d in DEFECTS])
+def test_each_planted_defect_is_caught_by_its_invariant_while_the_reference_passes(
+        request: pytest.FixtureRequest, tmp_path: Path, golden_cache: Path, warm_launcher: Any,
+        controls: Callable[[Defect], Any], defect: Defect) -> None:
+    judged = run_defect(defect, tmp_path / defect.name, golden_cache)
+    control = controls(defect)
+    record_run(request, judged)
+    record_run(request, control)
+    row: Row = judge_row(defect, judged, control, 0.0)
+    assert judged.judgement.unfired_faults == [], "the exposing fault never fired: the defect was not tested"
+    assert row.caught, f"{defect.name} escaped {defect.invariant}: {row.summary}"
+    assert control.judgement.unfired_faults == []
+    assert row.control_valid, f"the reference failed {defect.scenario.name}: {control.judgement.to_json()}"
+
+
+def test_the_table_plants_at_least_twelve_defects_and_every_invariant_can_fail() -> None:
+    assert len(DEFECTS) >= 12
+    assert len({d.name for d in DEFECTS}) == len(DEFECTS)
+    assert {d.invariant for d in DEFECTS} == set(CHECKERS), "an invariant no defect can make fail is untested"
+    for defect in DEFECTS:
+        # Each is a selectable implementation, not a flag in the reference path.
+        found = trainer_class(defect.name) if defect.component == "trainer" else watchdog_class(defect.name)
+        assert found.__name__ and defect.scenario.plan, defect.name
+    assert {d.name for d in DEFECTS} >= DEFAULT
+
+
+def test_trainwreck_defects_json_prints_one_row_per_defect_and_exits_zero(
+        capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.commands import defects as command
+    from harness.golden import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(golden_cache))
+    args = argparse.Namespace(json=True, only="sigterm_exits_clean", out=None, launcher="warm")
+    assert command.main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [{k: r[k] for k in ("defect", "invariant", "caught", "control_valid")} for r in rows] == [
+        {"defect": "sigterm_exits_clean", "invariant": "progress", "caught": True, "control_valid": True}]
+
+
+def test_trainwreck_defects_rejects_an_unknown_defect_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.commands import defects as command
+
+    args = argparse.Namespace(json=False, only="no_such_defect", out=None, launcher="warm")
+    assert command.main(args) == 2
+    assert "unknown defect 'no_such_defect'" in capsys.readouterr().err
