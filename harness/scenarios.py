@@ -66,6 +66,51 @@ SCENARIOS: tuple[Scenario, ...] = (
         threatens=("atomicity", "continuity", "progress"),
         plan=({"id": "term-r0", "kind": "signal", "rank": 0, "signal": "SIGTERM", "step": 9},),
     ),
+    # ----- in-rank faults (faults/inrank.py): deterministic, they fire at a named fault point
+    Scenario(
+        name="crash-exception",
+        summary="rank 1 raises an exception at the start of update 7; the job restarts from step 4",
+        question="Does an exception in one rank take the whole job down cleanly?",
+        threatens=("coverage", "continuity", "progress"),
+        plan=({"id": "raise-r1", "kind": "kill", "rank": 1, "step": 7, "how": "exception"},),
+    ),
+    Scenario(
+        name="hang-holding-gil",
+        summary="rank 0 blocks in C holding the GIL at update 6; no Python thread of it runs again",
+        question="How do you find a hang when the hung process cannot run any of its own code?",
+        threatens=("hang", "progress"),
+        plan=({"id": "gil-r0", "kind": "hang", "rank": 0, "step": 6, "how": "gil", "expect": "hang"},),
+        hang_timeout_s=2.0,
+    ),
+    Scenario(
+        name="straggler",
+        summary="rank 1 is 0.3 s slower per update for updates 3-6; slow is not hung",
+        question="How do you tell a straggler from a hang?",
+        threatens=("hang", "progress"),
+        plan=({"id": "slow-r1", "kind": "straggler", "rank": 1, "step": 3, "seconds": 0.3, "until": 6},),
+    ),
+    Scenario(
+        name="corrupt-newest",
+        summary="rank 1 dies before update 10; the newest checkpoint (step 8) is bit-flipped before the restart",
+        question="What if the newest checkpoint is corrupt?",
+        threatens=("atomicity", "continuity", "coverage"),
+        plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},
+              {"id": "flip-newest", "kind": "corrupt", "how": "flip", "attempt": 1}),
+    ),
+    Scenario(
+        name="torn-save",
+        summary="the first file of the step-8 save persists half its bytes, then rank 0 is SIGKILLed",
+        question="What does a crash halfway through a checkpoint write leave behind?",
+        threatens=("atomicity", "continuity"),
+        plan=({"id": "torn-8", "kind": "torn_write", "step": 8},),
+    ),
+    Scenario(
+        name="disk-full",
+        summary="the first write of the step-8 save fails with ENOSPC; rank 0 dies and the job restarts",
+        question="What happens when the disk fills up during a save?",
+        threatens=("atomicity", "progress"),
+        plan=({"id": "enospc-8", "kind": "storage_error", "step": 8, "errno": "ENOSPC"},),
+    ),
 )
 
 

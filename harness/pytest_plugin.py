@@ -1,0 +1,355 @@
+"""The trainwreck pytest plugin (entry point `pytest11: trainwreck`).
+
+Options, resolved in one place (`resolve`): a test's `@pytest.mark.trainwreck(name=value)`
+> the command line `--trainwreck-NAME` > the environment `TRAINWRECK_NAME` > the ini
+key `trainwreck_NAME` > the default. Markers: `gpu(devices=N)` (skips without N CUDA
+devices), `chaos`, `slow`, `trainwreck(**options)`. Fixtures: `trainwreck_settings`,
+`warm_launcher` (this worker's fork server, shut down at session end), `golden_cache`
+(one directory per session, shared by xdist workers), `run_scenario` (runs and judges
+a scenario, returns a `JudgedRun`) and `chaos` (the property-based chaos suite). A
+failing test that ran jobs gets a `trainwreck` report section: each run's verdicts,
+its run directory and report, and the exact command that reproduces it.
+
+This module is imported by every pytest session where trainwreck is installed, so it
+imports nothing heavy (torch, hypothesis) until a fixture needs it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+# ----- options: names as constants, resolution in one place ---------------------------------
+
+BACKEND = "backend"
+LAUNCHER = "launcher"
+KEEP_RUNS = "keep_runs"
+CHAOS_EXAMPLES = "chaos_examples"
+CHAOS_BUDGET = "chaos_budget"
+CHAOS_PROFILE = "chaos_profile"
+
+MARKER = "trainwreck"
+KEEP_POLICIES = ("failed", "all", "none")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: str
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--trainwreck-" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return "trainwreck_" + self.name
+
+    @property
+    def env(self) -> str:
+        return "TRAINWRECK_" + self.name.upper()
+
+    @property
+    def ini(self) -> str:
+        return "trainwreck_" + self.name
+
+
+OPTIONS: dict[str, Option] = {o.name: o for o in (
+    Option(BACKEND, "gloo", "process-group backend of scenario runs (nccl needs CUDA)", ("gloo", "nccl", "auto")),
+    Option(LAUNCHER, "warm", "how ranks start: warm (fork server), spawn or torchrun", ("warm", "spawn", "torchrun")),
+    Option(KEEP_RUNS, "failed", "which run directories outlive their test: failed, all or none", KEEP_POLICIES),
+    Option(CHAOS_EXAMPLES, "", "Hypothesis examples per chaos property (default: the profile's)"),
+    Option(CHAOS_BUDGET, "", "wall-clock budget of one chaos property, e.g. 90s, 10m, 1h (default: none)"),
+    Option(CHAOS_PROFILE, "ci", "chaos Hypothesis profile: ci (small, derandomised) or nightly (large, "
+                                "with a database in .hypothesis/)", ("ci", "nightly")),
+)}
+
+
+def resolve(config: pytest.Config, name: str, item: pytest.Item | None = None) -> tuple[str, str]:
+    """(value, source) of option `name`: marker > CLI > env > ini > default."""
+    option = OPTIONS[name]
+    candidates: list[tuple[Any, str]] = []
+    if item is not None:
+        for marker in item.iter_markers(MARKER):  # closest first
+            if name in marker.kwargs:
+                candidates.append((marker.kwargs[name], f"marker on {item.nodeid}"))
+                break
+    candidates += [(config.getoption(option.dest, None), option.flag),
+                   (os.environ.get(option.env), f"${option.env}"),
+                   (config.getini(option.ini) or None, f"ini {option.ini}"),
+                   (option.default, "default")]
+    value, source = next((str(v), s) for v, s in candidates if v is not None and v != "" or s == "default")
+    if option.choices and value not in option.choices:
+        raise pytest.UsageError(f"trainwreck option {name}={value!r} (from {source}) must be one of "
+                                f"{', '.join(option.choices)}")
+    return value, source
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str
+    launcher: str
+    keep_runs: str
+    chaos_examples: int | None
+    chaos_budget_s: float | None
+    chaos_profile: str
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Settings:
+    values, sources = {}, {}
+    for name in OPTIONS:
+        values[name], sources[name] = resolve(config, name, item)
+    examples = values[CHAOS_EXAMPLES]
+    if examples and not (examples.isdigit() and int(examples) > 0):
+        raise pytest.UsageError(f"trainwreck option chaos_examples={examples!r} (from {sources[CHAOS_EXAMPLES]}) "
+                                "must be a positive integer")
+    budget_s = None
+    if values[CHAOS_BUDGET]:
+        from harness.chaos import parse_duration
+
+        try:
+            budget_s = parse_duration(values[CHAOS_BUDGET])
+        except ValueError as exc:
+            raise pytest.UsageError(f"trainwreck option chaos_budget (from {sources[CHAOS_BUDGET]}): {exc}") from None
+    return Settings(backend=values[BACKEND], launcher=values[LAUNCHER], keep_runs=values[KEEP_RUNS],
+                    chaos_examples=int(examples) if examples else None, chaos_budget_s=budget_s,
+                    chaos_profile=values[CHAOS_PROFILE], sources=sources)
+
+
+# ----- hooks -----------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("trainwreck", "trainwreck fault-injection suite")
+    for option in OPTIONS.values():
+        extra = f" [env {option.env}, ini {option.ini}, default {option.default or 'none'}]"
+        group.addoption(option.flag, dest=option.dest, default=None, help=option.help + extra)
+        parser.addini(option.ini, option.help, default="")
+
+
+MARKERS = (
+    "gpu(devices=1): needs that many CUDA devices (skipped without them)",
+    "chaos: property-based chaos (deselected by default; run with -m chaos)",
+    "slow: heavier than the default run (deselected by default; run with -m slow)",
+    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*) for one test",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    settings_for(config)  # a bad CLI/env/ini value fails the session at once, not every test
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    shown = []
+    for name in OPTIONS:
+        value, source = resolve(config, name)
+        shown.append(f"{name}={value or '-'} ({source})")
+    return "trainwreck: " + ", ".join(shown)
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("gpu")
+    if marker is None:
+        return
+    needed = int(marker.kwargs.get("devices", marker.args[0] if marker.args else 1))
+    found = cuda_device_count()
+    if found < needed:
+        pytest.skip(f"needs {needed} CUDA device(s), found {found}")
+
+
+RUNS_KEY = pytest.StashKey[list[Any]]()
+"""Per test: the JudgedRuns it made (for the report section and the keep policy)."""
+REPORTS_KEY = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    item.stash.setdefault(REPORTS_KEY, {})[report.when] = report
+    runs = item.stash.get(RUNS_KEY, [])
+    if report.when == "call" and report.failed and runs:
+        report.sections.append(("trainwreck", "\n\n".join(describe_run(judged) for judged in runs)))
+
+
+def describe_run(judged: Any) -> str:
+    """A failure section: verdicts, run directory, report, and the reproducing command."""
+    from harness.chaos import verdict_lines
+
+    overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")
+    lines = [f"overall: {overall} ({judged.record.outcome} after {judged.record.attempts} attempt(s))",
+             *verdict_lines(judged)]
+    if judged.judgement.unfired_faults:
+        lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
+    lines.append(f"run directory: {judged.record.run_dir}")
+    report = render_report_if_available(judged.record.run_dir)
+    if report is not None:
+        lines.append(f"report: {report}")
+    lines.append(f"reproduce: {judged.reproduce}")
+    return "\n".join(lines)
+
+
+def render_report_if_available(run_dir: Path) -> Path | None:
+    try:
+        from harness.report import render_report
+    except ImportError:
+        return None
+    try:
+        return render_report(run_dir)
+    except Exception:  # noqa: BLE001 - the verdicts above still say what failed
+        return None
+
+
+def test_passed(item: pytest.Item) -> bool:
+    reports = item.stash.get(REPORTS_KEY, {})
+    return bool(reports) and all(r.passed for r in reports.values())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The fork server would die with us anyway (parent-death signal); an orderly close
+    # reaps it before pytest's own exit, so nothing outlives the session.
+    import sys
+
+    launchers = sys.modules.get("harness.launchers")
+    if launchers is not None:
+        launchers.shutdown_fork_server()
+
+
+# ----- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trainwreck_settings(request: pytest.FixtureRequest) -> Settings:
+    """This test's options (its trainwreck marker applied)."""
+    return settings_for(request.config, request.node)
+
+
+@pytest.fixture(scope="session")
+def warm_launcher() -> Iterator[Any]:
+    """This process's fork server (one per xdist worker), started once, closed at the end."""
+    from harness import launchers
+
+    server = launchers.fork_server()
+    try:
+        yield server
+    finally:
+        launchers.shutdown_fork_server()
+
+
+@pytest.fixture(scope="session")
+def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where golden runs are cached: $TRAINWRECK_GOLDEN_CACHE, else one directory per session.
+
+    xdist workers share it (their base temp directories are siblings); harness.golden
+    builds each entry in a scratch directory and renames it, so racing workers are safe."""
+    from harness.golden import CACHE_ENV
+
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / "trainwreck-golden"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def apply_backend(config_overrides: dict[str, Any], backend: str) -> dict[str, Any]:
+    if backend == "auto":
+        return config_overrides
+    return {**config_overrides, "backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
+
+
+def record_run(request: pytest.FixtureRequest, judged: Any) -> None:
+    """Attach a JudgedRun to the test, so its failure report shows the run and how to reproduce it."""
+    request.node.stash.setdefault(RUNS_KEY, []).append(judged)
+
+
+def _clean_up(request: pytest.FixtureRequest, settings: Settings, run_dirs: list[Path]) -> None:
+    keep = settings.keep_runs == "all" or (settings.keep_runs == "failed" and not test_passed(request.node))
+    if not keep:
+        for path in run_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
+                 golden_cache: Path) -> Iterator[Callable[..., Any]]:
+    """run_scenario(scenario or name, **Scenario field changes) -> JudgedRun (run and judged)."""
+    from harness.runner import run_judged, spec_for
+    from harness.scenarios import Scenario, get_scenario
+
+    settings = trainwreck_settings
+    if settings.launcher == "warm":
+        request.getfixturevalue("warm_launcher")
+    if settings.backend == "nccl" and cuda_device_count() == 0:
+        pytest.skip("backend nccl needs CUDA; none is available")
+    run_dirs: list[Path] = []
+
+    def run(scenario: Scenario | str, **changes: Any) -> Any:
+        base = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        base = replace(base, **changes)
+        base = replace(base, config=apply_backend(dict(base.config), settings.backend))
+        out = tmp_path / f"{base.name}-{len(run_dirs)}"
+        run_dirs.append(out)
+        judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
+        record_run(request, judged)
+        return judged
+
+    yield run
+    _clean_up(request, settings, run_dirs)
+
+
+@dataclass
+class Chaos:
+    """The chaos property for one test: `chaos.check()` runs Hypothesis with this test's
+    profile, examples and budget, and returns the CaseRunner (its `runs` were real jobs)."""
+
+    settings: Settings
+    out: Path
+    golden_cache: Path
+
+    def check(self) -> Any:
+        import time
+
+        from harness.chaos import CaseRunner, chaos_settings, check_property
+
+        runner = CaseRunner(self.out, self.golden_cache, self.settings.launcher, self.settings.backend,
+                            keep=self.settings.keep_runs == "all")
+        deadline = time.monotonic() + self.settings.chaos_budget_s if self.settings.chaos_budget_s else None
+
+        def run_case(case: Any) -> None:
+            # Past the budget an example passes without running: Hypothesis then finishes quickly.
+            if deadline is not None and time.monotonic() >= deadline and runner.runs > 0:
+                return
+            runner(case)
+
+        check_property(run_case, chaos_settings(self.settings.chaos_profile, self.settings.chaos_examples))
+        return runner
+
+
+@pytest.fixture
+def chaos(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
+          golden_cache: Path) -> Iterator[Chaos]:
+    if trainwreck_settings.launcher == "warm":
+        request.getfixturevalue("warm_launcher")
+    if trainwreck_settings.backend == "nccl" and cuda_device_count() == 0:
+        pytest.skip("backend nccl needs CUDA; none is available")
+    yield Chaos(trainwreck_settings, tmp_path / "chaos", golden_cache)
+    _clean_up(request, trainwreck_settings, [tmp_path / "chaos"])

@@ -1,0 +1,37 @@
+"""Assertions shared by the scenario tests: every planned fault fired, every verdict valid."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def fired_fault_ids(run_dir: Path) -> set[str]:
+    """Fault ids with a `fault` event anywhere in the run (a torn last line is skipped)."""
+    fired = set()
+    for path in (Path(run_dir) / "events").glob("*.jsonl"):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("kind") == "fault":
+                fired.add(event.get("fault_id"))
+    return fired
+
+
+def assert_every_fault_fired(judged: Any) -> None:
+    planned = {f["id"] for f in json.loads((judged.record.run_dir / "run.json").read_text())["faults"]}
+    assert planned, "a scenario without faults tests nothing"
+    missing = planned - fired_fault_ids(judged.record.run_dir)
+    assert not missing, f"planned faults never fired: {sorted(missing)}"
+    assert judged.judgement.unfired_faults == []
+
+
+def assert_valid(judged: Any, threatened: tuple[str, ...] = ()) -> None:
+    for name in threatened:
+        verdict = judged.judgement.verdicts[name]
+        assert verdict.valid is True, f"{name}: {verdict.summary}"
+    assert judged.judgement.valid is True, "; ".join(
+        f"{n}: {v.summary}" for n, v in judged.judgement.verdicts.items() if v.valid is not True)
+    assert judged.record.outcome == "completed"

@@ -1,0 +1,101 @@
+"""The pytest plugin's option resolution, markers and failure report (no jobs run here)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness import pytest_plugin as plugin
+from invariants import Verdict
+from invariants.judge import Judgement
+
+
+class FakeConfig:
+    def __init__(self, cli: dict[str, Any] | None = None, ini: dict[str, str] | None = None) -> None:
+        self.cli, self.ini = cli or {}, ini or {}
+
+    def getoption(self, dest: str, default: Any = None) -> Any:
+        return self.cli.get(dest, default)
+
+    def getini(self, name: str) -> str:
+        return self.ini.get(name, "")
+
+
+class FakeItem:
+    nodeid = "tests/x.py::test_x"
+
+    def __init__(self, **marker_kwargs: Any) -> None:
+        self.markers = [pytest.mark.trainwreck(**marker_kwargs).mark] if marker_kwargs else []
+
+    def iter_markers(self, name: str) -> Any:
+        return iter(m for m in self.markers if m.name == name)
+
+
+LAUNCHER = plugin.OPTIONS[plugin.LAUNCHER]
+
+
+@pytest.mark.parametrize("layers, expected", [
+    ({}, ("warm", "default")),
+    ({"ini": "spawn"}, ("spawn", "ini trainwreck_launcher")),
+    ({"ini": "spawn", "env": "torchrun"}, ("torchrun", "$TRAINWRECK_LAUNCHER")),
+    ({"ini": "spawn", "env": "torchrun", "cli": "warm"}, ("warm", "--trainwreck-launcher")),
+    ({"ini": "spawn", "env": "torchrun", "cli": "warm", "marker": "spawn"}, ("spawn", "marker on tests/x.py::test_x")),
+])
+def test_an_option_resolves_marker_over_cli_over_env_over_ini_over_default(
+        monkeypatch: pytest.MonkeyPatch, layers: dict[str, str], expected: tuple[str, str]) -> None:
+    monkeypatch.delenv(LAUNCHER.env, raising=False)
+    if "env" in layers:
+        monkeypatch.setenv(LAUNCHER.env, layers["env"])
+    config = FakeConfig(cli={LAUNCHER.dest: layers["cli"]} if "cli" in layers else {},
+                        ini={LAUNCHER.ini: layers["ini"]} if "ini" in layers else {})
+    item = FakeItem(launcher=layers["marker"]) if "marker" in layers else FakeItem()
+    assert plugin.resolve(config, plugin.LAUNCHER, item) == expected  # type: ignore[arg-type]
+
+
+def test_every_option_has_a_flag_an_env_var_and_an_ini_key_named_alike() -> None:
+    for name, option in plugin.OPTIONS.items():
+        assert option.flag == "--trainwreck-" + name.replace("_", "-")
+        assert option.env == "TRAINWRECK_" + name.upper()
+        assert option.ini == option.dest == "trainwreck_" + name
+
+
+def test_a_bad_option_value_is_a_usage_error_naming_its_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LAUNCHER.env, "slurm")
+    with pytest.raises(pytest.UsageError, match=r"launcher='slurm' \(from \$TRAINWRECK_LAUNCHER\)"):
+        plugin.settings_for(FakeConfig())  # type: ignore[arg-type]
+    monkeypatch.delenv(LAUNCHER.env)
+    with pytest.raises(pytest.UsageError, match="chaos_budget.*90s, 10m, 1h"):
+        plugin.settings_for(FakeConfig(cli={"trainwreck_chaos_budget": "soon"}))  # type: ignore[arg-type]
+    with pytest.raises(pytest.UsageError, match="positive integer"):
+        plugin.settings_for(FakeConfig(ini={"trainwreck_chaos_examples": "lots"}))  # type: ignore[arg-type]
+
+
+def test_settings_parse_examples_and_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    for option in plugin.OPTIONS.values():
+        monkeypatch.delenv(option.env, raising=False)
+    settings = plugin.settings_for(FakeConfig(cli={"trainwreck_chaos_budget": "2m"}),  # type: ignore[arg-type]
+                                   FakeItem(chaos_examples=5))  # type: ignore[arg-type]
+    assert (settings.chaos_examples, settings.chaos_budget_s, settings.chaos_profile) == (5, 120.0, "ci")
+    assert (settings.backend, settings.launcher, settings.keep_runs) == ("gloo", "warm", "failed")
+
+
+@pytest.mark.gpu(devices=64)
+def test_a_gpu_test_without_enough_devices_is_skipped_not_failed() -> None:
+    pytest.fail("the gpu marker should have skipped this test: no machine here has 64 CUDA devices")
+
+
+def test_the_failure_section_shows_verdicts_run_directory_and_the_reproducing_command(tmp_path: Path) -> None:
+    verdicts = {"coverage": Verdict("coverage", False, "3 id(s) used twice within an epoch", {}, ["ids 3-5"]),
+                "progress": Verdict("progress", True, "completed at step 16")}
+    judged = SimpleNamespace(
+        judgement=Judgement(False, verdicts, ["k9"], []),
+        record=SimpleNamespace(run_dir=tmp_path / "run", outcome="completed", attempts=2),
+        reproduce="trainwreck run --plan '[]' --world-sizes 2")
+    text = plugin.describe_run(judged)
+    assert "overall: INVALID (completed after 2 attempt(s))" in text
+    assert "INVALID  coverage    3 id(s) used twice" in text and "ids 3-5" in text
+    assert "planned faults that never fired: k9" in text
+    assert f"run directory: {tmp_path / 'run'}" in text
+    assert text.splitlines()[-1] == "reproduce: trainwreck run --plan '[]' --world-sizes 2"

@@ -1,0 +1,96 @@
+"""The scenario table on nccl, one rank per GPU (skipped without CUDA devices).
+
+With one GPU every scenario runs at world size 1 (its faults moved to rank 0), and
+the CUDA RNG and the AMP GradScaler state must survive a checkpoint round trip.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import pytest
+
+from harness.scenarios import SCENARIOS, Scenario
+from tests.scenarios.checks import assert_every_fault_fired, assert_valid
+
+NCCL = pytest.mark.trainwreck(backend="nccl")
+
+
+def on_one_gpu(scenario: Scenario) -> Scenario:
+    """The scenario at world size 1: every fault aimed at rank 0."""
+    plan = []
+    for fault in scenario.plan:
+        moved = dict(fault)
+        if "rank" in moved:
+            moved["rank"] = 0
+        if "ranks" in moved:
+            moved["ranks"] = [0]
+        plan.append(moved)
+    return replace(scenario, plan=tuple(plan), world_sizes=(1,))
+
+
+def needs(scenario: Scenario) -> int:
+    return max(scenario.world_sizes)
+
+
+@NCCL
+@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.gpu(devices=needs(s)), id=s.name)
+                                      for s in SCENARIOS])
+def test_on_nccl_the_reference_trainer_stays_valid_with_one_rank_per_gpu(run_scenario: Callable[..., Any],
+                                                                         scenario: Scenario) -> None:
+    judged = run_scenario(scenario)
+    assert_every_fault_fired(judged)
+    assert_valid(judged, scenario.threatens)
+
+
+@NCCL
+@pytest.mark.gpu(devices=1)
+@pytest.mark.parametrize("scenario", [on_one_gpu(s) for s in SCENARIOS], ids=[s.name for s in SCENARIOS])
+def test_on_one_gpu_the_reference_trainer_stays_valid_at_world_size_one(run_scenario: Callable[..., Any],
+                                                                        scenario: Scenario) -> None:
+    judged = run_scenario(scenario)
+    assert_every_fault_fired(judged)
+    assert_valid(judged, tuple(n for n in scenario.threatens if n != "replicas"))
+
+
+@NCCL
+@pytest.mark.gpu(devices=1)
+@pytest.mark.parametrize("amp_dtype", ["fp16", "bf16"])
+def test_on_one_gpu_a_resume_under_amp_matches_the_uninterrupted_run(run_scenario: Callable[..., Any],
+                                                                     amp_dtype: str) -> None:
+    # fp16 carries a GradScaler whose scale and growth tracker live in scheduler.pt;
+    # continuity compares every resumed digest with the golden run's.
+    judged = run_scenario("crash-exception", world_sizes=(1,),
+                          plan=({"id": "raise-r0", "kind": "kill", "rank": 0, "step": 7, "how": "exception"},),
+                          config={"amp_dtype": amp_dtype})
+    assert_every_fault_fired(judged)
+    assert_valid(judged, ("continuity", "coverage"))
+    assert judged.judgement.verdicts["continuity"].counts["restores_checked"] >= 1
+
+
+@pytest.mark.gpu(devices=1)
+def test_the_cuda_rng_and_grad_scaler_survive_a_checkpoint_round_trip() -> None:
+    import torch
+
+    from trainer.checkpoint import from_bytes, to_bytes
+    from trainer.state import capture_rng, restore_rng
+
+    torch.cuda.manual_seed_all(1234)
+    saved = from_bytes(to_bytes(capture_rng()))
+    expected = torch.rand(8, device="cuda")
+    torch.rand(8, device="cuda")  # move the stream on
+    restore_rng(saved)
+    assert torch.equal(torch.rand(8, device="cuda"), expected)
+
+    scaler = torch.amp.GradScaler("cuda", init_scale=1024.0, growth_interval=3)
+    model = torch.nn.Linear(4, 1).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):  # a few updates so the scale and growth tracker move
+        optimizer.zero_grad()
+        scaler.scale(model(torch.ones(2, 4, device="cuda")).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    restored = torch.amp.GradScaler("cuda")
+    restored.load_state_dict(from_bytes(to_bytes(scaler.state_dict())))
+    assert restored.state_dict() == scaler.state_dict()
+    assert restored.get_scale() == scaler.get_scale() != 1024.0
