@@ -467,7 +467,8 @@ def headline(report: dict[str, Any]) -> str:
         restored = row["restored"]
         where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
             ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
-        parts.append(f"attempt {row['attempt']} lost {row['checkpoint_age_steps']} step(s) and {where}")
+        parts.append(f"attempt {row['attempt']} failed {row['checkpoint_age_steps']} step(s) past its newest "
+                     f"checkpoint and {where}")
     totals = report["totals"]
     final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
     parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")

@@ -16,7 +16,7 @@ WIDTH = 960
 LEFT = 150  # lane labels
 RIGHT = 110  # exit codes
 PLOT = WIDTH - LEFT - RIGHT
-LANE_H, LANE_GAP, HEADER_H, ATTEMPT_GAP, AXIS_H = 16, 4, 20, 10, 26
+LANE_H, LANE_GAP, HEADER_H, ATTEMPT_GAP, AXIS_H, FOOTER_H = 16, 4, 20, 10, 26, 14
 MAX_LANES = 8
 """More ranks than this in an attempt are drawn aggregated: one lane per group of ranks that did the same."""
 
@@ -146,7 +146,8 @@ def timeline_svg(report: dict[str, Any]) -> str:
         for i, lane in enumerate(block.lanes):
             lane.y = y + HEADER_H + i * (LANE_H + LANE_GAP)
         blocks.append(block)
-        y = block.bottom + ATTEMPT_GAP
+        # Fault and hang labels go in a row under the lanes, clear of the attempt's own note.
+        y = block.bottom + ATTEMPT_GAP + (FOOTER_H if _has_marks(att, report) else 0)
     height = y + 34
     x = lambda step: LEFT + step * px  # noqa: E731 - the one scale of this picture
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="tw-timeline" viewBox="0 0 {WIDTH} {_t(height)}" '
@@ -159,6 +160,11 @@ def timeline_svg(report: dict[str, Any]) -> str:
     parts += _timeline_legend(height - 14)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _has_marks(att: dict[str, Any], report: dict[str, Any]) -> bool:
+    return any(f["attempt"] == att["attempt"] and f["in_step"] is not None for f in report["faults"]) or \
+        any(h["attempt"] == att["attempt"] for h in report["hangs"])
 
 
 def _step_axis(max_step: int, x: Any, height: float) -> list[str]:
@@ -294,7 +300,9 @@ def _faults(block: Block, report: dict[str, Any], x: Any) -> list[str]:
             if lane is not None:
                 out.append(_text(x0 + 2, lane.y + 12.5, "✕", 13, fill=COLORS["fault"], weight="bold",
                                  cls="tw-fault-mark"))
-        out.append(_text(x0, block.y + 14, f"⚡ {f['id']}", 10, "end", COLORS["fault"], "bold"))
+        # Left of the fault line, under the lanes; hang labels go right of their step, so they never meet.
+        out.append(_text(x0 - 3, block.bottom + 12, f"⚡ {f['id']} ({f['signal'] or f['kind']}, +{f['t_s']:.2f} s)",
+                         10, "end", COLORS["fault"], "bold"))
     return out
 
 
@@ -312,7 +320,7 @@ def _hangs(block: Block, report: dict[str, Any], x: Any) -> list[str]:
                      f"suspect rank {rank} stuck in update {k}")
             out.append(_rect(x(k - 1), lane.y, max(x(k) - x(k - 1), 6), LANE_H, "none", title,
                              f'class="tw-hang" stroke="{COLORS["hang"]}" stroke-width="2.5"'))
-        out.append(_text(x(k) + 4, block.bottom + 9, f"⏸ hang detected after {hang['detected_after_s']} s",
+        out.append(_text(x(k) + 4, block.bottom + 12, f"‖ hang detected after {hang['detected_after_s']} s",
                          10, fill=COLORS["hang"], weight="bold"))
     return out
 
