@@ -16,8 +16,9 @@ from harness.report import NotARun, render_casebook, render_report
 from harness.report.model import verdict_word
 from harness.scenarios import get_scenario, scenario_names
 
-DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0")
-"""The demo's fixed cases when the table grows: a kill, a hang, a world-size change, a writer's death."""
+DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0", "corrupt-newest", "straggler")
+"""The demo's fixed cases once the table grows: a kill, a hang, a world-size change, the writer's death,
+a damaged newest checkpoint and a straggler: between them, every interview question a report answers."""
 RUN_ALL_BELOW = 8
 """With fewer built-in scenarios than this, the demo runs them all (about 10 s each on 2 cores)."""
 EXIT = {"VALID": 0, "INVALID": 1, "UNKNOWN": 2}

@@ -219,9 +219,13 @@ def _answer_frequency(report: dict[str, Any]) -> str:
         age_s = f" / {row['checkpoint_age_s']:.2f} s" if row["checkpoint_age_s"] is not None else ""
         back = (f"; it was back at step {row['progress_at_failure']} {row['recovered_after_s']:.2f} s after the failure"
                 if row["recovered_after_s"] is not None else "")
+        restored = row["restored"]
+        went_back = (f" That checkpoint was not usable, so the restart went back to {restored['checkpoint']} "
+                     f"(step {restored['step']})." if restored and row["checkpoint"]
+                     and restored["checkpoint"] != row["checkpoint"] else "")
         out.append(f"Attempt {row['attempt']} failed {row['checkpoint_age_steps']} step(s){age_s} after its newest "
-                   f"checkpoint ({row['checkpoint'] or 'none: back to step 0'}), so {row['steps_redone']} step(s) "
-                   f"({row['samples_redone']} samples) were redone{back}.")
+                   f"checkpoint ({row['checkpoint'] or 'none: back to step 0'}).{went_back} "
+                   f"{row['steps_redone']} step(s) ({row['samples_redone']} samples) were redone{back}.")
     if save_s and step_s:
         mtbf = 3600.0
         best_s = math.sqrt(2 * save_s * mtbf)

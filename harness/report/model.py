@@ -449,6 +449,8 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 # ----- the one-line story ---------------------------------------------------------------
 
 VERDICT_WORD = {True: "VALID", False: "INVALID"}
+SAVE_FAULTS = ("torn_write", "crash_op", "storage_error")
+"""Fault kinds that fire inside a checkpoint save (faults/plan.py), not inside an update."""
 
 
 def verdict_word(valid: Any) -> str:
@@ -467,8 +469,9 @@ def headline(report: dict[str, Any]) -> str:
         restored = row["restored"]
         where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
             ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
-        parts.append(f"attempt {row['attempt']} failed {row['checkpoint_age_steps']} step(s) past its newest "
-                     f"checkpoint and {where}")
+        lost = row["progress_at_failure"] - (restored["step"] if restored else 0)
+        parts.append(f"attempt {row['attempt']} failed after update {row['progress_at_failure']} and {where}"
+                     + (f": {lost} update(s) to redo" if row["resumed_after_s"] is not None else ""))
     totals = report["totals"]
     final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
     parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")
@@ -488,5 +491,7 @@ def _fault_phrase(fault: dict[str, Any]) -> str:
     who = f"rank {fault['rank']}" if fault["rank"] is not None else \
         (f"ranks {', '.join(map(str, fault['ranks']))}" if fault["ranks"] else fault.get("checkpoint") or "the job")
     what = fault["signal"] or fault["kind"]
-    when = f" in step {fault['in_step']}" if fault["in_step"] else ""
+    when = f" in update {fault['in_step']}" if fault["in_step"] else ""
+    if fault["kind"] in SAVE_FAULTS and fault["in_step"]:  # they fire inside the save after the last update
+        when = f" during the save after update {fault['in_step'] - 1}"
     return f"{what} {who}{when} (attempt {fault['attempt']})"

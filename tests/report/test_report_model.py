@@ -142,3 +142,29 @@ def test_events_the_checkers_refuse_still_give_a_report_with_an_unknown_verdict(
     assert "could not be judged" in report["error"]
     assert report["attempts"][0]["lanes"]  # the picture is still drawn from what parsed
     assert "skipped 1 line" in " ".join(report["raw_notes"])
+
+
+def test_a_damaged_newest_checkpoint_sends_the_restart_further_back_and_the_report_says_so(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run", faults=[{"id": "k1", "kind": "kill", "rank": 1, "step": 6},
+                                            {"id": "c1", "kind": "corrupt", "attempt": 1}])
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 5)
+    w.emit(w.rank_file(0, 1), "fault", attempt=0, fault_id="k1", rank=1, detail="killed at step 6")
+    w.exits(0, {1: -9, 0: -9})
+    w.harness("fault", attempt=1, fault_id="c1", rank=None, checkpoint="step-00000004", detail="flipped bytes")
+    w.spec["world_sizes"].append(2)
+    w.harness("attempt", attempt=1, world_size=2, launcher="warm", pids=[])
+    w.emit(w.rank_file(1, 0), "reject", attempt=1, rank=0, checkpoint="step-00000004", reason="digest mismatch")
+    for rank in (0, 1):
+        w.emit(w.rank_file(1, rank), "restore", attempt=1, rank=rank, world_size=2, step=2,
+               checkpoint="step-00000002", digest="d2")
+    w.train(1, 2, 3, 8)
+    w.exits(1, {0: 0, 1: 0})
+    w.end()
+    report = build_report(w.write())
+    assert report["verdicts"]["atomicity"]["valid"] is True, report["verdicts"]["atomicity"]
+    assert "failed after update 5 and restarted from step-00000002 (step 2): 3 update(s) to redo" in report["headline"]
+    frequency = next(a for a in report["angles"] if a["topic"] == "frequency")
+    assert "the restart went back to step-00000002" in frequency["answer"]
+    silent = next(a for a in report["angles"] if a["topic"] == "silent")
+    assert "1 checkpoint(s) damaged by faults (step-00000004), 1 rejected on verification" in silent["answer"]
