@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from faults.sweep import run_sweep
+from faults.sweep import SweepResult, run_sweep
 
 # The reference save's mutating ops (tests/faults/test_injectors.py checks the recording):
 # 2 = write(.tmp-step-00000016-PID/model.pt), 9 = rename(.tmp..., step-00000016),
@@ -42,17 +42,24 @@ def test_a_crash_right_after_the_commit_pointer_is_renamed_is_judged_valid(tmp_p
     assert result.first_failure is None, result.rows[0].summary
 
 
+@pytest.fixture(scope="module")
+def reference_sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepResult:
+    """The full reference sweep (39 jobs), run once for the slow tests that read it."""
+    return run_sweep("reference", out=tmp_path_factory.mktemp("sweep"))
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason=COMMIT_WINDOW)
-def test_the_reference_writer_survives_a_crash_at_every_storage_operation(tmp_path: Path) -> None:
-    result = run_sweep("reference", out=tmp_path)
+def test_the_reference_writer_survives_a_crash_at_every_storage_operation(reference_sweep: SweepResult) -> None:
+    result = reference_sweep
     assert len(result.ops) >= 10 and len(result.rows) == len(json.loads(json.dumps(result.to_json()))["rows"])
     assert result.failures == [], [r.label for r in result.failures]
 
 
 @pytest.mark.slow
-def test_the_reference_writer_fails_only_inside_the_window_between_commit_and_save_event(tmp_path: Path) -> None:
-    result = run_sweep("reference", out=tmp_path)
+def test_the_reference_writer_fails_only_inside_the_window_between_commit_and_save_event(
+        reference_sweep: SweepResult) -> None:
+    result = reference_sweep
     assert len(result.ops) >= 10
     window = {(12, "after"), (13, "before"), (13, "after")}
     assert {(r.op_index, r.when) for r in result.failures} <= window, [r.label for r in result.failures]
