@@ -59,7 +59,10 @@ def interview_angles(report: dict[str, Any]) -> list[dict[str, Any]]:
     for topic in order:
         answer = ANSWERS[topic](report)
         if answer:
-            angles.append({"topic": topic, "question": QUESTIONS[topic], "answer": answer,
+            question = QUESTIONS[topic]
+            if topic == "hang" and not report["hangs"]:  # nothing hung: the case is telling slow from stuck
+                question = "How do you tell a straggler from a hang?"
+            angles.append({"topic": topic, "question": question, "answer": answer,
                            "raised_by": sorted(triggers[topic])})
     angles.extend(_violations(report))
     return angles

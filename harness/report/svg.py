@@ -288,7 +288,9 @@ def _faults(block: Block, report: dict[str, Any], x: Any) -> list[str]:
         if f["attempt"] != a or f["in_step"] is None or f["repeat"] or not block.lanes:
             continue
         x0 = x(f["in_step"] - 1)
-        x1 = max(x(max(end_step, f["in_step"])), x0 + 4)
+        # A fault the attempt survived (a straggler, a stall) doomed nothing: mark where it began only.
+        survived = block.attempt["ended"] == "completed"
+        x1 = x0 + 4 if survived else max(x(max(end_step, f["in_step"])), x0 + 4)
         title = f"fault {f['id']} ({f['signal'] or f['kind']}) at +{f['t_s']:.2f} s during update {f['in_step']}: " \
                 f"{f['detail'] or ''}"
         top, h = block.lanes[0].y - 3, block.bottom - block.lanes[0].y + 6
@@ -301,8 +303,10 @@ def _faults(block: Block, report: dict[str, Any], x: Any) -> list[str]:
                 out.append(_text(x0 + 2, lane.y + 12.5, "✕", 13, fill=COLORS["fault"], weight="bold",
                                  cls="tw-fault-mark"))
         # Left of the fault line, under the lanes; hang labels go right of their step, so they never meet.
-        out.append(_text(x0 - 3, block.bottom + 12, f"⚡ {f['id']} ({f['signal'] or f['kind']}, +{f['t_s']:.2f} s)",
-                         10, "end", COLORS["fault"], "bold"))
+        label = f"⚡ {f['id']} ({f['signal'] or f['kind']}, +{f['t_s']:.2f} s)"
+        fits_left = x0 - 3 - 6 * len(label) > 0  # near update 0 it would run off the picture
+        out.append(_text(x0 - 3 if fits_left else x0 + 3, block.bottom + 12, label, 10,
+                         "end" if fits_left else "start", COLORS["fault"], "bold"))
     return out
 
 
@@ -422,10 +426,11 @@ def phases_svg(report: dict[str, Any]) -> str:
     if not rows:
         return ""
     biggest = max(sum(r["totals"].values()) for r in rows) or 1.0
+    plot = PLOT - 130  # room right of the longest bar for its total and the slowest-rank mark
     bar_h, gap, top = 16, 6, 8
     shown = rows[:64]  # beyond that a table says more than bars
     height = top + len(shown) * (bar_h + gap) + 30
-    px = PLOT / biggest
+    px = plot / biggest
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="tw-phases" viewBox="0 0 {WIDTH} {height}" '
              f'width="{WIDTH}" height="{height}" role="img" font-family="system-ui, sans-serif">',
              "<title>Seconds per step phase, per rank, over the whole run</title>"]
@@ -441,7 +446,7 @@ def phases_svg(report: dict[str, Any]) -> str:
                                    f"rank {row['rank']} {name}: {seconds:.3f} s over {row['steps']} steps"))
                 cx += seconds * px
         label = f"{sum(row['totals'].values()):.2f} s" + (f"  ◀ slowest{_ratio(row, rows)}" if slow else "")
-        parts.append(_text(min(cx + 6, LEFT + PLOT + 4), y + 12, label, 10,
+        parts.append(_text(cx + 6, y + 12, label, 10,
                            fill=COLORS["missed"] if slow else COLORS["muted"], weight="bold" if slow else "normal",
                            cls="tw-slowest" if slow else ""))
     cx = float(LEFT)
