@@ -309,6 +309,8 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         out = tmp_path / f"{base.name}-{len(run_dirs)}"
         run_dirs.append(out)
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
+        if settings.backend != "auto":  # `trainwreck run` defaults to auto: name the backend that ran
+            judged = replace(judged, reproduce=f"{judged.reproduce} --backend {settings.backend}")
         record_run(request, judged)
         return judged
 

@@ -99,3 +99,22 @@ def test_the_failure_section_shows_verdicts_run_directory_and_the_reproducing_co
     assert "planned faults that never fired: k9" in text
     assert f"run directory: {tmp_path / 'run'}" in text
     assert text.splitlines()[-1] == "reproduce: trainwreck run --plan '[]' --world-sizes 2"
+
+
+@pytest.mark.slow
+def test_a_failing_scenario_test_reports_its_verdicts_run_directory_and_reproducing_command(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "test_expects_invalid.py").write_text(
+        "def test_kill_resume_is_invalid(run_scenario):\n"
+        "    assert run_scenario('kill-resume').judgement.valid is False\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "--rootdir", str(tmp_path), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    section = done.stdout.split(" trainwreck ", 1)[1]
+    assert "VALID    coverage" in section
+    assert "run directory: " in section and "report: " in section
+    assert "reproduce: trainwreck run kill-resume --plan '[{\"id\":\"kill-r1\"" in section
+    assert "--backend gloo" in section
