@@ -410,6 +410,9 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
     needs_save = point in fp.SAVE_POINTS or fault["kind"] in ("torn_write", "crash_op")
     if needs_save:
         _check_save_step(fid, fault, cfg, point)
+    if fault["kind"] == "corrupt" and attempt == 0:
+        raise PlanError(f"fault {fid}: field 'attempt'=0: corruption is applied when an attempt starts, and "
+                        "attempt 0 finds no checkpoint to damage; use attempt >= 1 (after a kill or hang)")
     if fault["kind"] == "straggler" and fault.get("until", step) > cfg.total_steps:
         raise PlanError(f"fault {fid}: field 'until'={fault['until']} is beyond total_steps={cfg.total_steps}")
 

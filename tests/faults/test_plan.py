@@ -71,6 +71,7 @@ def test_malformed_json_is_refused_with_an_example_of_a_plan() -> None:
     ({"id": "t1", "kind": "torn_write", "step": 7}, ["'t1'", "'step'", "4, 8, 12"]),
     ({"id": "k1", "kind": "kill", "rank": 1, "step": 8, "point": "save.before_rename"}, ["'k1'", "rank 0"]),
     ({"id": "k1", "kind": "kill", "rank": 0, "step": 0}, ["'k1'", "'step'"]),
+    ({"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 0}, ["'c1'", "'attempt'"]),
 ])
 def test_a_fault_that_cannot_fire_in_this_job_is_refused_naming_its_id_and_field(
         fault: dict, names: list[str]) -> None:
