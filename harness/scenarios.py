@@ -111,6 +111,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         threatens=("atomicity", "progress"),
         plan=({"id": "enospc-8", "kind": "storage_error", "step": 8, "errno": "ENOSPC"},),
     ),
+    Scenario(
+        name="slow-allreduce",
+        summary="on 4 ranks, rank 2's gradient all-reduce of update 5 starts 0.5 s late",
+        question="Does a slow collective look like a hang to your watchdog?",
+        threatens=("hang", "replicas", "continuity"),
+        plan=({"id": "delay-r2", "kind": "comm_delay", "rank": 2, "step": 5, "seconds": 0.5},),
+        world_sizes=(4,),
+    ),
+    Scenario(
+        name="slow-disk",
+        summary="the first write of the step-8 save stalls for 0.5 s",
+        question="Is a slow checkpoint a hung job?",
+        threatens=("hang", "atomicity", "progress"),
+        plan=({"id": "stall-8", "kind": "storage_stall", "step": 8, "seconds": 0.5},),
+    ),
 )
 
 
