@@ -37,8 +37,11 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         load_spec(str(run_dir))
     except InputError as exc:
         raise NotARun(str(exc)) from None
-    raw = read_raw(run_dir)
     history, load_error = _load(run_dir)
+    # The History already holds every batch as columns; parsing them again is most of the cost.
+    raw = read_raw(run_dir, batches=history is None)
+    if history is not None:
+        raw.batch_sizes = _batch_sizes(history)
     judged = _judgement(run_dir, history, load_error)
     lineage = walk_lineage(history) if history is not None else None
     attempts = _attempts(raw, lineage)
@@ -77,6 +80,16 @@ def _load(run_dir: Path) -> tuple[History | None, str | None]:
         return load_history(run_dir), None
     except InputError as exc:
         return None, str(exc)
+
+
+def _batch_sizes(history: History) -> dict[tuple[int, int, int], int]:
+    """(attempt, rank, step) -> samples that rank used for that update."""
+    sizes: dict[tuple[int, int, int], int] = {}
+    for (attempt, rank), log in history.logs.items():
+        for i, step in enumerate(log.batch_steps):
+            key = (attempt, rank, step)
+            sizes[key] = sizes.get(key, 0) + log.offsets[i + 1] - log.offsets[i]
+    return sizes
 
 
 def _judgement(run_dir: Path, history: History | None, load_error: str | None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ this reader skips what it cannot parse and says so instead of raising.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,52 +64,71 @@ def read_spec(run_dir: Path) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
-def read_raw(run_dir: Path) -> RawRun:
+def read_raw(run_dir: Path, batches: bool = True) -> RawRun:
+    """Every event of RUN_DIR/events/*.jsonl. batches=False skips `batch` lines unparsed (they
+    are most of the bytes) when the caller gets the sample counts elsewhere (the History)."""
     raw = RawRun(spec=read_spec(run_dir))
     events_dir = run_dir / "events"
     for path in sorted(events_dir.glob("*.jsonl")) if events_dir.is_dir() else []:
-        _read_file(raw, path)
+        _read_file(raw, path, batches)
     raw.events.sort(key=lambda ev: ev["t"])
     for lane in raw.lanes.values():
-        # A rank's file is written in order; sorting anyway keeps hand-written logs honest.
-        order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
-        lane.steps = [lane.steps[i] for i in order]
-        lane.times = [lane.times[i] for i in order]
+        if any(a > b for a, b in zip(lane.steps, lane.steps[1:])):  # hand-written logs may be out of order
+            order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
+            lane.steps = [lane.steps[i] for i in order]
+            lane.times = [lane.times[i] for i in order]
     return raw
 
 
-def _read_file(raw: RawRun, path: Path) -> None:
+# A line that is certainly a batch event: every writer puts `kind` first. Lines that
+# are batch events written otherwise are simply parsed.
+_BATCH_LINE = re.compile(r'\{\s*"kind"\s*:\s*"batch"')
+
+
+def _read_file(raw: RawRun, path: Path, batches: bool) -> None:
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError as exc:
         raw.notes.append(f"events/{path.name}: cannot read ({exc})")
         return
-    skipped = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            ev = json.loads(line)
-        except ValueError:
+    lines = [line for line in lines if line.strip() and (batches or not _BATCH_LINE.match(line))]
+    parsed, skipped = _parse(lines)
+    for ev in parsed:
+        if isinstance(ev, dict) and isinstance(ev.get("t"), (int, float)):
+            _ingest(raw, ev)
+        else:
             skipped += 1
-            continue
-        if not isinstance(ev, dict) or not isinstance(ev.get("t"), (int, float)):
-            skipped += 1
-            continue
-        _ingest(raw, ev)
     if skipped:
         raw.notes.append(f"events/{path.name}: skipped {skipped} line(s) that were not events (a torn last line is normal after a kill)")
 
 
+def _parse(lines: list[str]) -> tuple[list[Any], int]:
+    """All lines in one C-level parse when they are all JSON (the normal case); else line by line."""
+    try:
+        return json.loads("[" + ",".join(lines) + "]"), 0
+    except ValueError:
+        pass
+    parsed, skipped = [], 0
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            skipped += 1
+    return parsed, skipped
+
+
 def _ingest(raw: RawRun, ev: dict[str, Any]) -> None:
     t = float(ev["t"])
-    raw.t0 = t if raw.t0 is None else min(raw.t0, t)
-    raw.t_end = t if raw.t_end is None else max(raw.t_end, t)
+    if raw.t0 is None or t < raw.t0:
+        raw.t0 = t
+    if raw.t_end is None or t > raw.t_end:
+        raw.t_end = t
     kind = ev.get("kind")
     attempt, rank = ev.get("attempt"), ev.get("rank")
     has_lane = type(attempt) is int and type(rank) is int
     if kind == "step" and has_lane and type(ev.get("step")) is int:
-        _ingest_step(raw.lanes.setdefault((attempt, rank), LaneLog(attempt, rank)), ev, t)
+        lane = raw.lanes.get((attempt, rank)) or raw.lanes.setdefault((attempt, rank), LaneLog(attempt, rank))
+        _ingest_step(lane, ev, t)
         return
     if kind == "batch":
         if has_lane and type(ev.get("step")) is int and isinstance(ev.get("samples"), list):
@@ -125,14 +145,15 @@ def _ingest(raw: RawRun, ev: dict[str, Any]) -> None:
 def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
     lane.steps.append(ev["step"])
     lane.times.append(t)
-    if type(ev.get("world_size")) is int:
-        lane.world_size = ev["world_size"]
+    lane.world_size = ev.get("world_size", lane.world_size)
     phases = ev.get("phases")
-    if isinstance(phases, dict):
-        lane.phase_steps += 1
-        work = 0.0
+    if not isinstance(phases, dict):
+        return
+    try:
+        totals = lane.phase_totals
         for name, seconds in phases.items():
-            if isinstance(seconds, (int, float)):
-                lane.phase_totals[name] = lane.phase_totals.get(name, 0.0) + float(seconds)
-                work += float(seconds) if name != "checkpoint" else 0.0
-        lane.work.append(work)
+            totals[name] = totals.get(name, 0.0) + seconds
+        lane.work.append(sum(phases.values()) - phases.get("checkpoint", 0.0))
+        lane.phase_steps += 1
+    except TypeError:  # a phase that is not a number: that step's phases are not trusted
+        pass
