@@ -31,9 +31,15 @@ def load_case(run_dir: Path) -> dict[str, Any]:
         render_report(run_dir)
         return json.loads(path.read_text())
     except NotARun as exc:
-        return {"name": run_dir.name, "run_dir": str(run_dir), "valid": "unknown", "error": str(exc),
-                "verdicts": {}, "headline": f"not a run directory: {exc}", "attempts": [], "totals": {},
-                "angles": [], "recovery": []}
+        return _unreadable(run_dir, f"not a run directory: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one bad report must not cost a chaos session its casebook
+        return _unreadable(run_dir, f"the report could not be rendered: {type(exc).__name__}: {exc}")
+
+
+def _unreadable(run_dir: Path, why: str) -> dict[str, Any]:
+    """A casebook row for a run without a report: UNKNOWN, never a pass."""
+    return {"name": run_dir.name, "run_dir": str(run_dir), "valid": "unknown", "error": why, "verdicts": {},
+            "headline": why, "attempts": [], "totals": {}, "angles": [], "recovery": []}
 
 
 def render_casebook(out_dir: Path, run_dirs: list[Path], title: str) -> Path:

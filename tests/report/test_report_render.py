@@ -112,3 +112,11 @@ def test_trainwreck_report_on_a_directory_that_is_not_a_run_exits_2_with_a_messa
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["report", str(tmp_path)]) == 2
     assert "is not a run directory" in capsys.readouterr().err
+
+
+def test_a_casebook_row_for_a_directory_that_is_not_a_run_is_unknown_never_valid(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    index = render_casebook(tmp_path / "book", [clean_run(tmp_path / "ok"), tmp_path / "empty"], "mixed")
+    html = index.read_text()
+    assert "2 run(s): 1 valid, 1 unknown." in html and 'data-verdict="UNKNOWN"' in html
+    assert "not a run directory" in html
