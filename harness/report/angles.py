@@ -219,13 +219,19 @@ def _answer_frequency(report: dict[str, Any]) -> str:
         out.append(f"Saving {every} cost {save_s:.3f} s per save (max {phases['save_seconds']['max']:.3f} s) against "
                    f"{step_s:.3f} s per step: {share:.0%} of training time.")
     for row in report["recovery"]:
+        if not row["progress_at_failure"]:
+            out.append(f"Attempt {row['attempt']} failed before its first update: no work to lose.")
+            continue
         age_s = f" / {row['checkpoint_age_s']:.2f} s" if row["checkpoint_age_s"] is not None else ""
         back = (f"; it was back at step {row['progress_at_failure']} {row['recovered_after_s']:.2f} s after the failure"
                 if row["recovered_after_s"] is not None else "")
         restored = row["restored"]
-        went_back = (f" That checkpoint was not usable, so the restart went back to {restored['checkpoint']} "
-                     f"(step {restored['step']})." if restored and row["checkpoint"]
-                     and restored["checkpoint"] != row["checkpoint"] else "")
+        went_back = ""
+        if row["checkpoint"] and restored and restored["checkpoint"] != row["checkpoint"]:
+            went_back = (f" That checkpoint was not usable, so the restart went back to {restored['checkpoint']} "
+                         f"(step {restored['step']}).")
+        elif row["checkpoint"] and not restored and row["resumed_after_s"] is not None:
+            went_back = " That checkpoint was not usable, so the restart began from scratch (step 0)."
         out.append(f"Attempt {row['attempt']} failed {row['checkpoint_age_steps']} step(s){age_s} after its newest "
                    f"checkpoint ({row['checkpoint'] or 'none: back to step 0'}).{went_back} "
                    f"{row['steps_redone']} step(s) ({row['samples_redone']} samples) were redone{back}.")
@@ -242,7 +248,7 @@ def _answer_hang(report: dict[str, Any]) -> str:
     timeout = float(report["spec"].get("hang_timeout_s") or 0.0)
     out = []
     for hang in report["hangs"]:
-        fault = next((f for f in report["faults"] if f["attempt"] == hang["attempt"] and f["rank"] is not None), None)
+        fault = _hang_fault(report, hang)
         delay = (hang["t_s"] - fault["t_s"]) if fault and hang["t_s"] is not None else None
         named = ", ".join(map(str, hang["ranks"])) or "nobody"
         out.append((f"{delay:.2f} s after {fault['id']} hit rank {fault['rank']}, " if delay is not None else "")
@@ -272,6 +278,15 @@ def _answer_hang(report: dict[str, Any]) -> str:
                    f"Rank {slow['rank']} spent {slow['own_s']:.2f} s in its own phases (data, forward, optimizer)"
                    f"{ratio}; the others wait for it inside the all-reduce, which is where their time goes.")
     return " ".join(out) + _but(report, "hang")
+
+
+def _hang_fault(report: dict[str, Any], hang: dict[str, Any]) -> dict[str, Any] | None:
+    """The fault behind a hang: the one planned to hang, else the last one at a rank before it."""
+    mine = [f for f in report["faults"] if f["attempt"] == hang["attempt"] and f["rank"] is not None
+            and not f["repeat"]]
+    planned = [f for f in mine if f.get("expect") == "hang"]
+    before = [f for f in mine if f["t_s"] is not None and hang["t_s"] is not None and f["t_s"] <= hang["t_s"]]
+    return (planned or before or [None])[-1]
 
 
 def _median(values: list[float]) -> float:

@@ -378,12 +378,9 @@ def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
                   lineage: Lineage | None) -> dict[str, Any]:
     a = att["attempt"]
     mine = [ev for ev in raw.events if ev.get("attempt") == a]
-    # The cause: the first fault aimed at a rank (damage to a checkpoint between attempts is
-    # not what kills an attempt), else the hang, else the first rank that died.
-    fault = next((ev for ev in mine if ev.get("kind") == "fault"
-                  and (ev.get("rank") is not None or ev.get("ranks"))), None)
     hang = next((ev for ev in mine if ev.get("kind") == "hang"), None)
     death = next((ev for ev in mine if ev.get("kind") == "exit" and ev.get("code") not in (0, None)), None)
+    fault = _failing_fault(raw, mine, hang, death)
     cause_ev = fault or hang or death
     fail_t = cause_ev["t"] if cause_ev else raw.t0 + (att["end_s"] or 0.0)
     progress = max((k for (aa, _), lane in raw.lanes.items() if aa == a
@@ -412,6 +409,23 @@ def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
     if nxt is not None:
         row.update(_resume_times(raw, nxt, fail_t, progress))
     return row
+
+
+def _failing_fault(raw: RawRun, mine: list[dict[str, Any]], hang: dict[str, Any] | None,
+                   death: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fault that ended the attempt. Only faults aimed at ranks count (damage to a checkpoint
+    between attempts kills nobody); for a hang, the one planned to hang; otherwise the last one
+    before the hang or the first death, since an earlier delay or stall was survived."""
+    faults = [ev for ev in mine if ev.get("kind") == "fault" and (ev.get("rank") is not None or ev.get("ranks"))]
+    if hang is not None:
+        expected = {str(f.get("id")) for f in raw.spec.get("faults", []) if isinstance(f, dict)
+                    and f.get("expect") == "hang"}
+        planned = [ev for ev in faults if str(ev.get("fault_id")) in expected]
+        if planned:
+            return planned[0]
+    end = (hang or death or {}).get("t")
+    before = [ev for ev in faults if end is None or ev["t"] <= end]
+    return (before or faults or [None])[-1] if end is not None else (faults or [None])[0]
 
 
 def _cause(fault: dict[str, Any] | None, hang: dict[str, Any] | None, death: dict[str, Any] | None) -> str:
@@ -483,8 +497,9 @@ def headline(report: dict[str, Any]) -> str:
         where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
             ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
         lost = row["progress_at_failure"] - (restored["step"] if restored else 0)
-        parts.append(f"attempt {row['attempt']} failed after update {row['progress_at_failure']} and {where}"
-                     + (f": {lost} update(s) to redo" if row["resumed_after_s"] is not None else ""))
+        when = f"after update {row['progress_at_failure']}" if row["progress_at_failure"] else "before its first update"
+        parts.append(f"attempt {row['attempt']} failed {when} and {where}"
+                     + (f": {lost} update(s) to redo" if row["resumed_after_s"] is not None and lost > 0 else ""))
     totals = report["totals"]
     final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
     parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")

@@ -168,3 +168,24 @@ def test_a_damaged_newest_checkpoint_sends_the_restart_further_back_and_the_repo
     assert "the restart went back to step-00000002" in frequency["answer"]
     silent = next(a for a in report["angles"] if a["topic"] == "silent")
     assert "1 checkpoint(s) damaged by faults (step-00000004), 1 rejected on verification" in silent["answer"]
+
+
+def test_a_hang_is_blamed_on_the_fault_planned_to_hang_not_an_earlier_survived_delay(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run", faults=[{"id": "d1", "kind": "comm_delay", "rank": 1, "step": 2, "seconds": 0.02},
+                                            {"id": "h1", "kind": "hang", "rank": 1, "step": 4, "expect": "hang"}])
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 1)
+    w.emit(w.rank_file(0, 1), "fault", attempt=0, fault_id="d1", rank=1, detail="all-reduce 20 ms late")
+    w.train(0, 2, 2, 3)
+    w.emit(w.rank_file(0, 1), "fault", attempt=0, fault_id="h1", rank=1, detail="blocks forever")
+    w.t += 3.1
+    w.harness("hang", attempt=0, ranks=[1], waiting=[0], last_step=4, detected_after_s=3.05, stacks=[])
+    w.exits(0, {0: -9, 1: -9})
+    w.attempt(1, 2, restore=("step-00000002", 2))
+    w.train(1, 2, 3, 8)
+    w.exits(1, {0: 0, 1: 0})
+    w.end()
+    report = build_report(w.write())
+    (row,) = report["recovery"]
+    assert row["fault_id"] == "h1" and row["progress_at_failure"] == 3
+    assert "after h1 hit rank 1" in next(a for a in report["angles"] if a["topic"] == "hang")["answer"]
