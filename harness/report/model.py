@@ -496,10 +496,9 @@ def headline(report: dict[str, Any]) -> str:
         restored = row["restored"]
         where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
             ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
-        lost = row["progress_at_failure"] - (restored["step"] if restored else 0)
         when = f"after update {row['progress_at_failure']}" if row["progress_at_failure"] else "before its first update"
         parts.append(f"attempt {row['attempt']} failed {when} and {where}"
-                     + (f": {lost} update(s) to redo" if row["resumed_after_s"] is not None and lost > 0 else ""))
+                     + (f"; {row['steps_redone']} update(s) of its work redone" if row["steps_redone"] else ""))
     totals = report["totals"]
     final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
     parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")

@@ -163,7 +163,8 @@ def test_a_damaged_newest_checkpoint_sends_the_restart_further_back_and_the_repo
     w.end()
     report = build_report(w.write())
     assert report["verdicts"]["atomicity"]["valid"] is True, report["verdicts"]["atomicity"]
-    assert "failed after update 5 and restarted from step-00000002 (step 2): 3 update(s) to redo" in report["headline"]
+    assert "failed after update 5 and restarted from step-00000002 (step 2); 3 update(s) of its work redone" \
+        in report["headline"]
     frequency = next(a for a in report["angles"] if a["topic"] == "frequency")
     assert "the restart went back to step-00000002" in frequency["answer"]
     silent = next(a for a in report["angles"] if a["topic"] == "silent")
