@@ -179,6 +179,36 @@ class CheckpointStore:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             return f"commit pointer {POINTER!r} is unreadable ({exc})"
 
+    # ----- commit announcements ---------------------------------------------------------
+
+    def announce_if_unannounced(self, verified: Verified) -> None:
+        """Write the `save` event of a committed checkpoint whose writer died between the
+        pointer rename (the commit) and its `save` event: two durable records cannot be
+        written atomically, so the next attempt completes the log on the writer's behalf.
+
+        Only a checkpoint the pointer proves committed is announced, so a loader that
+        restores an uncommitted directory is never covered up."""
+        pointer = self.read_pointer()
+        step = checkpoint_step(verified.name)
+        attempt = verified.manifest.get("attempt")
+        if not isinstance(pointer, int) or step is None or step > pointer or not isinstance(attempt, int):
+            return
+        if self._announced(verified.name, attempt):
+            return
+        self.events.emit("save", attempt=attempt, step=step, checkpoint=verified.name,
+                         digest=verified.manifest.get("digest"), recovered=True)
+
+    def _announced(self, name: str, attempt: int) -> bool:
+        """Whether any event file of attempt `attempt` or later holds this checkpoint's `save`."""
+        wanted = f'"checkpoint":"{name}"'
+        for path in sorted(self.events.path.parent.glob("a*-*.jsonl")):
+            if not path.name[1:4].isdigit() or int(path.name[1:4]) < attempt:
+                continue
+            with open(path, encoding="utf-8", errors="replace") as lines:
+                if any('"kind":"save"' in line and wanted in line for line in lines):
+                    return True
+        return False
+
     # ----- load -------------------------------------------------------------------------
 
     def select(self, identity: str) -> Verified | None:

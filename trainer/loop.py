@@ -275,6 +275,8 @@ class Trainer:
         if verified is None:
             verified = self.checkpoints.verify(name)
         self.load(verified)
+        if self.rank == 0:
+            self.checkpoints.announce_if_unannounced(verified)
         self.events.emit("restore", step=self.state.step, checkpoint=name, digest=state_digest(self.state))
 
     def load(self, verified: Verified) -> None:
