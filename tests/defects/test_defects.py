@@ -19,9 +19,9 @@ from harness.watchdog import watchdog_class
 from invariants.judge import CHECKERS
 from trainer.loop import trainer_class
 
-# One cheap defect per invariant in the default run (the hang one waits out a watchdog).
-DEFAULT = {"resume_restarts_epoch", "optimizer_not_saved", "naive_writer", "rank_restores_different",
-           "sigterm_exits_clean", "disabled"}
+# A cheap defect per invariant in the default run. progress is caught by the CLI test
+# below (sigterm_exits_clean); the watchdog defect waits out two timeouts, so it is slow.
+DEFAULT = {"resume_restarts_epoch", "optimizer_not_saved", "naive_writer", "rank_restores_different"}
 
 
 def _param(defect: Defect) -> Any:
