@@ -74,21 +74,25 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
 def resolve(config: pytest.Config, name: str, item: pytest.Item | None = None) -> tuple[str, str]:
     """(value, source) of option `name`: marker > CLI > env > ini > default."""
     option = OPTIONS[name]
-    candidates: list[tuple[Any, str]] = []
-    if item is not None:
-        for marker in item.iter_markers(MARKER):  # closest first
-            if name in marker.kwargs:
-                candidates.append((marker.kwargs[name], f"marker on {item.nodeid}"))
-                break
-    candidates += [(config.getoption(option.dest, None), option.flag),
-                   (os.environ.get(option.env), f"${option.env}"),
-                   (config.getini(option.ini) or None, f"ini {option.ini}"),
-                   (option.default, "default")]
-    value, source = next((str(v), s) for v, s in candidates if v is not None and v != "" or s == "default")
+    value, source = _layered(config, option, item)
     if option.choices and value not in option.choices:
         raise pytest.UsageError(f"trainwreck option {name}={value!r} (from {source}) must be one of "
                                 f"{', '.join(option.choices)}")
     return value, source
+
+
+def _layered(config: pytest.Config, option: Option, item: pytest.Item | None) -> tuple[str, str]:
+    if item is not None:
+        for marker in item.iter_markers(MARKER):  # closest first
+            if option.name in marker.kwargs:  # explicit, even when empty ("no budget here")
+                return str(marker.kwargs[option.name]), f"marker on {item.nodeid}"
+    layers = ((config.getoption(option.dest, None), option.flag),
+              (os.environ.get(option.env), f"${option.env}"),
+              (config.getini(option.ini), f"ini {option.ini}"))
+    for value, source in layers:
+        if value not in (None, ""):  # an empty env var or ini key means "not set"
+            return str(value), source
+    return option.default, "default"
 
 
 @dataclass(frozen=True)
