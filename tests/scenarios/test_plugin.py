@@ -54,6 +54,15 @@ def test_an_option_resolves_marker_over_cli_over_env_over_ini_over_default(
     assert plugin.resolve(config, plugin.LAUNCHER, item) == expected  # type: ignore[arg-type]
 
 
+def test_an_empty_marker_value_is_explicit_while_an_empty_env_var_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    budget = plugin.OPTIONS[plugin.CHAOS_BUDGET]
+    monkeypatch.setenv(budget.env, "")
+    config = FakeConfig(ini={budget.ini: "5m"})
+    assert plugin.resolve(config, plugin.CHAOS_BUDGET, FakeItem()) == ("5m", "ini trainwreck_chaos_budget")  # type: ignore[arg-type]
+    config = FakeConfig(cli={budget.dest: "1s"})
+    assert plugin.resolve(config, plugin.CHAOS_BUDGET, FakeItem(chaos_budget=""))[0] == ""  # type: ignore[arg-type]
+
+
 def test_every_option_has_a_flag_an_env_var_and_an_ini_key_named_alike() -> None:
     for name, option in plugin.OPTIONS.items():
         assert option.flag == "--trainwreck-" + name.replace("_", "-")
