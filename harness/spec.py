@@ -99,11 +99,15 @@ class JobSpec:
                             "use launcher 'warm' or 'spawn' with it")
         if not isinstance(self.plan, list) or not all(isinstance(f, dict) for f in self.plan):
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
-        # The external faults are the harness's to apply, so they are checked here too.
+        # Every fault is checked against this job (kinds, fields, ranks, steps) before any
+        # process starts; the external ones also by the injector the harness will run.
         from faults.external import ExternalFaults, FaultError
+        from faults.plan import PlanError, validate_plan
         try:
             ExternalFaults(self.plan)
-        except FaultError as exc:
+            if self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
+                validate_plan(self.plan, self.config, sizes)
+        except (FaultError, PlanError) as exc:
             raise SpecError(str(exc)) from None
         if self.run_dir is not None:
             object.__setattr__(self, "run_dir", Path(self.run_dir))
