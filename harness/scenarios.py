@@ -44,11 +44,14 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="hang-detect",
-        summary="SIGSTOP rank 1 at update 6: the watchdog must name it, dump stacks and restart",
+        summary="SIGSTOP rank 1 at update 7: the watchdog must name it, dump stacks and restart",
         question="How do you find the rank that hangs?",
         threatens=("hang", "progress"),
-        plan=({"id": "stop-r1", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 6,
+        plan=({"id": "stop-r1", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 7,
                "expect": "hang"},),
+        # Saves at 6 and 12: the polled trigger has five steps of margin before it could
+        # land in a checkpoint phase, whose watchdog budget is longer than the hang bound.
+        config={"ckpt_interval": 6},
     ),
     Scenario(
         name="shrink-world",

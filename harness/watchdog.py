@@ -106,29 +106,45 @@ def watchdog_class(name: str) -> type[Watchdog]:
 
 
 def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:
-    """SIGUSR1 every rank (faulthandler dumps all threads), wake stopped ones, wait for the files.
+    """Dump every live rank's Python stacks without letting the attempt train on.
+
+    The attempt is frozen first (SIGSTOP to every rank). Then one rank at a time gets
+    SIGUSR1 (faulthandler dumps all threads from the signal handler) and SIGCONT, and
+    is stopped again once its dump is written. Continuing all ranks at once, as a
+    SIGSTOPped rank needs to run its handler, would let the whole attempt resume
+    training, and even commit checkpoints, after the hang was declared; a rank running
+    alone cannot complete a collective while its peers are frozen.
 
     Returns the stack files that hold a dump, relative to the run directory.
     """
     for pid in pids.values():
-        for sig in (signal.SIGUSR1, signal.SIGCONT):  # a SIGSTOPped rank dumps once continued
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        _send(pid, signal.SIGSTOP)
     files = {r: stacks_path(run_dir, attempt, r, pid) for r, pid in pids.items()}
     deadline = time.monotonic() + wait_s
-    sizes: dict[int, int] = {}
-    while True:
-        now = {r: _size(p) for r, p in files.items()}
-        # Done when every file holds something and nothing grew since the last look.
-        if all(now.values()) and now == sizes:
-            break
-        if time.monotonic() >= deadline:
-            break
-        sizes = now
-        time.sleep(0.02)  # a poll with a deadline: a file write sends no notification
+    for rank, pid in pids.items():
+        _send(pid, signal.SIGUSR1)  # pending until the rank runs again, then handled first
+        _send(pid, signal.SIGCONT)
+        _wait_for_dump(files[rank], deadline)
+        _send(pid, signal.SIGSTOP)
     return [str(p.relative_to(run_dir)) for p in files.values() if _size(p)]
+
+
+def _send(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass  # the rank died meanwhile; its exit is reported separately
+
+
+def _wait_for_dump(path: Path, deadline: float) -> None:
+    """Until the file holds something and stopped growing, or the shared deadline passes."""
+    size = -1
+    while time.monotonic() < deadline:
+        now = _size(path)
+        if now and now == size:
+            return
+        size = now
+        time.sleep(0.01)  # a poll with a deadline: a file write sends no notification
 
 
 def _size(path: Path) -> int:
