@@ -28,6 +28,7 @@ TARGETS = {
     "instrumentation_overhead_pct": ("<=", 3.0),
     "instrumentation_direct_pct": ("<=", 3.0),
     "atomic_save_ratio_100mb": ("<=", 1.3),
+    "atomic_save_ratio_vs_fsynced_100mb": ("<=", 1.3),
     "checker_events_per_s": (">=", 200_000),
 }
 
