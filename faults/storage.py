@@ -17,7 +17,7 @@ import errno as errno_codes
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from trainer.storage import Storage

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.spec import JobSpec, SpecError
 from trainer.events import FORMAT
+from trainer.rundir import run_spec, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""
@@ -22,27 +22,13 @@ class RunDirError(SpecError):
 
 
 def run_json(spec: JobSpec) -> dict[str, Any]:
-    """The DESIGN fields of run.json plus the extras the ranks and the report need."""
-    cfg = spec.config
-    return {
-        "format": FORMAT,
-        "dataset_size": cfg.dataset_size,
-        "global_batch": cfg.global_batch,
-        "drop_last": cfg.drop_last,
-        "total_steps": cfg.total_steps,
-        "hang_timeout_s": spec.hang_timeout_s,
-        "world_sizes": list(spec.world_sizes),
-        "faults": spec.plan,
-        # Extras: what a rank needs to rebuild its job, and the policy the judge may quote.
-        "config": cfg.to_dict(),
-        "max_restarts": spec.max_restarts,
-        "launcher": spec.launcher,
-        "hang_slack_s": HANG_SLACK_S,
-        "checkpoint_timeout_s": spec.checkpoint_budget_s,
-        "startup_timeout_s": spec.startup_budget_s,
-        "entry": spec.entry,
-        "hooks_factory": spec.hooks_factory,
-    }
+    """The DESIGN fields of run.json (written by the trainer's own helper) plus the
+    extras the ranks and the report need: how to rebuild the job, the policy the judge may quote."""
+    return run_spec(
+        spec.config, list(spec.world_sizes), hang_timeout_s=spec.hang_timeout_s, faults=spec.plan,
+        max_restarts=spec.max_restarts, launcher=spec.launcher, hang_slack_s=HANG_SLACK_S,
+        checkpoint_timeout_s=spec.checkpoint_budget_s, startup_timeout_s=spec.startup_budget_s,
+        entry=spec.entry, hooks_factory=spec.hooks_factory)
 
 
 def check_run_dir(path: Path) -> None:
@@ -75,12 +61,6 @@ def create_run_dir(spec: JobSpec) -> Path:
         (path / name).mkdir(exist_ok=True)
     write_json_atomic(path / "run.json", run_json(spec))
     return path
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:

@@ -11,7 +11,6 @@ the budget lasts and restarts keep advancing the newest committed checkpoint.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import sys

@@ -93,17 +93,7 @@ class CheckpointStore:
         """Write and commit the checkpoint of the state after update `step`; returns its name."""
         started = time.perf_counter()
         name = checkpoint_name(step)
-        tmp = f".tmp-{name}-{os.getpid()}"
-        self.storage.remove(tmp)
-        self.storage.mkdir(tmp)
-        entries = {}
-        for file_name, data in files.items():
-            self._write_file(step, name, f"{tmp}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
-        manifest = {"format": CKPT_FORMAT, "step": step, "files": entries, **meta}
-        self._write_file(step, name, f"{tmp}/{MANIFEST}", MANIFEST,
-                         json.dumps(manifest, indent=1, sort_keys=True).encode())
-        self.storage.fsync_dir(tmp)
+        tmp = self.stage(step, files, meta)
         self._move_aside(name)
         self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
         self.storage.rename(tmp, name)
@@ -116,6 +106,23 @@ class CheckpointStore:
         self.hooks.point(fp.SAVE_AFTER_POINTER, step, checkpoint=name)
         self.retain()
         return name
+
+    def stage(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+        """Write every file and the manifest into a fresh temporary directory, durably;
+        returns the directory. Nothing is visible to a loader yet."""
+        name = checkpoint_name(step)
+        tmp = f".tmp-{name}-{os.getpid()}"
+        self.storage.remove(tmp)
+        self.storage.mkdir(tmp)
+        entries = {}
+        for file_name, data in files.items():
+            self._write_file(step, name, f"{tmp}/{file_name}", file_name, data)
+            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        manifest = {"format": CKPT_FORMAT, "step": step, "files": entries, **meta}
+        self._write_file(step, name, f"{tmp}/{MANIFEST}", MANIFEST,
+                         json.dumps(manifest, indent=1, sort_keys=True).encode())
+        self.storage.fsync_dir(tmp)
+        return tmp
 
     def _write_file(self, step: int, name: str, path: str, file_name: str, data: bytes) -> None:
         self.hooks.point(fp.SAVE_BEFORE_FILE, step, checkpoint=name, file=file_name)

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
     from_bytes, sha256, to_bytes
 from trainer.loop import Trainer, register_variant
-from trainer.sampler import ElasticSampler, SamplerState
+from trainer.sampler import ElasticSampler
 
 # ----- the data pipeline ---------------------------------------------------------------
 
@@ -179,16 +179,9 @@ class PointerBeforeRenameStore(CheckpointStore):
         from trainer import hooks as fp
 
         name = checkpoint_name(step)
-        tmp = f".tmp-{name}"
-        self.storage.remove(tmp)
-        self.storage.mkdir(tmp)
-        entries = {}
-        for file_name, data in files.items():
-            self._write_file(step, name, f"{tmp}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
-        manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
-        self._write_file(step, name, f"{tmp}/{MANIFEST}", MANIFEST, json.dumps(manifest).encode())
+        tmp = self.stage(step, files, meta)  # staged like the reference...
         self._move_aside(name)
+        # ...but committed before the directory it names is in place.
         self.hooks.point(fp.SAVE_BEFORE_POINTER, step, checkpoint=name)
         self._write_pointer(step, name)
         self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
