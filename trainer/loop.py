@@ -131,6 +131,7 @@ class Trainer:
         storage = hooks.wrap_storage(LocalStorage(ctx.run_dir / "checkpoints"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
+        self._digest, self._digest_step = "", -1
 
     def _fresh_state(self) -> TrainState:
         random.seed(self.cfg.seed)
@@ -184,7 +185,7 @@ class Trainer:
 
         if self.cfg.instrument:
             timer.seconds["checkpoint"] = self._last_save_seconds
-            self.events.emit("step", step=step, loss=loss, digest=state_digest(self.state),
+            self.events.emit("step", step=step, loss=loss, digest=self.digest(),
                              lr=self.state.scheduler.get_last_lr()[0],
                              phases={k: round(v, 6) for k, v in timer.seconds.items()})
         self._last_save_seconds = 0.0
@@ -246,11 +247,17 @@ class Trainer:
         if self.rank == 0:
             files = self.checkpoint_files(rngs)
             meta = {"world_size": self.world_size, "config_identity": self.identity,
-                    "digest": state_digest(self.state), "attempt": self.ctx.attempt}
+                    "digest": self.digest(), "attempt": self.ctx.attempt}
             self.checkpoints.save(step, files, meta)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
         dist.barrier()
         self._last_save_seconds = time.perf_counter() - started
+
+    def digest(self) -> str:
+        """The state digest, hashed once per update: the step event and a save share it."""
+        if self._digest_step != self.state.step:
+            self._digest, self._digest_step = state_digest(self.state), self.state.step
+        return self._digest
 
     def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
         """The files of a checkpoint of the current state (a seam: planted defects override it)."""
@@ -277,11 +284,12 @@ class Trainer:
         self.load(verified)
         if self.rank == 0:
             self.checkpoints.announce_if_unannounced(verified)
-        self.events.emit("restore", step=self.state.step, checkpoint=name, digest=state_digest(self.state))
+        self.events.emit("restore", step=self.state.step, checkpoint=name, digest=self.digest())
 
     def load(self, verified: Verified) -> None:
         files = verified.files
         state = self.state
+        self._digest_step = -1  # the state changes under whatever step number it had
         state.model.load_state_dict(from_bytes(files["model.pt"]))
         state.optimizer.load_state_dict(from_bytes(files["optimizer.pt"]))
         sched = from_bytes(files["scheduler.pt"])
