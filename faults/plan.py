@@ -408,8 +408,8 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
         raise PlanError(f"fault {fid}: field 'step'={step}: updates are numbered from 1")
     point = fault.get("point", fp.STEP_START)
     needs_save = point in fp.SAVE_POINTS or fault["kind"] in ("torn_write", "crash_op")
-    if needs_save:
-        _check_save_step(fid, fault, cfg, point)
+    if needs_save or point == fp.SAVE_WAIT:
+        _check_save_step(fid, fault, cfg, point, writer_only=needs_save)
     if fault["kind"] == "corrupt" and attempt == 0:
         raise PlanError(f"fault {fid}: field 'attempt'=0: corruption is applied when an attempt starts, and "
                         "attempt 0 finds no checkpoint to damage; use attempt >= 1 (after a kill or hang)")
@@ -417,11 +417,11 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
         raise PlanError(f"fault {fid}: field 'until'={fault['until']} is beyond total_steps={cfg.total_steps}")
 
 
-def _check_save_step(fid: str, fault: dict[str, Any], cfg: TrainConfig, point: str) -> None:
+def _check_save_step(fid: str, fault: dict[str, Any], cfg: TrainConfig, point: str, writer_only: bool) -> None:
     saves = save_steps(cfg)
     if fault["step"] not in saves:
         raise PlanError(f"fault {fid}: field 'step'={fault['step']} has no checkpoint save, so "
                         f"{fault['kind']} at {point!r} would never fire; saves happen after updates "
                         f"{', '.join(map(str, saves))}")
-    if fault.get("rank", 0) != 0:
+    if writer_only and fault.get("rank", 0) != 0:
         raise PlanError(f"fault {fid}: field 'rank'={fault['rank']}: only rank 0 writes checkpoints; use rank 0")

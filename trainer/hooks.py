@@ -38,7 +38,10 @@ SAVE_POINTS = (
     SAVE_BEFORE_POINTER,
     SAVE_AFTER_POINTER,
 )
-ALL_POINTS = LOOP_POINTS + SAVE_POINTS
+# Every rank, at a checkpoint step, after the state gather and before the barrier that
+# ends the save: where a non-writing rank waits while rank 0 writes.
+SAVE_WAIT = "save.wait"
+ALL_POINTS = LOOP_POINTS + SAVE_POINTS + (SAVE_WAIT,)
 
 
 class Hooks(Protocol):

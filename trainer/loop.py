@@ -31,7 +31,7 @@ from trainer.model import MLP, draw_noise_key
 from trainer.progress import ProgressBoard
 from trainer.sampler import ElasticSampler, rank_slice
 from trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
-from trainer.storage import LocalStorage
+from trainer.storage import Heartbeat, LocalStorage
 
 
 def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> None:
@@ -128,7 +128,8 @@ class Trainer:
         self.ddp = DistributedDataParallel(
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
         hooks.on_model(self.ddp)
-        storage = hooks.wrap_storage(LocalStorage(ctx.run_dir / "checkpoints"))
+        storage = Heartbeat(hooks.wrap_storage(LocalStorage(ctx.run_dir / "checkpoints")),
+                            lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
@@ -241,14 +242,17 @@ class Trainer:
 
     def save(self, step: int) -> None:
         started = time.perf_counter()
-        self.progress.publish(step, "checkpoint")
+        self.progress.publish(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
         dist.all_gather_object(rngs, capture_rng())
         if self.rank == 0:
+            self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
             meta = {"world_size": self.world_size, "config_identity": self.identity,
                     "digest": self.digest(), "attempt": self.ctx.attempt}
             self.checkpoints.save(step, files, meta)
+            self.progress.publish(step, "checkpoint_wait")
+        self.hooks.point(fp.SAVE_WAIT, step)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
         dist.barrier()
         self._last_save_seconds = time.perf_counter() - started

@@ -15,7 +15,11 @@ from pathlib import Path
 
 # Phases in the order they happen inside one update; the watchdog ranks "furthest
 # behind" by (step, phase index), so the order is part of this format.
-PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "done")
+# "checkpoint" is only the writer while it writes (it republishes after every storage
+# operation); ranks gathering state for a save or waiting for it to finish are in
+# "checkpoint_wait", so the watchdog's longer checkpoint budget covers slow storage,
+# not a rank that hung while the others waited for the save.
+PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "checkpoint_wait", "done")
 PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 
 _RECORD = struct.Struct("<qqdq")  # step, phase index, unix time, pid

@@ -11,7 +11,9 @@ import errno
 import os
 import shutil
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class UnsafePathError(ValueError):
@@ -110,3 +112,43 @@ class LocalStorage:
 def _ignore_missing(func, path, exc_info) -> None:  # type: ignore[no-untyped-def]
     if not (isinstance(exc_info[1], OSError) and exc_info[1].errno == errno.ENOENT):
         raise exc_info[1]
+
+
+class Heartbeat:
+    """Calls `beat` after every operation of the storage it wraps.
+
+    The checkpoint writer republishes its progress this way, so a save that is slow
+    but moving keeps the watchdog's clock fresh; only one operation that itself
+    outlasts the budget (a stalled write, a huge fsync) looks like silence."""
+
+    def __init__(self, inner: Storage, beat: Callable[[], None]) -> None:
+        self.inner = inner
+        self.beat = beat
+
+    def _after(self, result: T) -> T:
+        self.beat()
+        return result
+
+    def exists(self, path: str) -> bool:
+        return self._after(self.inner.exists(path))
+
+    def read(self, path: str) -> bytes:
+        return self._after(self.inner.read(path))
+
+    def write(self, path: str, data: bytes) -> None:
+        self._after(self.inner.write(path, data))
+
+    def mkdir(self, path: str) -> None:
+        self._after(self.inner.mkdir(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        self._after(self.inner.rename(src, dst))
+
+    def fsync_dir(self, path: str) -> None:
+        self._after(self.inner.fsync_dir(path))
+
+    def list(self, path: str) -> list[str]:
+        return self._after(self.inner.list(path))
+
+    def remove(self, path: str) -> None:
+        self._after(self.inner.remove(path))
