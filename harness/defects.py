@@ -12,9 +12,8 @@ different trajectory (a forgotten RNG restore, an epoch-blind shuffle) is still 
 """
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -149,46 +148,20 @@ def get_defect(name: str) -> Defect:
 # ----- running a row -------------------------------------------------------------------
 
 
-def job_spec(scenario: Scenario, out: Path, variant: str = "reference", watchdog: str = "reference",
-             launcher: str = "warm") -> Any:
-    from harness.spec import JobSpec
-
-    cfg = replace(scenario.train_config(), variant=variant)
-    return JobSpec(config=cfg, world_sizes=scenario.world_sizes, plan=[dict(f) for f in scenario.plan],
-                   hang_timeout_s=scenario.hang_timeout_s, launcher=launcher, run_dir=out, keep=True,
-                   watchdog=watchdog)
-
-
-def run_against_reference(spec: Any, reproduce: str, golden_cache: Path | None = None) -> Any:
-    """Run `spec` and judge it against the *reference* trainer's golden run of the same config."""
-    from harness.golden import golden_run
-    from harness.runner import JudgedRun
-    from harness.supervisor import run_job
-    from invariants import judge, load_history
-
-    golden_dir = golden_run(replace(spec.config, variant="reference"), spec.world_sizes[0], golden_cache)
-    record = run_job(spec)
-    judgement = judge(load_history(record.run_dir), load_history(golden_dir))
-    judged = JudgedRun(record, judgement, golden_dir, reproduce)
-    (record.run_dir / "verdicts.json").write_text(json.dumps(
-        {**judgement.to_json(), "golden": str(golden_dir), "reproduce": reproduce,
-         "outcome": record.outcome, "attempts": record.attempts}, indent=1, default=str) + "\n")
-    return judged
-
-
 def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The defective run of one row (a JudgedRun)."""
+    from harness.runner import run_judged, spec_for  # here: harness.watchdog imports this module
+
     variant, watchdog = (defect.name, "reference") if defect.component == "trainer" else ("reference", defect.name)
-    spec = job_spec(defect.scenario, out, variant, watchdog, launcher)
-    return run_against_reference(spec, f"trainwreck defects --only {defect.name} --out DIR", golden_cache)
+    spec = spec_for(defect.scenario, out, launcher, variant=variant, watchdog=watchdog)
+    return run_judged(spec, golden_cache=golden_cache, reproduce=f"trainwreck defects --only {defect.name} --out DIR")
 
 
 def run_control(scenario: Scenario, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The reference trainer and watchdog on the scenario (a JudgedRun)."""
-    from harness.runner import reproduce_command
+    from harness.runner import run_judged, spec_for
 
-    spec = job_spec(scenario, out, launcher=launcher)
-    return run_against_reference(spec, reproduce_command(spec), golden_cache)
+    return run_judged(spec_for(scenario, out, launcher), golden_cache=golden_cache)
 
 
 @dataclass

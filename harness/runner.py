@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +43,25 @@ def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
     return shlex.join(parts)
 
 
-def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", **overrides: Any) -> JobSpec:
-    return JobSpec(config=scenario.train_config(), world_sizes=scenario.world_sizes,
+def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", variant: str = "reference",
+             **overrides: Any) -> JobSpec:
+    return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
                    plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
                    launcher=launcher, run_dir=out, keep=True, **overrides)
 
 
-def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None) -> JudgedRun:
-    """Run `spec` (its run_dir is kept), judge it against the cached golden run, write verdicts.json."""
-    golden_dir = golden_run(spec.config, spec.world_sizes[0], golden_cache, launcher="warm")
+def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,
+               reproduce: str | None = None) -> JudgedRun:
+    """Run `spec` (its run_dir is kept), judge it against the cached golden run, write verdicts.json.
+
+    The golden run is always the *reference* trainer's: a planted defect's own
+    uninterrupted run would carry the defect (an epoch-blind shuffle, a lost RNG) and
+    hide it from the comparison."""
+    golden_dir = golden_run(replace(spec.config, variant="reference"), spec.world_sizes[0], golden_cache,
+                            launcher="warm")
     record = run_job(spec)
     judgement = judge(load_history(record.run_dir), load_history(golden_dir))
-    judged = JudgedRun(record, judgement, golden_dir, reproduce_command(spec, scenario))
+    judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario))
     (record.run_dir / "verdicts.json").write_text(json.dumps(
         {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts}, indent=1, default=str) + "\n")
