@@ -27,7 +27,7 @@ from harness.launchers import Attempt, get_launcher
 from harness.rundir import create_run_dir
 from harness.spec import JobSpec
 from harness.store import HarnessStore
-from harness.watchdog import Hang, WatchdogConfig, dump_stacks, watchdog_class
+from harness.watchdog import Hang, WatchdogConfig, record_hang, watchdog_class
 from trainer.events import EventLog
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
@@ -78,6 +78,17 @@ def iter_events(run_dir: Path) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(event, dict):
                 yield event
+
+
+def record_fault(events: EventLog, attempt: int, fault: ExternalFault, steps: dict[int, int],
+                 pids: dict[int, int]) -> None:
+    """The `fault` event of an external fault. Written before the signal is sent: the judge
+    must see the fault even if the signal takes the harness's view of the attempt down."""
+    at = {r: steps.get(r) for r in fault.ranks}
+    events.emit("fault", attempt=attempt, fault_id=fault.id,
+                rank=fault.ranks[0] if fault.kind == "signal" else None, ranks=list(fault.ranks),
+                detail=f"{fault.describe()} (ranks were at steps {at})", signal=fault.signal,
+                pids=[pids[r] for r in fault.ranks])
 
 
 def newest_committed_step(run_dir: Path) -> int:
@@ -256,25 +267,14 @@ class Supervisor:
             reported.add(rank)
 
     def fire(self, handle: Attempt, fault: ExternalFault, steps: dict[int, int]) -> None:
-        at = {r: steps.get(r) for r in fault.ranks}
-        detail = f"{fault.describe()} (ranks were at steps {at})"
-        # Recorded before the signal is sent: the judge must see the fault even if the
-        # signal takes the harness's view of the attempt down with it.
-        self.events.emit("fault", attempt=handle.attempt, fault_id=fault.id,
-                         rank=fault.ranks[0] if fault.kind == "signal" else None,
-                         ranks=list(fault.ranks), detail=detail, signal=fault.signal,
-                         pids=[handle.pids[r] for r in fault.ranks])
+        record_fault(self.events, handle.attempt, fault, steps, handle.pids)
         for rank in fault.ranks:
             handle.signal(rank, fault.signum)
 
     def on_hang(self, handle: Attempt, hang: Hang, codes: dict[int, int | None]) -> None:
         self.hangs += 1
         live = {r: pid for r, pid in handle.pids.items() if r not in codes}
-        stacks = dump_stacks(self.run_dir, handle.attempt, live, self.watch_config.stack_wait_s)
-        # `t` is the detection time, not the time the dumps finished.
-        self.events.emit("hang", t=hang.detected_at, attempt=handle.attempt, ranks=hang.suspects,
-                         waiting=hang.waiting, last_step=hang.last_step,
-                         detected_after_s=hang.detected_after_s, stacks=stacks)
+        record_hang(self.events, self.run_dir, handle.attempt, hang, live, self.watch_config.stack_wait_s)
 
     def kill_all(self) -> None:
         for handle in list(self.live):

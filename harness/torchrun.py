@@ -28,8 +28,8 @@ from faults.external import ExternalFaults
 from harness.launchers import _child_env
 from harness.rank import PR_SET_PDEATHSIG
 from harness.spec import JobSpec
-from harness.supervisor import REAP_TIMEOUT_S, RunRecord, final_step, remove_empty_stacks
-from harness.watchdog import Watchdog, WatchdogConfig, dump_stacks
+from harness.supervisor import REAP_TIMEOUT_S, RunRecord, final_step, record_fault, remove_empty_stacks
+from harness.watchdog import Watchdog, WatchdogConfig, record_hang
 from trainer.events import EventLog
 from trainer.progress import progress_path
 
@@ -128,21 +128,15 @@ class TorchrunSupervisor:
             if len(pids) == self.world_size:  # a worker's pid is known once it has published
                 steps = {r: p.step for r, p in board.items() if p is not None}
                 for fault in self.faults.due(self.attempt, steps, time.monotonic() - started, self.world_size):
-                    self.events.emit("fault", attempt=self.attempt, fault_id=fault.id,
-                                     rank=fault.ranks[0] if fault.kind == "signal" else None,
-                                     ranks=list(fault.ranks), detail=f"{fault.describe()} (steps {steps})",
-                                     signal=fault.signal, pids=[pids[r] for r in fault.ranks])
+                    record_fault(self.events, self.attempt, fault, steps, pids)
                     for rank in fault.ranks:
                         _kill(pids[rank], fault.signum)
             live = [r for r in range(self.world_size) if r not in pids or psutil.pid_exists(pids[r])]
             hang = watchdog.check(live)
             if hang is not None:
                 self.hangs += 1
-                stacks = dump_stacks(self.run_dir, self.attempt, {r: pids[r] for r in live if r in pids},
-                                     self.watch_config.stack_wait_s)
-                self.events.emit("hang", t=hang.detected_at, attempt=self.attempt, ranks=hang.suspects,
-                                 waiting=hang.waiting, last_step=hang.last_step,
-                                 detected_after_s=hang.detected_after_s, stacks=stacks)
+                record_hang(self.events, self.run_dir, self.attempt, hang,
+                            {r: pids[r] for r in live if r in pids}, self.watch_config.stack_wait_s)
                 for pid in pids.values():
                     _kill(pid, signal.SIGKILL)  # torchrun sees failed workers and restarts the group
                 watching = False

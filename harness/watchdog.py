@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from harness.rank import stacks_path
+from trainer.events import EventLog
 from trainer.progress import Progress, progress_path, read_progress
 
 NOT_STARTED = (-1, -1)
@@ -103,6 +104,15 @@ def watchdog_class(name: str) -> type[Watchdog]:
     if name not in WATCHDOGS:
         raise ValueError(f"watchdog={name!r} is unknown; known watchdogs: {', '.join(sorted(WATCHDOGS))}")
     return WATCHDOGS[name]
+
+
+def record_hang(events: EventLog, run_dir: Path, attempt: int, hang: Hang, pids: dict[int, int],
+                stack_wait_s: float) -> None:
+    """Dump every live rank's stacks, then write the `hang` event; its `t` is the
+    detection time, not the time the dumps finished."""
+    stacks = dump_stacks(run_dir, attempt, pids, stack_wait_s)
+    events.emit("hang", t=hang.detected_at, attempt=attempt, ranks=hang.suspects, waiting=hang.waiting,
+                last_step=hang.last_step, detected_after_s=hang.detected_after_s, stacks=stacks)
 
 
 def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:
