@@ -20,20 +20,14 @@ from typing import Any
 
 from harness.runner import run_judged, spec_for
 from harness.scenarios import get_scenario
+from harness.supervisor import iter_events
 from invariants import load_history
 
 
 def _compute_seconds(run_dir: Path) -> float:
     """Rank 0's step phases summed over every attempt (redo work included: it is compute too)."""
-    total = 0.0
-    for path in (run_dir / "events").glob("a*-r000-*.jsonl"):
-        for line in path.read_text().splitlines():
-            if '"kind":"step"' in line:
-                try:
-                    total += sum(json.loads(line).get("phases", {}).values())
-                except ValueError:
-                    pass  # a torn last line of a killed rank
-    return total
+    return sum(sum(e.get("phases", {}).values()) for e in iter_events(run_dir)
+               if e.get("kind") == "step" and e.get("rank") == 0)
 
 
 def bench_throughput(runs: int = 5) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trainer
 from harness.spec import JobSpec
-from harness.supervisor import run_job
+from harness.supervisor import iter_events, run_job
 from trainer.config import TrainConfig
 
 CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
@@ -65,9 +65,4 @@ def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None,
 
 
 def _completed(run_dir: Path) -> bool:
-    harness_log = run_dir / "events" / "harness.jsonl"
-    try:
-        lines = harness_log.read_text().splitlines()
-    except OSError:
-        return False
-    return any('"kind":"end"' in line and '"completed"' in line for line in lines)
+    return any(e.get("kind") == "end" and e.get("status") == "completed" for e in iter_events(run_dir))
