@@ -173,6 +173,7 @@ def run_sweep(writer: str = "reference", out: Path | None = None, progress: Prog
               points: Iterable[tuple[int, str]] | None = None) -> SweepResult:
     """Crash the writer's save at every crash point (or only `points`: (op_index, when)),
     judging each run against one golden run. Run directories go under out/<writer>/."""
+    from harness.golden import golden_run
     from harness.supervisor import run_job
     from invariants import judge, load_history
 
@@ -185,8 +186,9 @@ def run_sweep(writer: str = "reference", out: Path | None = None, progress: Prog
 
     result = SweepResult(writer, [describe(o) for o in ops if o.name in MUTATING])
     say(f"{writer}: the save at step {CRASH_STEP} does {len(result.ops)} mutating storage ops")
-    golden_dir = base / "golden"
-    run_job(_spec(cfg, [], golden_dir))
+    # The reference trainer's cached golden run: a writer's own uninterrupted run is the
+    # wrong yardstick for a defective writer, and recomputing it per sweep is wasted work.
+    golden_dir = golden_run(TrainConfig.from_dict({**cfg.to_dict(), "variant": "reference"}), WORLD_SIZES[0])
     golden = load_history(golden_dir)
     result.golden_dir = str(golden_dir)
     wanted = set(points) if points is not None else None
