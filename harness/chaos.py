@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from harness.scenarios import Scenario
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, backend_fields
 
 # The chaos job: the CLI's default config (TrainConfig.tiny, checkpoints every 4 updates)
 # with 24 updates, so 1.5 epochs; every field here is one `trainwreck run` can set, so a
@@ -78,9 +78,7 @@ class ChaosCase:
     plan: list[dict[str, Any]] = field(default_factory=list)
 
     def config(self, backend: str = "auto") -> TrainConfig:
-        overrides = dict(CHAOS_BASE.config)
-        if backend != "auto":
-            overrides.update(backend=backend, device="cuda" if backend == "nccl" else "cpu")
+        overrides = {**CHAOS_BASE.config, **backend_fields(backend)}
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **overrides})
 
     def spec(self, out: Path, launcher: str = "warm", backend: str = "auto") -> Any:

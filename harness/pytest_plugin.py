@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from trainer.config import backend_fields
+
 # ----- options: names as constants, resolution in one place ---------------------------------
 
 BACKEND = "backend"
@@ -275,9 +277,7 @@ def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def apply_backend(config_overrides: dict[str, Any], backend: str) -> dict[str, Any]:
-    if backend == "auto":
-        return config_overrides
-    return {**config_overrides, "backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
+    return {**config_overrides, **backend_fields(backend)}
 
 
 def record_run(request: pytest.FixtureRequest, judged: Any) -> None:

@@ -17,6 +17,14 @@ _NOT_IDENTITY = frozenset(
 )
 
 
+def backend_fields(backend: str) -> dict[str, str]:
+    """Config fields that run on `backend`: nccl means CUDA devices, gloo means the CPU,
+    auto leaves both to the trainer."""
+    if backend == "auto":
+        return {}
+    return {"backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the fix."""
 

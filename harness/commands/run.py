@@ -12,6 +12,7 @@ from typing import Any
 from harness.runner import JudgedRun, run_judged, spec_for
 from harness.scenarios import Scenario, get_scenario, scenario_names
 from harness.spec import LAUNCHERS, SpecError
+from trainer.config import backend_fields
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +55,7 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
     if args.total_steps is not None:
         config["total_steps"] = args.total_steps
     if args.backend:
-        config["backend"] = args.backend
-        config["device"] = "cuda" if args.backend == "nccl" else "cpu"
+        config.update(backend_fields(args.backend))
     changes["config"] = config
     if args.hang_timeout is not None:
         changes["hang_timeout_s"] = args.hang_timeout
