@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.checker import bench_checker
-from benchmarks.checkpoint import bench_checkpoint
-from benchmarks.instrumentation import bench_instrumentation
-from benchmarks.launch import bench_launch
-from benchmarks.scenarios import bench_hang, bench_throughput
+from trainwreck.benchmarks.checker import bench_checker
+from trainwreck.benchmarks.checkpoint import bench_checkpoint
+from trainwreck.benchmarks.instrumentation import bench_instrumentation
+from trainwreck.benchmarks.launch import bench_launch
+from trainwreck.benchmarks.scenarios import bench_hang, bench_throughput
 
 TARGETS = {
     "launch_warm_s_4": ("<=", 0.5),

@@ -15,7 +15,7 @@ import tempfile
 import time
 from typing import Any
 
-from invariants import judge, load_history
+from trainwreck.invariants import judge, load_history
 
 SAVE_EVERY = 50
 KEEP_LAST = 3

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.checkpoint import CheckpointStore, from_bytes, to_bytes
-from trainer.events import EventLog
-from trainer.hooks import NoHooks
-from trainer.storage import LocalStorage
+from trainwreck.trainer.checkpoint import CheckpointStore, from_bytes, to_bytes
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.storage import LocalStorage
 
 SIZES_MB = {"1mb": 1, "100mb": 100, "1gb": 1024}
 

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.config import TrainConfig
-from trainer.events import EventLog
-from trainer.hooks import NoHooks
-from trainer.launch import RankContext, pick_device
-from trainer.loop import Trainer
-from trainer.progress import ProgressBoard
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.launch import RankContext, pick_device
+from trainwreck.trainer.loop import Trainer
+from trainwreck.trainer.progress import ProgressBoard
 
 
 def _trainer(cfg: TrainConfig, run_dir: Path, attempt: int) -> Trainer:
@@ -36,7 +36,7 @@ def _trainer(cfg: TrainConfig, run_dir: Path, attempt: int) -> Trainer:
 
 def _direct_cost(trainer: Trainer, repeats: int = 20) -> float:
     """Seconds per step of the instrumentation work itself: digest, both events, loss reduction."""
-    from trainer.state import state_digest
+    from trainwreck.trainer.state import state_digest
 
     ids = torch.arange(trainer.cfg.global_batch)
     loss = torch.tensor(1.0)

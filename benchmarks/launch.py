@@ -14,10 +14,10 @@ import argparse
 import json
 import statistics
 
-from harness.launchers import fork_server
-from harness.spec import JobSpec
-from harness.supervisor import run_job
-from trainer.config import TrainConfig
+from trainwreck.harness.launchers import fork_server
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
+from trainwreck.trainer.config import TrainConfig
 
 
 def launch_once(launcher: str, world_size: int) -> float:

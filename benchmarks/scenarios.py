@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.runner import run_judged, spec_for
-from harness.scenarios import get_scenario
-from harness.supervisor import iter_events
-from invariants import load_history
+from trainwreck.harness.runner import run_judged, spec_for
+from trainwreck.harness.scenarios import get_scenario
+from trainwreck.harness.supervisor import iter_events
+from trainwreck.invariants import load_history
 
 
 def _compute_seconds(run_dir: Path) -> float:

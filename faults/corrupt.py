@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step
-from trainer.storage import LocalStorage, Storage
+from trainwreck.trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step
+from trainwreck.trainer.storage import LocalStorage, Storage
 
 # emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.
 Emit = Callable[..., None]

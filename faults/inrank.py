@@ -31,17 +31,17 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from faults import blocking
-from faults.corrupt import corrupt_run_dir
-from faults.plan import HARNESS, KINDS, parse_plan, with_defaults
-from faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
-from trainer import hooks as fp
+from trainwreck.faults import blocking
+from trainwreck.faults.corrupt import corrupt_run_dir
+from trainwreck.faults.plan import HARNESS, KINDS, parse_plan, with_defaults
+from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
+from trainwreck.trainer import hooks as fp
 
 if TYPE_CHECKING:
     import torch
 
-    from trainer.events import EventLog
-    from trainer.storage import Storage
+    from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.storage import Storage
 
 POINT_KINDS = ("kill", "hang", "nan_grad")
 COMM_KINDS = ("comm_delay", "comm_fail", "skip_collective")

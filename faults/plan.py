@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from trainer import hooks as fp
-from trainer.config import TrainConfig
+from trainwreck.trainer import hooks as fp
+from trainwreck.trainer.config import TrainConfig
 
 IN_RANK, STORAGE, BETWEEN, HARNESS = "in-rank", "in-rank storage", "between attempts", "harness"
 
@@ -229,7 +229,7 @@ def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
 
 def _check_external(fid: str, raw: Mapping[str, Any]) -> None:
     """The harness's own parser decides; its message already names id and field."""
-    from faults.external import FaultError, parse_fault
+    from trainwreck.faults.external import FaultError, parse_fault
 
     if raw["kind"] == "node_loss":
         for r in raw["ranks"]:

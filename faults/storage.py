@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trainer.storage import Storage
+from trainwreck.trainer.storage import Storage
 
 MUTATING = ("remove", "mkdir", "write", "rename", "fsync_dir")
 STORAGE_KINDS = ("storage_stall", "storage_throttle", "storage_error", "torn_write", "crash_op")
@@ -53,7 +53,7 @@ def damaged_checkpoint(path: str) -> str | None:
     """The committed-checkpoint directory a write to `path` lands in, if any: a write
     inside `step-XXXXXXXX/` damages that checkpoint; one inside a temporary directory
     or to the pointer damages no checkpoint (the temporary never becomes one torn)."""
-    from trainer.checkpoint import checkpoint_step
+    from trainwreck.trainer.checkpoint import checkpoint_step
 
     first = path.split("/", 1)[0]
     return first if "/" in path and checkpoint_step(first) is not None else None

@@ -1,6 +1,6 @@
 """Hypothesis strategies for fault plans over this catalog (tests and `trainwreck chaos`).
 
-    from faults.strategies import plans
+    from trainwreck.faults.strategies import plans
     @given(plans(TrainConfig.tiny(), world_sizes=(2,)))
     def test_...(plan: Plan): ...
 
@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from faults.plan import CORRUPTIONS, Plan, save_steps
-from trainer.config import TrainConfig
+from trainwreck.faults.plan import CORRUPTIONS, Plan, save_steps
+from trainwreck.trainer.config import TrainConfig
 
 Fault = dict[str, Any]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from faults.storage import Op, RecordingStorage
-from trainer.config import TrainConfig
+from trainwreck.faults.storage import Op, RecordingStorage
+from trainwreck.trainer.config import TrainConfig
 
 SWEEP_CONFIG = TrainConfig.tiny(total_steps=20, ckpt_interval=4)
 """keep_last=3 and saves at 4, 8, 12: the save at 16 also prunes step 4, so retention is swept too."""
@@ -111,14 +111,14 @@ def record_save_ops(writer: str = "reference", cfg: TrainConfig = SWEEP_CONFIG,
     """Every storage op of the writer's save at `step`, after the job's earlier saves."""
     import torch
 
-    from faults.plan import save_steps
-    from trainer.events import EventLog
-    from trainer.hooks import NoHooks
-    from trainer.loop import lr_factor, trainer_class
-    from trainer.model import MLP
-    from trainer.sampler import ElasticSampler
-    from trainer.state import TrainState, capture_rng, state_digest, training_files
-    from trainer.storage import LocalStorage
+    from trainwreck.faults.plan import save_steps
+    from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.hooks import NoHooks
+    from trainwreck.trainer.loop import lr_factor, trainer_class
+    from trainwreck.trainer.model import MLP
+    from trainwreck.trainer.sampler import ElasticSampler
+    from trainwreck.trainer.state import TrainState, capture_rng, state_digest, training_files
+    from trainwreck.trainer.storage import LocalStorage
 
     store_class = trainer_class(writer).store_class
     torch.manual_seed(cfg.seed)
@@ -145,7 +145,7 @@ def record_save_ops(writer: str = "reference", cfg: TrainConfig = SWEEP_CONFIG,
 
 def crash_points(ops: list[Op]) -> list[tuple[int, str, str]]:
     """(op_index, op description, when) for every mutating op: before, after, and torn for writes."""
-    from faults.storage import MUTATING
+    from trainwreck.faults.storage import MUTATING
 
     points = []
     for index, op in enumerate(o for o in ops if o.name in MUTATING):
@@ -158,7 +158,7 @@ def crash_points(ops: list[Op]) -> list[tuple[int, str, str]]:
 
 
 def _spec(cfg: TrainConfig, plan: list[dict[str, Any]], run_dir: Path) -> Any:
-    from harness.spec import JobSpec
+    from trainwreck.harness.spec import JobSpec
 
     return JobSpec(config=cfg, world_sizes=WORLD_SIZES, plan=plan, hang_timeout_s=HANG_TIMEOUT_S,
                    run_dir=run_dir)
@@ -173,16 +173,16 @@ def run_sweep(writer: str = "reference", out: Path | None = None, progress: Prog
               points: Iterable[tuple[int, str]] | None = None) -> SweepResult:
     """Crash the writer's save at every crash point (or only `points`: (op_index, when)),
     judging each run against one golden run. Run directories go under out/<writer>/."""
-    from harness.golden import golden_run
-    from harness.supervisor import run_job
-    from invariants import judge, load_history
+    from trainwreck.harness.golden import golden_run
+    from trainwreck.harness.supervisor import run_job
+    from trainwreck.invariants import judge, load_history
 
     cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
     say = progress or (lambda _line: None)
     base = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))
     base = base / writer
     ops = record_save_ops(writer, cfg)
-    from faults.storage import MUTATING
+    from trainwreck.faults.storage import MUTATING
 
     result = SweepResult(writer, [describe(o) for o in ops if o.name in MUTATING])
     say(f"{writer}: the save at step {CRASH_STEP} does {len(result.ops)} mutating storage ops")

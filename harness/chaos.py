@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from harness.scenarios import Scenario
-from trainer.config import TrainConfig, backend_fields
+from trainwreck.harness.scenarios import Scenario
+from trainwreck.trainer.config import TrainConfig, backend_fields
 
 # The chaos job: the CLI's default config (TrainConfig.tiny, checkpoints every 4 updates)
 # with 24 updates, so 1.5 epochs; every field here is one `trainwreck run` can set, so a
@@ -82,13 +82,13 @@ class ChaosCase:
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **overrides})
 
     def spec(self, out: Path, launcher: str = "warm", backend: str = "auto") -> Any:
-        from harness.spec import JobSpec
+        from trainwreck.harness.spec import JobSpec
 
         return JobSpec(config=self.config(backend), world_sizes=self.world_sizes, plan=[dict(f) for f in self.plan],
                        hang_timeout_s=CHAOS_BASE.hang_timeout_s, launcher=launcher, run_dir=out, keep=True)
 
     def reproduce(self, launcher: str = "warm", backend: str = "auto") -> str:
-        from harness.runner import reproduce_command
+        from trainwreck.harness.runner import reproduce_command
 
         command = reproduce_command(self.spec(Path("unused"), launcher, backend))
         return command + (f" --backend {backend}" if backend != "auto" else "")
@@ -109,7 +109,7 @@ def _external_plans(world_sizes: Sequence[int], cfg: TrainConfig) -> st.SearchSt
 
 def plans_for(world_sizes: Sequence[int], cfg: TrainConfig) -> st.SearchStrategy[list[dict[str, Any]]]:
     try:
-        from faults.strategies import plans
+        from trainwreck.faults.strategies import plans
     except ImportError:
         return _external_plans(world_sizes, cfg)
     return plans(cfg, tuple(world_sizes)).map(lambda plan: plan.to_list())
@@ -163,7 +163,7 @@ class CaseRunner:
     failures: list[Path] = field(default_factory=list)
 
     def __call__(self, case: ChaosCase) -> Any:
-        from harness.runner import run_judged
+        from trainwreck.harness.runner import run_judged
 
         self.runs += 1
         run_dir = self.out / f"case-{self.runs:04d}"

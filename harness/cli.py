@@ -12,14 +12,14 @@ import sys
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("harness.commands.demo", "a short chaos run over built-in scenarios, ending in a casebook"),
-    "run": ("harness.commands.run", "one job under faults, judged against a golden run"),
-    "check": ("invariants.cli", "re-judge a stored run directory"),
-    "chaos": ("harness.commands.chaos", "random fault plans until the time budget is spent"),
-    "sweep": ("harness.commands.sweep", "crash at every file operation of a checkpoint save"),
-    "defects": ("harness.commands.defects", "run the planted-defect self-test table"),
-    "report": ("harness.commands.report", "(re)render the report of a run directory"),
-    "scenarios": ("harness.commands.scenarios", "list the built-in scenarios"),
+    "demo": ("trainwreck.harness.commands.demo", "a short chaos run over built-in scenarios, ending in a casebook"),
+    "run": ("trainwreck.harness.commands.run", "one job under faults, judged against a golden run"),
+    "check": ("trainwreck.invariants.cli", "re-judge a stored run directory"),
+    "chaos": ("trainwreck.harness.commands.chaos", "random fault plans until the time budget is spent"),
+    "sweep": ("trainwreck.harness.commands.sweep", "crash at every file operation of a checkpoint save"),
+    "defects": ("trainwreck.harness.commands.defects", "run the planted-defect self-test table"),
+    "report": ("trainwreck.harness.commands.report", "(re)render the report of a run directory"),
+    "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios"),
 }
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2

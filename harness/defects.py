@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.scenarios import Scenario, get_scenario
-from harness.watchdog import WATCHDOGS, Hang, Watchdog
+from trainwreck.harness.scenarios import Scenario, get_scenario
+from trainwreck.harness.watchdog import WATCHDOGS, Hang, Watchdog
 
 # ----- the harness-side defect: a watchdog that is not watching ------------------------
 
@@ -150,7 +150,7 @@ def get_defect(name: str) -> Defect:
 
 def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The defective run of one row (a JudgedRun)."""
-    from harness.runner import run_judged, spec_for  # here: harness.watchdog imports this module
+    from trainwreck.harness.runner import run_judged, spec_for  # here: harness.watchdog imports this module
 
     variant, watchdog = (defect.name, "reference") if defect.component == "trainer" else ("reference", defect.name)
     spec = spec_for(defect.scenario, out, launcher, variant=variant, watchdog=watchdog)
@@ -159,7 +159,7 @@ def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, laun
 
 def run_control(scenario: Scenario, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The reference trainer and watchdog on the scenario (a JudgedRun)."""
-    from harness.runner import run_judged, spec_for
+    from trainwreck.harness.runner import run_judged, spec_for
 
     return run_judged(spec_for(scenario, out, launcher), golden_cache=golden_cache)
 

@@ -98,7 +98,7 @@ class Server:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
-            from harness import rank
+            from trainwreck.harness import rank
 
             rank.set_parent_death_signal(server)
             rank.run(rank.ctx_from_json(ctx_json))
@@ -130,7 +130,7 @@ class Server:
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
     started = time.perf_counter()
-    from harness.rank import set_parent_death_signal, warm_imports  # imports torch
+    from trainwreck.harness.rank import set_parent_death_signal, warm_imports  # imports torch
 
     set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
     warm_imports()

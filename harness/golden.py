@@ -12,10 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
-import trainer
-from harness.spec import JobSpec
-from harness.supervisor import iter_events, run_job
-from trainer.config import TrainConfig
+from trainwreck import trainer
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import iter_events, run_job
+from trainwreck.trainer.config import TrainConfig
 
 CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
 

@@ -21,9 +21,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.rank import ctx_to_json
-from harness.store import Rendezvous
-from trainer.launch import RankContext
+from trainwreck.harness.rank import ctx_to_json
+from trainwreck.harness.store import Rendezvous
+from trainwreck.trainer.launch import RankContext
 
 SERVER_START_TIMEOUT_S = 180.0
 """How long the fork server may take to import torch (seconds; a loaded 2-core box is slow)."""
@@ -88,7 +88,7 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.forkserver", str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-m", "trainwreck.harness.forkserver", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             # Its own session: a Ctrl-C in the terminal reaches only the harness, which
             # then kills the attempts in order instead of racing them.
@@ -275,7 +275,7 @@ class SpawnLauncher:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for ctx in rank_contexts(run_dir, attempt, world_size, rdzv):
-                cmd = [sys.executable, "-m", "harness.rank", "--ctx", ctx_to_json(ctx),
+                cmd = [sys.executable, "-m", "trainwreck.harness.rank", "--ctx", ctx_to_json(ctx),
                        "--parent-pid", str(os.getpid())]
                 with open(log_path(run_dir, attempt, ctx.rank), "ab") as log:
                     procs.append(subprocess.Popen(

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from trainer.config import backend_fields
+from trainwreck.trainer.config import backend_fields
 
 # ----- options: names as constants, resolution in one place ---------------------------------
 
@@ -118,7 +118,7 @@ def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Sett
                                 "must be a positive integer")
     budget_s = None
     if values[CHAOS_BUDGET]:
-        from harness.chaos import parse_duration
+        from trainwreck.harness.chaos import parse_duration
 
         try:
             budget_s = parse_duration(values[CHAOS_BUDGET])
@@ -197,7 +197,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def describe_run(judged: Any) -> str:
     """A failure section: verdicts, run directory, report, and the reproducing command."""
-    from harness.chaos import verdict_lines
+    from trainwreck.harness.chaos import verdict_lines
 
     overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")
     lines = [f"overall: {overall} ({judged.record.outcome} after {judged.record.attempts} attempt(s))",
@@ -214,7 +214,7 @@ def describe_run(judged: Any) -> str:
 
 def render_report_if_available(run_dir: Path) -> Path | None:
     try:
-        from harness.report import render_report
+        from trainwreck.harness.report import render_report
     except ImportError:
         return None
     try:
@@ -233,7 +233,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # reaps it before pytest's own exit, so nothing outlives the session.
     import sys
 
-    launchers = sys.modules.get("harness.launchers")
+    launchers = sys.modules.get("trainwreck.harness.launchers")
     if launchers is not None:
         launchers.shutdown_fork_server()
 
@@ -250,7 +250,7 @@ def trainwreck_settings(request: pytest.FixtureRequest) -> Settings:
 @pytest.fixture(scope="session")
 def warm_launcher() -> Iterator[Any]:
     """This process's fork server (one per xdist worker), started once, closed at the end."""
-    from harness import launchers
+    from trainwreck.harness import launchers
 
     server = launchers.fork_server()
     try:
@@ -265,7 +265,7 @@ def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     xdist workers share it (their base temp directories are siblings); harness.golden
     builds each entry in a scratch directory and renames it, so racing workers are safe."""
-    from harness.golden import CACHE_ENV
+    from trainwreck.harness.golden import CACHE_ENV
 
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
@@ -296,8 +296,8 @@ def _clean_up(request: pytest.FixtureRequest, settings: Settings, run_dirs: list
 def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
                  golden_cache: Path) -> Iterator[Callable[..., Any]]:
     """run_scenario(scenario or name, **Scenario field changes) -> JudgedRun (run and judged)."""
-    from harness.runner import run_judged, spec_for
-    from harness.scenarios import Scenario, get_scenario
+    from trainwreck.harness.runner import run_judged, spec_for
+    from trainwreck.harness.scenarios import Scenario, get_scenario
 
     settings = trainwreck_settings
     if settings.launcher == "warm":
@@ -336,7 +336,7 @@ class Chaos:
     def check(self) -> Any:
         import time
 
-        from harness.chaos import CaseRunner, chaos_settings, check_property
+        from trainwreck.harness.chaos import CaseRunner, chaos_settings, check_property
 
         runner = CaseRunner(self.out, self.golden_cache, self.settings.launcher, self.settings.backend,
                             keep=self.settings.keep_runs == "all")

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from trainer.launch import RankContext
+from trainwreck.trainer.launch import RankContext
 
 PR_SET_PDEATHSIG = 1
 EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-rank hooks
@@ -45,14 +45,14 @@ WARM_MODULES = (
     # threads, so it is safe to hold in the fork server.
     "torch._dynamo",
     "torch.utils.serialization",  # torch.save in the first checkpoint
-    "trainer.config",
-    "trainer.events",
-    "trainer.progress",
-    "trainer.launch",
-    "trainer.hooks",
-    "trainer.loop",
-    "harness.rank",
-    "faults.inrank",
+    "trainwreck.trainer.config",
+    "trainwreck.trainer.events",
+    "trainwreck.trainer.progress",
+    "trainwreck.trainer.launch",
+    "trainwreck.trainer.hooks",
+    "trainwreck.trainer.loop",
+    "trainwreck.harness.rank",
+    "trainwreck.faults.inrank",
 )
 
 
@@ -99,15 +99,15 @@ def resolve(dotted: str) -> Callable[..., Any]:
 
 def build_hooks(plan: list[dict[str, Any]], factory: str | None) -> Any:
     """The plan's in-rank injector; NoHooks when nothing in the plan acts inside a rank."""
-    from trainer.hooks import NoHooks
+    from trainwreck.trainer.hooks import NoHooks
 
     if factory:
         return resolve(factory)(plan)
     if not any(f.get("kind") not in EXTERNAL_KINDS for f in plan):
         return NoHooks()
-    if importlib.util.find_spec("faults.inrank") is None:
+    if importlib.util.find_spec("trainwreck.faults.inrank") is None:
         raise RuntimeError("the plan has in-rank faults but faults.inrank is not installed")
-    from faults.inrank import build_hooks as build  # written in faults/; imported only when needed
+    from trainwreck.faults.inrank import build_hooks as build  # written in faults/; imported only when needed
 
     return build(plan)
 
@@ -120,11 +120,11 @@ def run(ctx: RankContext) -> None:
     arm_stack_dump(ctx)
     warm_imports()  # a no-op in a forked rank; a fresh one pays here, before its first publish
     job = json.loads((Path(ctx.run_dir) / "run.json").read_text())
-    from trainer.config import TrainConfig
+    from trainwreck.trainer.config import TrainConfig
 
     cfg = TrainConfig.from_dict(job["config"])
     hooks = build_hooks(job.get("faults", []), job.get("hooks_factory"))
-    resolve(job.get("entry") or "trainer.loop:run_rank")(ctx, cfg, hooks)
+    resolve(job.get("entry") or "trainwreck.trainer.loop:run_rank")(ctx, cfg, hooks)
 
 
 def ctx_to_json(ctx: RankContext) -> str:

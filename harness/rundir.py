@@ -6,9 +6,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.spec import JobSpec, SpecError
-from trainer.events import FORMAT
-from trainer.rundir import run_spec, write_json_atomic
+from trainwreck.harness.spec import JobSpec, SpecError
+from trainwreck.trainer.events import FORMAT
+from trainwreck.trainer.rundir import run_spec, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.golden import golden_run
-from harness.scenarios import Scenario
-from harness.spec import JobSpec
-from harness.supervisor import RunRecord, run_job
-from invariants import Judgement, judge, load_history
+from trainwreck.harness.golden import golden_run
+from trainwreck.harness.scenarios import Scenario
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import RunRecord, run_job
+from trainwreck.invariants import Judgement, judge, load_history
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
 
 def _render_report(run_dir: Path) -> None:
     """Every judged run gets its report; a report bug must not turn a judged run into a crash."""
-    from harness.report import render_report  # stdlib only, but not needed before this point
+    from trainwreck.harness.report import render_report  # stdlib only, but not needed before this point
 
     try:
         render_report(run_dir)

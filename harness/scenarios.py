@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)

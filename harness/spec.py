@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.config import ConfigError, TrainConfig
 
 LAUNCHERS = ("warm", "spawn", "torchrun")
-DEFAULT_ENTRY = "trainer.loop:run_rank"
+DEFAULT_ENTRY = "trainwreck.trainer.loop:run_rank"
 
 
 class SpecError(ValueError):
@@ -89,7 +89,7 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and ":" not in value:
                 raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
-        from harness.watchdog import watchdog_class
+        from trainwreck.harness.watchdog import watchdog_class
         try:
             watchdog_class(self.watchdog)
         except ValueError as exc:
@@ -101,8 +101,8 @@ class JobSpec:
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
         # Every fault is checked against this job (kinds, fields, ranks, steps) before any
         # process starts; the external ones also by the injector the harness will run.
-        from faults.external import ExternalFaults, FaultError
-        from faults.plan import PlanError, validate_plan
+        from trainwreck.faults.external import ExternalFaults, FaultError
+        from trainwreck.faults.plan import PlanError, validate_plan
         try:
             ExternalFaults(self.plan)
             if self.hooks_factory is None:  # a custom factory defines its own in-rank kinds

@@ -22,13 +22,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator
 
-from faults.external import ExternalFault, ExternalFaults
-from harness.launchers import Attempt, get_launcher
-from harness.rundir import create_run_dir
-from harness.spec import JobSpec
-from harness.store import HarnessStore
-from harness.watchdog import Hang, WatchdogConfig, record_hang, watchdog_class
-from trainer.events import EventLog
+from trainwreck.faults.external import ExternalFault, ExternalFaults
+from trainwreck.harness.launchers import Attempt, get_launcher
+from trainwreck.harness.rundir import create_run_dir
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.store import HarnessStore
+from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang, watchdog_class
+from trainwreck.trainer.events import EventLog
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
 REAP_TIMEOUT_S = 30.0
@@ -153,7 +153,7 @@ def run_job(spec: JobSpec) -> RunRecord:
     try:
         with SignalGuard():
             if spec.launcher == "torchrun":
-                from harness.torchrun import TorchrunSupervisor
+                from trainwreck.harness.torchrun import TorchrunSupervisor
 
                 supervisor: Any = TorchrunSupervisor(spec, run_dir)
             else:

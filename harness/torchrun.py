@@ -24,14 +24,14 @@ from multiprocessing.connection import wait
 from pathlib import Path
 import psutil
 
-from faults.external import ExternalFaults
-from harness.launchers import _child_env
-from harness.rank import PR_SET_PDEATHSIG
-from harness.spec import JobSpec
-from harness.supervisor import REAP_TIMEOUT_S, RunRecord, final_step, record_fault, remove_empty_stacks
-from harness.watchdog import Watchdog, WatchdogConfig, record_hang
-from trainer.events import EventLog
-from trainer.progress import progress_path
+from trainwreck.faults.external import ExternalFaults
+from trainwreck.harness.launchers import _child_env
+from trainwreck.harness.rank import PR_SET_PDEATHSIG
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import REAP_TIMEOUT_S, RunRecord, final_step, record_fault, remove_empty_stacks
+from trainwreck.harness.watchdog import Watchdog, WatchdogConfig, record_hang
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.progress import progress_path
 
 
 def torchrun_command(run_dir: Path, world_size: int, max_restarts: int) -> list[str]:
@@ -39,7 +39,7 @@ def torchrun_command(run_dir: Path, world_size: int, max_restarts: int) -> list[
             "--nproc-per-node", str(world_size), "--max-restarts", str(max_restarts),
             # torch < 2.3 polls its workers every 5 s by default; restarts should not wait that long.
             "--monitor-interval", "0.1",
-            "-m", "harness.rank", "--run-dir", str(run_dir)]
+            "-m", "trainwreck.harness.rank", "--run-dir", str(run_dir)]
 
 
 def torchrun_env() -> dict[str, str]:

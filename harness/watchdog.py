@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from harness.rank import stacks_path
-from trainer.events import EventLog
-from trainer.progress import Progress, progress_path, read_progress
+from trainwreck.harness.rank import stacks_path
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.progress import Progress, progress_path, read_progress
 
 NOT_STARTED = (-1, -1)
 
@@ -99,7 +99,7 @@ WATCHDOGS: dict[str, type[Watchdog]] = {"reference": Watchdog}
 
 
 def watchdog_class(name: str) -> type[Watchdog]:
-    import harness.defects  # noqa: F401  registers the planted watchdog defects
+    import trainwreck.harness.defects  # noqa: F401  registers the planted watchdog defects
 
     if name not in WATCHDOGS:
         raise ValueError(f"watchdog={name!r} is unknown; known watchdogs: {', '.join(sorted(WATCHDOGS))}")

@@ -5,24 +5,24 @@ without torch. `load_history` reads a run directory; each `check_*` is a pure
 function from a History (and an optional golden History) to a three-valued
 `Verdict`; `judge` runs them all and composes false > unknown > true.
 
-    from invariants import load_history, judge
+    from trainwreck.invariants import load_history, judge
     judgement = judge(load_history("runs/r1"), golden=load_history("runs/golden"))
     judgement.valid   # True, False or "unknown"
 
 The rules, evidence and tolerances are documented in docs/INVARIANTS.md.
 """
 
-from invariants.atomicity import check_atomicity
-from invariants.continuity import check_continuity
-from invariants.coverage import check_coverage
-from invariants.hang import check_hang
-from invariants.history import FORMAT, History, InputError, RankLog
-from invariants.loader import load_history
-from invariants.judge import CHECKERS, Judgement, judge
-from invariants.lineage import Lineage, Segment, walk_lineage
-from invariants.progress import check_progress
-from invariants.replicas import check_replicas
-from invariants.verdict import UNKNOWN, Verdict, check_safe, compose, intervals
+from trainwreck.invariants.atomicity import check_atomicity
+from trainwreck.invariants.continuity import check_continuity
+from trainwreck.invariants.coverage import check_coverage
+from trainwreck.invariants.hang import check_hang
+from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
+from trainwreck.invariants.loader import load_history
+from trainwreck.invariants.judge import CHECKERS, Judgement, judge
+from trainwreck.invariants.lineage import Lineage, Segment, walk_lineage
+from trainwreck.invariants.progress import check_progress
+from trainwreck.invariants.replicas import check_replicas
+from trainwreck.invariants.verdict import UNKNOWN, Verdict, check_safe, compose, intervals
 
 __all__ = [
     "CHECKERS",

@@ -2,6 +2,6 @@
 
 import sys
 
-from invariants.cli import main
+from trainwreck.invariants.cli import main
 
 sys.exit(main())

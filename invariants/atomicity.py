@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from invariants.history import History
-from invariants.lineage import restore_point
-from invariants.verdict import UNKNOWN, Evidence, Verdict
+from trainwreck.invariants.history import History
+from trainwreck.invariants.lineage import restore_point
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "atomicity"
 

@@ -10,10 +10,10 @@ import json
 import sys
 from typing import Any, TextIO
 
-from invariants.history import InputError
-from invariants.loader import load_history
-from invariants.judge import Judgement, judge
-from invariants.verdict import Validity
+from trainwreck.invariants.history import InputError
+from trainwreck.invariants.loader import load_history
+from trainwreck.invariants.judge import Judgement, judge
+from trainwreck.invariants.verdict import Validity
 
 EXIT_VALID, EXIT_INVALID, EXIT_NOT_JUDGED = 0, 1, 2
 

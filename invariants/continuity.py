@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from invariants.history import History
-from invariants.lineage import Lineage, resolve_save, walk_lineage
-from invariants.verdict import UNKNOWN, Evidence, Verdict
+from trainwreck.invariants.history import History
+from trainwreck.invariants.lineage import Lineage, resolve_save, walk_lineage
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "continuity"
 DEFAULT_LOSS_TOLERANCE = 1e-3

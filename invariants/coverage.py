@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from invariants.history import History, RankLog
-from invariants.lineage import Lineage, Segment, walk_lineage
-from invariants.verdict import UNKNOWN, Evidence, Verdict, intervals
+from trainwreck.invariants.history import History, RankLog
+from trainwreck.invariants.lineage import Lineage, Segment, walk_lineage
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, intervals
 
 NAME = "coverage"
 

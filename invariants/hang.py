@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from invariants.history import History
-from invariants.verdict import UNKNOWN, Evidence, Verdict
+from trainwreck.invariants.history import History
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "hang"
 DEFAULT_SLACK_S = 1.0

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from invariants.atomicity import check_atomicity
-from invariants.continuity import check_continuity
-from invariants.coverage import check_coverage
-from invariants.hang import check_hang, first_firings
-from invariants.history import History
-from invariants.progress import check_progress
-from invariants.replicas import check_replicas
-from invariants.verdict import UNKNOWN, Validity, Verdict, check_safe, compose
+from trainwreck.invariants.atomicity import check_atomicity
+from trainwreck.invariants.continuity import check_continuity
+from trainwreck.invariants.coverage import check_coverage
+from trainwreck.invariants.hang import check_hang, first_firings
+from trainwreck.invariants.history import History
+from trainwreck.invariants.progress import check_progress
+from trainwreck.invariants.replicas import check_replicas
+from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, check_safe, compose
 
 Checker = Callable[[History, "History | None"], Verdict]
 

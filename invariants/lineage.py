@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from invariants.history import History
+from trainwreck.invariants.history import History
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
 from typing import Any, Sequence
 
-from invariants.history import FORMAT, History, InputError, RankLog
+from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
 
 _INT = "a non-negative integer"
 _STR = "a string"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from invariants.history import History
-from invariants.lineage import walk_lineage
-from invariants.verdict import UNKNOWN, Evidence, Verdict
+from trainwreck.invariants.history import History
+from trainwreck.invariants.lineage import walk_lineage
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "progress"
 

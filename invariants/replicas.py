@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from invariants.history import History, RankLog
-from invariants.verdict import UNKNOWN, Evidence, Verdict
+from trainwreck.invariants.history import History, RankLog
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "replicas"
 

@@ -12,10 +12,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import IncompatibleCheckpoint
-from trainer.config import ConfigError, TrainConfig
-from trainer.launch import RankContext
-from trainer.rundir import RunDirError, prepare_standalone
+from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
+from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.rundir import RunDirError, prepare_standalone
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg.check_world_size(ctx.world_size)
         prepare_standalone(args.run_dir, cfg, ctx.world_size, ctx.rank, ctx.pg_timeout_s)
     except (ConfigError, RunDirError, OSError) as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
+        print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
         return 2
-    from trainer.loop import run_rank  # after validation: a bad flag should not pay torch's import
+    from trainwreck.trainer.loop import run_rank  # after validation: a bad flag should not pay torch's import
 
     try:
         run_rank(ctx, cfg)
     except IncompatibleCheckpoint as exc:
-        print(f"trainer: error: {exc}", file=sys.stderr)
+        print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from trainer import hooks as fp
-from trainer.events import EventLog
-from trainer.hooks import Hooks
-from trainer.storage import Storage, UnsafePathError, check_relative
+from trainwreck.trainer import hooks as fp
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import Hooks
+from trainwreck.trainer.storage import Storage, UnsafePathError, check_relative
 
 CKPT_FORMAT = "trainwreck-ckpt/1"
 POINTER = "latest"

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
+from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
     from_bytes, sha256, to_bytes
-from trainer.loop import Trainer, register_variant
-from trainer.sampler import ElasticSampler
+from trainwreck.trainer.loop import Trainer, register_variant
+from trainwreck.trainer.sampler import ElasticSampler
 
 # ----- the data pipeline ---------------------------------------------------------------
 
@@ -176,7 +176,7 @@ class PointerBeforeRenameStore(CheckpointStore):
     between leaves a commit pointing at a checkpoint that does not exist."""
 
     def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
-        from trainer import hooks as fp
+        from trainwreck.trainer import hooks as fp
 
         name = checkpoint_name(step)
         tmp = self.stage(step, files, meta)  # staged like the reference...

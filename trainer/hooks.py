@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:  # typing only: the trainer does not depend on these at run time
     import torch
 
-    from trainer.events import EventLog
-    from trainer.storage import Storage
+    from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.storage import Storage
 
 # Points in the train loop; each fires before the named work of update `step`.
 STEP_START = "step_start"

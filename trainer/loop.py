@@ -20,18 +20,18 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import hooks as fp
-from trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint, Verified, from_bytes
-from trainer.config import TrainConfig
-from trainer.data import SyntheticDataset
-from trainer.events import EventLog, rank_events_path
-from trainer.hooks import Hooks, NoHooks
-from trainer.launch import RankContext, init_process_group, pick_device
-from trainer.model import MLP, draw_noise_key
-from trainer.progress import ProgressBoard
-from trainer.sampler import ElasticSampler, rank_slice
-from trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
-from trainer.storage import Heartbeat, LocalStorage
+from trainwreck.trainer import hooks as fp
+from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint, Verified, from_bytes
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.data import SyntheticDataset
+from trainwreck.trainer.events import EventLog, rank_events_path
+from trainwreck.trainer.hooks import Hooks, NoHooks
+from trainwreck.trainer.launch import RankContext, init_process_group, pick_device
+from trainwreck.trainer.model import MLP, draw_noise_key
+from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.sampler import ElasticSampler, rank_slice
+from trainwreck.trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
+from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 
 def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> None:
@@ -70,7 +70,7 @@ def register_variant(name: str):  # type: ignore[no-untyped-def]
 
 
 def trainer_class(name: str) -> type[Trainer]:
-    import trainer.defects  # noqa: F401  registers the planted defects
+    import trainwreck.trainer.defects  # noqa: F401  registers the planted defects
 
     if name not in VARIANTS:
         raise ValueError(f"variant={name!r} is unknown; known variants: {', '.join(sorted(VARIANTS))}")

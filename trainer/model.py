@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import TrainConfig
-from trainer.data import mix_key, uniform
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.data import mix_key, uniform
 
 
 class MLP(nn.Module):

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer.config import TrainConfig
-from trainer.events import FORMAT
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.events import FORMAT
 
 
 class RunDirError(RuntimeError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.data import mix_key
+from trainwreck.trainer.data import mix_key
 
 
 @dataclass

@@ -68,7 +68,7 @@ def _as_python_state(state: Any) -> tuple[Any, ...]:
 def training_files(state: TrainState, sampler_state: dict[str, int], rng_per_rank: list[dict[str, Any]],
                    identity: str) -> dict[str, bytes]:
     """The checkpoint's files; split so a torn write damages one and the sweep has many ops."""
-    from trainer.checkpoint import to_bytes
+    from trainwreck.trainer.checkpoint import to_bytes
 
     return {
         "model.pt": to_bytes(state.model.state_dict()),

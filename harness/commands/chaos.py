@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.chaos import ChaosCase, parse_duration, stream_cases, verdict_lines
-from harness.spec import LAUNCHERS
+from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases, verdict_lines
+from trainwreck.harness.spec import LAUNCHERS
 
 WORDS = {True: "VALID", False: "INVALID"}
 
@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_one(index: int, case: ChaosCase, out: Path, launcher: str, backend: str) -> Outcome:
-    from harness.runner import run_judged
+    from trainwreck.harness.runner import run_judged
 
     run_dir = out / f"plan-{index:04d}"
     started = time.monotonic()
@@ -108,7 +108,7 @@ def print_summary(outcomes: list[Outcome], seed: int, budget: str) -> None:
 
 def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:
     try:
-        from harness.report import render_casebook
+        from trainwreck.harness.report import render_casebook
     except ImportError:
         return
     run_dirs = [o.run_dir for o in outcomes if (o.run_dir / "run.json").exists()]

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.defects import DEFECTS, Defect, Row, defect_names, get_defect, run_table, table_exit_code
-from harness.spec import LAUNCHERS
+from trainwreck.harness.defects import DEFECTS, Defect, Row, defect_names, get_defect, run_table, table_exit_code
+from trainwreck.harness.spec import LAUNCHERS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from harness.report import NotARun, render_casebook, render_report
-from harness.report.model import verdict_word
-from harness.scenarios import get_scenario, scenario_names
+from trainwreck.harness.report import NotARun, render_casebook, render_report
+from trainwreck.harness.report.model import verdict_word
+from trainwreck.harness.scenarios import get_scenario, scenario_names
 
 DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0", "corrupt-newest", "straggler")
 """The demo's fixed cases once the table grows: a kill, a hang, a world-size change, the writer's death,
@@ -79,7 +79,7 @@ def run_demo(names: list[str], out: Path) -> int:
 def run_one(name: str, run_dir: Path) -> tuple[str, str]:
     """Run and judge one scenario; (verdict, where its report is). A crash of the harness is UNKNOWN."""
     # Imported here: the harness pulls in the fork server and torch's launch machinery.
-    from harness.runner import run_judged, spec_for
+    from trainwreck.harness.runner import run_judged, spec_for
 
     try:
         judged = run_judged(spec_for(get_scenario(name), run_dir), name)

@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.report import NotARun, render_report
-from harness.report.model import verdict_word
+from trainwreck.harness.report import NotARun, render_report
+from trainwreck.harness.report.model import verdict_word
 
 EXIT = {"VALID": 0, "INVALID": 1, "UNKNOWN": 2}
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.runner import JudgedRun, run_judged, spec_for
-from harness.scenarios import Scenario, get_scenario, scenario_names
-from harness.spec import LAUNCHERS, SpecError
-from trainer.config import backend_fields
+from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
+from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
+from trainwreck.harness.spec import LAUNCHERS, SpecError
+from trainwreck.trainer.config import backend_fields
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +73,7 @@ def parse_plan_arg(text: str) -> list[dict[str, Any]]:
     if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
         raise ValueError("--plan must be a JSON list of fault objects")
     try:
-        from faults.plan import parse_plan  # validates every field, naming the fault id
+        from trainwreck.faults.plan import parse_plan  # validates every field, naming the fault id
     except ImportError:
         return plan
     return parse_plan(plan).to_list()

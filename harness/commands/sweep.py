@@ -21,8 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from faults.sweep import run_sweep
-    from trainer.loop import trainer_class
+    from trainwreck.faults.sweep import run_sweep
+    from trainwreck.trainer.loop import trainer_class
 
     try:
         trainer_class(args.writer)

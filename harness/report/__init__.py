@@ -1,6 +1,6 @@
 """Failure reports: one per run (report.json, report.md, report.html) and a casebook over many.
 
-    from harness.report import render_report, render_casebook
+    from trainwreck.harness.report import render_report, render_casebook
     html = render_report(Path("trainwreck-out/run-1"))          # RUN_DIR/report/report.html
     index = render_casebook(Path("out/casebook"), run_dirs, "demo")
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.report.casebook import render_casebook
-from harness.report.html import render_html
-from harness.report.markdown import render_markdown
-from harness.report.model import NotARun, build_report, verdict_word
+from trainwreck.harness.report.casebook import render_casebook
+from trainwreck.harness.report.html import render_html
+from trainwreck.harness.report.markdown import render_markdown
+from trainwreck.harness.report.model import NotARun, build_report, verdict_word
 
 __all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]
 

@@ -12,8 +12,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.report.html import CSS
-from harness.report.model import NotARun, verdict_word
+from trainwreck.harness.report.html import CSS
+from trainwreck.harness.report.model import NotARun, verdict_word
 
 INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
 
@@ -25,7 +25,7 @@ def load_case(run_dir: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         pass
-    from harness.report import render_report  # the package imports this module
+    from trainwreck.harness.report import render_report  # the package imports this module
 
     try:
         render_report(run_dir)

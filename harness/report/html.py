@@ -11,8 +11,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.report.model import verdict_word
-from harness.report.svg import phases_svg, timeline_svg, wallclock_svg
+from trainwreck.harness.report.model import verdict_word
+from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
 
 CSS = """
 :root { --valid:#15803d; --invalid:#b91c1c; --unknown:#b45309; --ink:#1f2937; --muted:#6b7280; --line:#e5e7eb; }

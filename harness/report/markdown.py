@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.report.html import RECOVERY_COLUMNS, fmt
-from harness.report.model import verdict_word
+from trainwreck.harness.report.html import RECOVERY_COLUMNS, fmt
+from trainwreck.harness.report.model import verdict_word
 
 
 def _cell(text: Any) -> str:

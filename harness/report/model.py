@@ -13,12 +13,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from harness.report.angles import interview_angles
-from harness.report.rawlog import PHASES, LaneLog, RawRun, read_raw
-from invariants import InputError, Lineage, judge, load_history, walk_lineage
-from invariants.history import History
-from invariants.lineage import restore_point
-from invariants.loader import load_spec
+from trainwreck.harness.report.angles import interview_angles
+from trainwreck.harness.report.rawlog import PHASES, LaneLog, RawRun, read_raw
+from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
+from trainwreck.invariants.history import History
+from trainwreck.invariants.lineage import restore_point
+from trainwreck.invariants.loader import load_spec
 
 REPORT_FORMAT = "trainwreck-report/1"
 # Phases a collective cannot stretch: time a rank spends here is its own work. The
@@ -127,7 +127,7 @@ def _scenario(reproduce: str | None) -> dict[str, Any] | None:
     if len(words) < 3 or words[:2] != ["trainwreck", "run"] or words[2].startswith("-"):
         return None
     try:
-        from harness.scenarios import get_scenario  # light: no torch
+        from trainwreck.harness.scenarios import get_scenario  # light: no torch
         s = get_scenario(words[2])
     except (KeyError, ImportError):
         return {"name": words[2], "summary": "", "question": ""}

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
+from trainwreck.harness.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
 
 
 @pytest.mark.trainwreck(chaos_profile="ci", chaos_examples=3, chaos_budget="")
@@ -37,7 +37,7 @@ def test_the_reference_trainer_keeps_every_invariant_under_random_fault_plans(ch
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(chaos_cases())
 def test_every_drawn_case_is_a_valid_plan_for_its_job(case: ChaosCase) -> None:
-    from faults.plan import validate_plan
+    from trainwreck.faults.plan import validate_plan
 
     validate_plan(case.plan, case.config(), case.world_sizes)
     assert len({f["id"] for f in case.plan}) == len(case.plan)
@@ -84,7 +84,7 @@ def test_the_profiles_are_ci_small_without_database_and_nightly_large_with_one()
 
 
 def test_trainwreck_chaos_refuses_a_bad_budget_with_exit_two(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.commands import chaos as command
+    from trainwreck.harness.commands import chaos as command
 
     args = argparse.Namespace(budget="10x", seed=1, out=None, launcher="warm", backend="auto")
     assert command.main(args) == 2
@@ -94,8 +94,8 @@ def test_trainwreck_chaos_refuses_a_bad_budget_with_exit_two(capsys: pytest.Capt
 def test_trainwreck_chaos_runs_plans_until_the_budget_is_spent_and_summarises(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.commands import chaos as command
-    from harness.golden import CACHE_ENV
+    from trainwreck.harness.commands import chaos as command
+    from trainwreck.harness.golden import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     out = tmp_path / "chaos"
@@ -112,7 +112,7 @@ def test_trainwreck_chaos_runs_plans_until_the_budget_is_spent_and_summarises(
 @pytest.mark.parametrize("values, code", [([True, True], 0), ([True, False, "unknown"], 1),
                                           (["unknown", True], 2), ([], 0)])
 def test_trainwreck_chaos_exits_one_on_any_invalid_and_two_on_unknown_only(values: list[Any], code: int) -> None:
-    from harness.commands.chaos import Outcome, exit_code
+    from trainwreck.harness.commands.chaos import Outcome, exit_code
 
     outcomes = [Outcome(i, ChaosCase((2,)), Path("x"), v, "", 0.0) for i, v in enumerate(values)]
     assert exit_code(outcomes) == code

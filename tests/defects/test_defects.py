@@ -13,11 +13,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from harness.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
-from harness.pytest_plugin import record_run
-from harness.watchdog import watchdog_class
-from invariants.judge import CHECKERS
-from trainer.loop import trainer_class
+from trainwreck.harness.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
+from trainwreck.harness.pytest_plugin import record_run
+from trainwreck.harness.watchdog import watchdog_class
+from trainwreck.invariants.judge import CHECKERS
+from trainwreck.trainer.loop import trainer_class
 
 # A cheap defect per invariant in the default run. progress is caught by the CLI test
 # below (sigterm_exits_clean); the watchdog defect waits out two timeouts, so it is slow.
@@ -74,8 +74,8 @@ def test_the_table_plants_at_least_twelve_defects_and_every_invariant_can_fail()
 def test_trainwreck_defects_json_prints_one_row_per_defect_and_exits_zero(
         capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.commands import defects as command
-    from harness.golden import CACHE_ENV
+    from trainwreck.harness.commands import defects as command
+    from trainwreck.harness.golden import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     args = argparse.Namespace(json=True, only="sigterm_exits_clean", out=None, launcher="warm")
@@ -86,7 +86,7 @@ def test_trainwreck_defects_json_prints_one_row_per_defect_and_exits_zero(
 
 
 def test_trainwreck_defects_rejects_an_unknown_defect_name(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.commands import defects as command
+    from trainwreck.harness.commands import defects as command
 
     args = argparse.Namespace(json=False, only="no_such_defect", out=None, launcher="warm")
     assert command.main(args) == 2

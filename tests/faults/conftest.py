@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from harness.spec import JobSpec
-from harness.supervisor import RunRecord, run_job
-from invariants import History, Judgement, judge, load_history
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import RunRecord, run_job
+from trainwreck.invariants import History, Judgement, judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, read_events
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 CFG = TrainConfig.tiny(total_steps=12)
 """Saves after updates 4, 8 and 12; keep_last=3."""

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from faults.plan import Plan
-from faults.strategies import plans
-from invariants import History
+from trainwreck.faults.plan import Plan
+from trainwreck.faults.strategies import plans
+from trainwreck.invariants import History
 from tests.faults.conftest import CFG, golden_history, run_plan
 
 _golden: list[History] = []

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from faults.corrupt import apply_corruption, committed
-from faults.inrank import FaultHooks
-from faults.storage import FaultyStorage, RecordingStorage, StepClock
-from faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
-from trainer.events import EventLog
-from trainer.storage import LocalStorage
+from trainwreck.faults.corrupt import apply_corruption, committed
+from trainwreck.faults.inrank import FaultHooks
+from trainwreck.faults.storage import FaultyStorage, RecordingStorage, StepClock
+from trainwreck.faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.storage import LocalStorage
 
 
 class Crashed(Exception):
@@ -148,7 +148,7 @@ def test_the_recording_wrapper_sees_the_same_save_the_job_makes() -> None:
 
 HEARTBEAT = """
 import os, signal, sys, threading, time
-from faults.blocking import holding_gil, releasing_gil
+from trainwreck.faults.blocking import holding_gil, releasing_gil
 beats = [0]
 def beat():
     while True:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.plan import Plan
-from invariants import History
+from trainwreck.faults.plan import Plan
+from trainwreck.invariants import History
 from tests.faults.conftest import HANG_TIMEOUT_S, run_plan
-from trainer import hooks as fp
+from trainwreck.trainer import hooks as fp
 
 EXIT_CODES = {"sigkill": -9, "sigterm": -15, "exit": 1, "exception": 1}
 

@@ -6,9 +6,9 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from faults.plan import KINDS, Plan, PlanError, parse_plan, validate_plan
-from faults.strategies import corruptions, hangs, kills, plans
-from trainer.config import TrainConfig
+from trainwreck.faults.plan import KINDS, Plan, PlanError, parse_plan, validate_plan
+from trainwreck.faults.strategies import corruptions, hangs, kills, plans
+from trainwreck.trainer.config import TrainConfig
 
 CFG = TrainConfig.tiny(total_steps=12)  # saves after 4, 8, 12
 

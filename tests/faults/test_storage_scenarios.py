@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from faults.plan import Plan
-from invariants import History
+from trainwreck.faults.plan import Plan
+from trainwreck.invariants import History
 from tests.faults.conftest import CFG, golden_history, run_plan
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 
 def save_seconds(out, step: int) -> float:  # type: ignore[no-untyped-def]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faults.plan import Plan, validate_plan
+from trainwreck.faults.plan import Plan, validate_plan
 from tests.faults.conftest import golden_history, run_plan
-from invariants import History
-from trainer.config import TrainConfig
+from trainwreck.invariants import History
+from trainwreck.trainer.config import TrainConfig
 
 ELASTIC = TrainConfig.tiny(total_steps=12, global_batch=24)  # 4, 2 and 3 ranks all divide 24
 

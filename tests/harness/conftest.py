@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import psutil
 import pytest
 
-from harness import launchers
+from trainwreck.harness import launchers
 
 
 def live_descendants() -> list[psutil.Process]:

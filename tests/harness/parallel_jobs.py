@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import JobSpec
-from harness.supervisor import run_job
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 
 @pytest.mark.parametrize("job", range(6))

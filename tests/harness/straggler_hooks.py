@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainer.hooks import STEP_START, NoHooks
+from trainwreck.trainer.hooks import STEP_START, NoHooks
 
 
 class Straggler(NoHooks):

@@ -1,7 +1,7 @@
 """The launch benchmark runs and reports its keys (its figures are checked by eye, not asserted)."""
 from __future__ import annotations
 
-from benchmarks.launch import bench_launch
+from trainwreck.benchmarks.launch import bench_launch
 
 
 def test_the_launch_benchmark_reports_warm_launch_time_per_world_size() -> None:

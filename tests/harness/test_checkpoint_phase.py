@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.spec import JobSpec
-from harness.supervisor import run_job
-from invariants import judge, load_history
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
+from trainwreck.invariants import judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 
 def test_a_rank_that_hangs_while_rank_0_saves_is_reported_within_the_timeout(tmp_path: Path) -> None:

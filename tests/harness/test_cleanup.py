@@ -13,11 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.spec import JobSpec
-from harness.supervisor import run_job
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
-from trainer.config import TrainConfig
-from trainer.progress import progress_path, read_progress
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.progress import progress_path, read_progress
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,9 +63,9 @@ def test_two_hundred_attempts_with_random_kills_leave_no_process_and_no_temporar
 
 HARNESS_SCRIPT = """
 import sys
-from harness.spec import JobSpec
-from harness.supervisor import run_job
-from trainer.config import TrainConfig
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
+from trainwreck.trainer.config import TrainConfig
 run_job(JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6), world_sizes=(2,),
                 hang_timeout_s=60, run_dir=sys.argv[1], launcher=sys.argv[2]))
 """

@@ -7,11 +7,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from faults.external import ExternalFaults, FaultError
-from harness.rundir import RunDirError
-from harness.spec import JobSpec, SpecError
-from harness.supervisor import run_job
-from trainer.config import TrainConfig
+from trainwreck.faults.external import ExternalFaults, FaultError
+from trainwreck.harness.rundir import RunDirError
+from trainwreck.harness.spec import JobSpec, SpecError
+from trainwreck.harness.supervisor import run_job
+from trainwreck.trainer.config import TrainConfig
 
 
 def children() -> set[int]:

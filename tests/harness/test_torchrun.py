@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.rundir import create_run_dir
-from harness.spec import JobSpec
-from harness.supervisor import run_job
-from harness.torchrun import torchrun_env
+from trainwreck.harness.rundir import create_run_dir
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.torchrun import torchrun_env
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, read_events
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 pytestmark = pytest.mark.slow  # every rank is a fresh interpreter importing torch: ~10 s per attempt
 
@@ -52,7 +52,7 @@ def test_two_torchrun_agents_on_loopback_run_the_job_like_two_hosts(tmp_path: Pa
         for node in range(2):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
-                   "--max-restarts", "0", "-m", "harness.rank", "--run-dir", str(run), "--standalone"]
+                   "--max-restarts", "0", "-m", "trainwreck.harness.rank", "--run-dir", str(run), "--standalone"]
             agents.append(subprocess.Popen(cmd, env=torchrun_env(), start_new_session=True,
                                            stdout=open(run / "logs" / f"agent{node}.log", "wb"),
                                            stderr=subprocess.STDOUT))

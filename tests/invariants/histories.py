@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from invariants import History, load_history
+from trainwreck.invariants import History, load_history
 
 
 def digest(step: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from invariants import check_atomicity
+from trainwreck.invariants import check_atomicity
 
 
 def test_resume_from_the_newest_committed_checkpoint_is_valid(builder):

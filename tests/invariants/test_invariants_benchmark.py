@@ -1,6 +1,6 @@
 """The checker benchmark runs and reports its figures (tiny size: this is not the measurement)."""
 
-from benchmarks.checker import bench_checker
+from trainwreck.benchmarks.checker import bench_checker
 
 
 def test_bench_checker_reports_events_and_rate():

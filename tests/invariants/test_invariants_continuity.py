@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from histories import HistoryBuilder, digest, loss
 
-from invariants import check_continuity
+from trainwreck.invariants import check_continuity
 
 
 def crash_and_resume(b: HistoryBuilder, *, world_sizes=(2, 2), **train) -> HistoryBuilder:

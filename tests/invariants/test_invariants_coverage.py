@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from histories import HistoryBuilder
 
-from invariants import check_coverage, walk_lineage
+from trainwreck.invariants import check_coverage, walk_lineage
 
 
 def crash_and_redo(b: HistoryBuilder) -> HistoryBuilder:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from histories import HistoryBuilder
 
-from invariants import check_hang, check_progress, check_replicas
+from trainwreck.invariants import check_hang, check_progress, check_replicas
 
 HANG = {"id": "h1", "kind": "hang", "rank": 1, "step": 3, "expect": "hang"}
 

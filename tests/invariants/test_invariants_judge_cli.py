@@ -9,8 +9,8 @@ import sys
 import pytest
 from histories import HistoryBuilder
 
-from invariants import Verdict, check_safe, compose, intervals, judge
-from invariants.cli import main
+from trainwreck.invariants import Verdict, check_safe, compose, intervals, judge
+from trainwreck.invariants.cli import main
 
 KILL = {"id": "k1", "kind": "kill", "rank": 1, "step": 6}
 
@@ -152,14 +152,14 @@ def test_python_dash_m_invariants_runs_the_check(builder):
     run = good_run(builder(total_steps=8, faults=[KILL])).write()
     # A real interpreter: the installed pytest plugin puts this distribution's modules
     # under assertion rewriting, which runpy cannot execute as __main__.
-    result = subprocess.run([sys.executable, "-m", "invariants", str(run), "--json"],
+    result = subprocess.run([sys.executable, "-m", "trainwreck.invariants", str(run), "--json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["valid"] is True
 
 
 def test_invariants_import_only_the_standard_library():
-    import invariants
+    from trainwreck import invariants
 
     modules = [m for m in sys.modules.values() if getattr(m, "__file__", None) and "/invariants/" in m.__file__]
     assert invariants.__file__

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from histories import HistoryBuilder
 
-from invariants import InputError, load_history
-from invariants import loader
+from trainwreck.invariants import InputError, load_history
+from trainwreck.invariants import loader
 
 
 def simple_run(b: HistoryBuilder) -> HistoryBuilder:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from histories import HistoryBuilder
 
-from invariants import check_coverage, judge
+from trainwreck.invariants import check_coverage, judge
 
 # A story: per attempt (world size, last update before the crash); the last
 # attempt runs to the end. Saves every 2 updates; a restart restores the newest.

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main as cli
-from harness.commands.demo import DEMO_SCENARIOS, demo_names
-from harness.scenarios import scenario_names
+from trainwreck.harness.cli import main as cli
+from trainwreck.harness.commands.demo import DEMO_SCENARIOS, demo_names
+from trainwreck.harness.scenarios import scenario_names
 
 
 def test_the_demo_runs_at_least_four_scenarios_that_exist() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from harness import pytest_plugin as plugin
-from invariants import Verdict
-from invariants.judge import Judgement
+from trainwreck.harness import pytest_plugin as plugin
+from trainwreck.invariants import Verdict
+from trainwreck.invariants.judge import Judgement
 
 
 class FakeConfig:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from harness.scenarios import SCENARIOS, Scenario
+from trainwreck.harness.scenarios import SCENARIOS, Scenario
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 CPU = pytest.mark.trainwreck(backend="gloo")

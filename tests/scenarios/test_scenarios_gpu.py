@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from harness.scenarios import SCENARIOS, Scenario
+from trainwreck.harness.scenarios import SCENARIOS, Scenario
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 NCCL = pytest.mark.trainwreck(backend="nccl")
@@ -72,8 +72,8 @@ def test_on_one_gpu_a_resume_under_amp_matches_the_uninterrupted_run(run_scenari
 def test_the_cuda_rng_and_grad_scaler_survive_a_checkpoint_round_trip() -> None:
     import torch
 
-    from trainer.checkpoint import from_bytes, to_bytes
-    from trainer.state import capture_rng, restore_rng
+    from trainwreck.trainer.checkpoint import from_bytes, to_bytes
+    from trainwreck.trainer.state import capture_rng, restore_rng
 
     torch.cuda.manual_seed_all(1234)
     saved = from_bytes(to_bytes(capture_rng()))

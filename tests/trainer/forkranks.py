@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-import trainer.loop  # noqa: F401  forked ranks inherit DDP's lazy imports already done
-from trainer.config import TrainConfig
-from trainer.hooks import Hooks, NoHooks
-from trainer.launch import RankContext
-from trainer.rundir import run_spec, write_json_atomic
+import trainwreck.trainer.loop  # noqa: F401  forked ranks inherit DDP's lazy imports already done
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.hooks import Hooks, NoHooks
+from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.rundir import run_spec, write_json_atomic
 
 CRASH_CODE = 17
 
@@ -49,7 +49,7 @@ def write_run_json(run_dir: Path, cfg: TrainConfig, world_sizes: list[int]) -> N
 
 
 def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
-    from trainer.loop import run_rank
+    from trainwreck.trainer.loop import run_rank
 
     try:
         run_rank(ctx, cfg, hooks)

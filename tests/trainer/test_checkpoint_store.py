@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.forkranks import Events
-from trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint
-from trainer.events import EventLog
-from trainer.hooks import NoHooks
-from trainer.storage import LocalStorage, UnsafePathError
+from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.storage import LocalStorage, UnsafePathError
 
 IDENTITY = "cfg-a"
 FILES = {"model.pt": b"weights" * 100, "trainer.pt": b"cursor" * 10}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.config import ConfigError, TrainConfig
 
 
 def test_a_world_size_that_does_not_divide_the_global_batch_lists_the_sizes_that_do() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.forkranks import CRASH_CODE, CrashAt, Events, run_attempt, write_run_json
-from trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig
 
 CFG = TrainConfig.tiny(total_steps=12, ckpt_interval=4)
 

@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.data import SyntheticDataset
-from trainer.sampler import ElasticSampler, rank_slice
+from trainwreck.trainer.data import SyntheticDataset
+from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 
 
 @st.composite

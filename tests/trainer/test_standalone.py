@@ -25,7 +25,7 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     (["--total-steps", "0"], "total_steps=0 must be a positive integer"),
 ])
 def test_invalid_configuration_exits_2_naming_the_value(tmp_path: Path, flags: list[str], message: str) -> None:
-    result = run(sys.executable, "-m", "trainer", "--run-dir", str(tmp_path / "r"), *flags)
+    result = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(tmp_path / "r"), *flags)
     assert result.returncode == 2
     assert message in result.stderr
     assert not (tmp_path / "r").exists(), "nothing may be created for a rejected config"
@@ -34,16 +34,16 @@ def test_invalid_configuration_exits_2_naming_the_value(tmp_path: Path, flags: l
 def test_an_unwritable_run_directory_exits_2_before_training(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    result = run(sys.executable, "-m", "trainer", "--run-dir", str(blocker / "run"), "--tiny")
+    result = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(blocker / "run"), "--tiny")
     assert result.returncode == 2 and "cannot create run directory" in result.stderr
 
 
 def test_resuming_with_another_configuration_is_refused_and_keeps_the_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
-    first = run(sys.executable, "-m", "trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "4")
+    first = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "4")
     assert first.returncode == 0, first.stderr
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    second = run(sys.executable, "-m", "trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "4",
+    second = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "4",
                  "--set", "lr=0.5")
     assert second.returncode == 2 and "another configuration" in second.stderr
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
@@ -51,10 +51,10 @@ def test_resuming_with_another_configuration_is_refused_and_keeps_the_run(tmp_pa
 
 def test_torchrun_with_two_cpu_ranks_writes_a_run_that_judges_valid(tmp_path: Path) -> None:
     run_dir = tmp_path / "torchrun"
-    result = run(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "trainer",
+    result = run(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "trainwreck.trainer",
                  "--run-dir", str(run_dir), "--total-steps", "20")
     assert result.returncode == 0, result.stderr[-2000:]
-    check = run(sys.executable, "-m", "invariants", str(run_dir), "--json")
+    check = run(sys.executable, "-m", "trainwreck.invariants", str(run_dir), "--json")
     verdict = json.loads(check.stdout)
     assert check.returncode == 0, check.stdout
     assert verdict["valid"] is True
