@@ -114,7 +114,8 @@ def record_save_ops(writer: str = "reference", cfg: TrainConfig = SWEEP_CONFIG,
     from trainwreck.faults.plan import save_steps
     from trainwreck.trainer.events import EventLog
     from trainwreck.trainer.hooks import NoHooks
-    from trainwreck.trainer.loop import lr_factor, trainer_class
+    from trainwreck.trainer.entry import trainer_class
+    from trainwreck.trainer.loop import lr_factor
     from trainwreck.trainer.model import MLP
     from trainwreck.trainer.sampler import ElasticSampler
     from trainwreck.trainer.state import TrainState, capture_rng, state_digest, training_files

@@ -1,7 +1,7 @@
 """The planted-defect self-test: every check must be able to fail.
 
 Each row names a deliberately wrong component (a trainer variant from trainer/defects.py,
-or a watchdog variant registered here), the invariant that must catch it, and the
+or a watchdog variant from harness/watchdogs.py), the invariant that must catch it, and the
 scenario whose fault plan exposes it. A row passes when that invariant judges the
 defective run invalid (with every planned fault fired) AND the reference trainer and
 watchdog pass the same scenario (the control). Controls of identical scenarios run once.
@@ -18,33 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from trainwreck.harness.scenarios import Scenario, get_scenario
-from trainwreck.harness.watchdog import WATCHDOGS, Hang, Watchdog
-
-# ----- the harness-side defect: a watchdog that is not watching ------------------------
-
-GLOO_STAND_IN_FACTOR = 1.5
-"""The disabled watchdog's backstop, in hang timeouts: a stand-in for gloo's own
-30-minute collective timeout, scaled down so the self-test finishes."""
-
-
-class DisabledWatchdog(Watchdog):
-    """Nobody watches the progress boards. Like a bare gloo job, the attempt only ends when
-    the collective timeout (here GLOO_STAND_IN_FACTOR x hang_timeout_s) expires, and that
-    timeout names no rank."""
-
-    def check(self, live: Iterable[int]) -> Hang | None:
-        import time as _time
-
-        live = sorted(live)
-        silent = _time.monotonic() - self.last_change
-        if not live or silent < GLOO_STAND_IN_FACTOR * self.budget(live):
-            return None
-        return Hang(suspects=[], waiting=live, last_step=-1, detected_after_s=round(silent, 3),
-                    detected_at=_time.time())
-
-
-WATCHDOGS["disabled"] = DisabledWatchdog
-
+from trainwreck.harness.runner import run_judged, spec_for
 
 # ----- the scenarios that expose the defects -------------------------------------------
 
@@ -150,8 +124,6 @@ def get_defect(name: str) -> Defect:
 
 def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The defective run of one row (a JudgedRun)."""
-    from trainwreck.harness.runner import run_judged, spec_for  # here: harness.watchdog imports this module
-
     variant, watchdog = (defect.name, "reference") if defect.component == "trainer" else ("reference", defect.name)
     spec = spec_for(defect.scenario, out, launcher, variant=variant, watchdog=watchdog)
     return run_judged(spec, golden_cache=golden_cache, reproduce=f"trainwreck defects --only {defect.name} --out DIR")
@@ -159,8 +131,6 @@ def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, laun
 
 def run_control(scenario: Scenario, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
     """The reference trainer and watchdog on the scenario (a JudgedRun)."""
-    from trainwreck.harness.runner import run_judged, spec_for
-
     return run_judged(spec_for(scenario, out, launcher), golden_cache=golden_cache)
 
 

@@ -51,6 +51,7 @@ WARM_MODULES = (
     "trainwreck.trainer.launch",
     "trainwreck.trainer.hooks",
     "trainwreck.trainer.loop",
+    "trainwreck.trainer.entry",
     "trainwreck.harness.rank",
     "trainwreck.faults.inrank",
 )
@@ -124,7 +125,7 @@ def run(ctx: RankContext) -> None:
 
     cfg = TrainConfig.from_dict(job["config"])
     hooks = build_hooks(job.get("faults", []), job.get("hooks_factory"))
-    resolve(job.get("entry") or "trainwreck.trainer.loop:run_rank")(ctx, cfg, hooks)
+    resolve(job.get("entry") or "trainwreck.trainer.entry:run_rank")(ctx, cfg, hooks)
 
 
 def ctx_to_json(ctx: RankContext) -> str:

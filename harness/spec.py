@@ -11,7 +11,7 @@ from typing import Any
 from trainwreck.trainer.config import ConfigError, TrainConfig
 
 LAUNCHERS = ("warm", "spawn", "torchrun")
-DEFAULT_ENTRY = "trainwreck.trainer.loop:run_rank"
+DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 
 
 class SpecError(ValueError):
@@ -49,7 +49,7 @@ class JobSpec:
     poll_interval_s: float = 0.02
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
-    """Which hang watchdog supervises: 'reference', or a planted defect from harness/defects.py (self-tests)."""
+    """Which hang watchdog supervises: 'reference', or a planted defect from harness/watchdogs.py (self-tests)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, TrainConfig):
@@ -89,7 +89,7 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and ":" not in value:
                 raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
-        from trainwreck.harness.watchdog import watchdog_class
+        from trainwreck.harness.watchdogs import watchdog_class
         try:
             watchdog_class(self.watchdog)
         except ValueError as exc:

@@ -27,7 +27,8 @@ from trainwreck.harness.launchers import Attempt, get_launcher
 from trainwreck.harness.rundir import create_run_dir
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.store import HarnessStore
-from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang, watchdog_class
+from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang
+from trainwreck.harness.watchdogs import watchdog_class
 from trainwreck.trainer.events import EventLog
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")

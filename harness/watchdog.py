@@ -94,18 +94,6 @@ class Watchdog:
                     last_step=behind[0], detected_after_s=round(silent, 3), detected_at=time.time())
 
 
-WATCHDOGS: dict[str, type[Watchdog]] = {"reference": Watchdog}
-"""Watchdog implementations by name (JobSpec.watchdog); planted defects add theirs."""
-
-
-def watchdog_class(name: str) -> type[Watchdog]:
-    import trainwreck.harness.defects  # noqa: F401  registers the planted watchdog defects
-
-    if name not in WATCHDOGS:
-        raise ValueError(f"watchdog={name!r} is unknown; known watchdogs: {', '.join(sorted(WATCHDOGS))}")
-    return WATCHDOGS[name]
-
-
 def record_hang(events: EventLog, run_dir: Path, attempt: int, hang: Hang, pids: dict[int, int],
                 stack_wait_s: float) -> None:
     """Dump every live rank's stacks, then write the `hang` event; its `t` is the

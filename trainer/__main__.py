@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunDirError, OSError) as exc:
         print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
         return 2
-    from trainwreck.trainer.loop import run_rank  # after validation: a bad flag should not pay torch's import
+    from trainwreck.trainer.entry import run_rank  # after validation: a bad flag should not pay torch's import
 
     try:
         run_rank(ctx, cfg)

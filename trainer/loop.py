@@ -8,7 +8,6 @@ everything a judge needs is in the event log.
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from contextlib import nullcontext
@@ -24,57 +23,14 @@ from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint, Verified, from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
-from trainwreck.trainer.events import EventLog, rank_events_path
-from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.launch import RankContext, init_process_group, pick_device
+from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import Hooks
+from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import MLP, draw_noise_key
 from trainwreck.trainer.progress import ProgressBoard
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 from trainwreck.trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
-
-
-def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> None:
-    """Train one rank of one attempt to cfg.total_steps (raises on any failure)."""
-    cfg.check_world_size(ctx.world_size)
-    device = pick_device(cfg.device, ctx.local_rank)
-    if device.type == "cpu":
-        torch.set_num_threads(1)  # every rank shares the same few cores
-    hooks = hooks or NoHooks()
-    events = EventLog(rank_events_path(ctx.run_dir, ctx.attempt, ctx.rank, os.getpid()),
-                      attempt=ctx.attempt, rank=ctx.rank, world_size=ctx.world_size)
-    progress = ProgressBoard(ctx.run_dir, ctx.attempt, ctx.rank)
-    try:
-        events.emit("start", pid=os.getpid())
-        progress.publish(0, "start")
-        hooks.bind(events, ctx.rank, ctx.world_size, ctx.attempt)
-        init_process_group(ctx, resolve_backend(cfg, device))
-        try:
-            trainer_class(cfg.variant)(ctx, cfg, device, events, progress, hooks).train()
-        finally:
-            dist.destroy_process_group()
-    finally:
-        events.close()
-        progress.close()
-
-
-VARIANTS: dict[str, type[Trainer]] = {}
-
-
-def register_variant(name: str):  # type: ignore[no-untyped-def]
-    """Class decorator: make a Trainer subclass selectable as TrainConfig.variant=name."""
-    def decorate(cls: type[Trainer]) -> type[Trainer]:
-        VARIANTS[name] = cls
-        return cls
-    return decorate
-
-
-def trainer_class(name: str) -> type[Trainer]:
-    import trainwreck.trainer.defects  # noqa: F401  registers the planted defects
-
-    if name not in VARIANTS:
-        raise ValueError(f"variant={name!r} is unknown; known variants: {', '.join(sorted(VARIANTS))}")
-    return VARIANTS[name]
 
 
 def resolve_backend(cfg: TrainConfig, device: torch.device) -> str:
@@ -110,7 +66,8 @@ class PhaseTimer:
 
 
 class Trainer:
-    """The reference trainer; planted-defect variants (trainer/defects.py) subclass it."""
+    """The reference trainer; planted-defect variants (trainer/defects.py) subclass it, and
+    trainer/entry.py picks one by name."""
 
     store_class: type[CheckpointStore] = CheckpointStore
     sampler_class: type[ElasticSampler] = ElasticSampler
@@ -310,5 +267,3 @@ class Trainer:
         # when the checkpoint was written takes rank 0's stream.
         restore_rng(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
 
-
-VARIANTS["reference"] = Trainer

@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from trainwreck.faults.sweep import run_sweep
-    from trainwreck.trainer.loop import trainer_class
+    from trainwreck.trainer.entry import trainer_class
 
     try:
         trainer_class(args.writer)

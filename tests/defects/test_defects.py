@@ -15,9 +15,9 @@ import pytest
 
 from trainwreck.harness.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
 from trainwreck.harness.pytest_plugin import record_run
-from trainwreck.harness.watchdog import watchdog_class
+from trainwreck.harness.watchdogs import watchdog_class
 from trainwreck.invariants.judge import CHECKERS
-from trainwreck.trainer.loop import trainer_class
+from trainwreck.trainer.entry import trainer_class
 
 # A cheap defect per invariant in the default run. progress is caught by the CLI test
 # below (sigterm_exits_clean); the watchdog defect waits out two timeouts, so it is slow.

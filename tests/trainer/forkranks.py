@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-import trainwreck.trainer.loop  # noqa: F401  forked ranks inherit DDP's lazy imports already done
+import trainwreck.trainer.entry  # noqa: F401  forked ranks inherit DDP's lazy imports already done
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.launch import RankContext
@@ -49,7 +49,7 @@ def write_run_json(run_dir: Path, cfg: TrainConfig, world_sizes: list[int]) -> N
 
 
 def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
-    from trainwreck.trainer.loop import run_rank
+    from trainwreck.trainer.entry import run_rank
 
     try:
         run_rank(ctx, cfg, hooks)
