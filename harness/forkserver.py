@@ -22,6 +22,8 @@ import time
 import traceback
 from multiprocessing.connection import Connection, wait
 
+from trainwreck.harness.procs import set_parent_death_signal, signal_pid
+
 class Server:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -100,7 +102,7 @@ class Server:
             os.close(fd)
             from trainwreck.harness import rank
 
-            rank.set_parent_death_signal(server)
+            set_parent_death_signal(server)
             rank.run(rank.ctx_from_json(ctx_json))
             code = 0
         except SystemExit as exc:
@@ -116,10 +118,7 @@ class Server:
 
     def shutdown(self) -> None:
         for pid in list(self.children):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            signal_pid(pid, signal.SIGKILL)
         for pid in list(self.children):
             try:
                 os.waitpid(pid, 0)
@@ -130,7 +129,7 @@ class Server:
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
     started = time.perf_counter()
-    from trainwreck.harness.rank import set_parent_death_signal, warm_imports  # imports torch
+    from trainwreck.harness.rank import warm_imports  # imports torch
 
     set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
     warm_imports()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from trainwreck import trainer
 from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import iter_events, run_job
+from trainwreck.harness.restarts import iter_events
+from trainwreck.harness.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 
 CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainwreck.harness.procs import signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
 from trainwreck.harness.store import Rendezvous
 from trainwreck.trainer.launch import RankContext
@@ -37,13 +38,6 @@ def rank_contexts(run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous
     base = RankContext(run_dir=Path(run_dir), rank=0, world_size=world_size, attempt=attempt,
                        store_host=rdzv.host, store_port=rdzv.port, store_prefix=rdzv.prefix)
     return [replace(base, rank=r, local_rank=r) for r in range(world_size)]
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 class Attempt(Protocol):
@@ -188,17 +182,14 @@ class WarmAttempt:
 
     def signal(self, rank: int, sig: int) -> None:
         if rank not in self.exited():
-            _signal_pid(self.pids[rank], sig)
+            signal_pid(self.pids[rank], sig)
 
     def kill(self) -> None:
         if len(self.exited()) < len(self.pids):
-            try:
-                os.killpg(self.pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(self.pgid, signal.SIGKILL)
             for rank, pid in self.pids.items():
                 if rank not in self.exited():
-                    _signal_pid(pid, signal.SIGKILL)  # a rank that missed the group
+                    signal_pid(pid, signal.SIGKILL)  # a rank that missed the group
 
     def reap(self, timeout_s: float) -> dict[int, int | None]:
         deadline = time.monotonic() + timeout_s
@@ -247,10 +238,7 @@ class SpawnAttempt:
 
     def kill(self) -> None:
         if any(p.poll() is None for p in self.procs):
-            try:
-                os.killpg(self.pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(self.pgid, signal.SIGKILL)
             for proc in self.procs:
                 if proc.poll() is None:
                     proc.kill()

@@ -7,7 +7,6 @@ stack dump, read the job from run.json, build the hooks, run the trainer.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import faulthandler
 import importlib
@@ -15,13 +14,12 @@ import importlib.util
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from trainwreck.harness.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
 
-PR_SET_PDEATHSIG = 1
 EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-rank hooks
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
 
@@ -65,18 +63,6 @@ def warm_imports() -> None:
                 importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
             pass
-
-
-def set_parent_death_signal(expected_parent: int | None = None) -> None:
-    """Die with SIGKILL when the parent dies, so a killed harness leaves no orphans (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    # The parent may have died before prctl took effect; then nobody would kill us.
-    if expected_parent is not None and os.getppid() != expected_parent:
-        os._exit(1)
 
 
 def stacks_path(run_dir: Path, attempt: int, rank: int, pid: int) -> Path:

@@ -11,7 +11,8 @@ from typing import Any
 from trainwreck.harness.golden import golden_run
 from trainwreck.harness.scenarios import Scenario
 from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import RunRecord, run_job
+from trainwreck.harness.restarts import RunRecord
+from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement, judge, load_history
 
 

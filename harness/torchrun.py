@@ -13,24 +13,21 @@ no-progress guard is torchrun's restart budget alone.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-import traceback
 from multiprocessing.connection import wait
 from pathlib import Path
+
 import psutil
 
-from trainwreck.faults.external import ExternalFaults
 from trainwreck.harness.launchers import _child_env
-from trainwreck.harness.rank import PR_SET_PDEATHSIG
+from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
+from trainwreck.harness.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
 from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import REAP_TIMEOUT_S, RunRecord, final_step, record_fault, remove_empty_stacks
-from trainwreck.harness.watchdog import Watchdog, WatchdogConfig, record_hang
-from trainwreck.trainer.events import EventLog
+from trainwreck.harness.watchdog import Watchdog
 from trainwreck.trainer.progress import progress_path
 
 
@@ -52,49 +49,23 @@ def torchrun_env() -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    # Runs in the agent between fork and exec; the death signal survives exec, so a
-    # killed harness takes the agent (and, through theirs, its workers) with it.
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+class TorchrunSupervisor(JobSupervisor):
+    """The elastic agent starts and restarts the worker group; the harness watches it."""
 
-
-class TorchrunSupervisor:
     def __init__(self, spec: JobSpec, run_dir: Path) -> None:
-        self.spec, self.run_dir = spec, run_dir
+        super().__init__(spec, run_dir)
         self.world_size = spec.world_sizes[0]
-        self.events = EventLog(run_dir / "events" / "harness.jsonl")
-        self.faults = ExternalFaults(spec.plan)
-        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
         self.agent: subprocess.Popen[bytes] | None = None
-        self.attempt = 0
         self.pids: dict[int, dict[int, int]] = {}  # attempt -> rank -> pid, from the boards
-        self.hangs = 0
-        self.launch_s: list[float | None] = []
-
-    def run(self, started: float) -> RunRecord:
-        outcome, error = "error", None
-        try:
-            outcome = self.supervise()
-        except Exception:  # noqa: BLE001 - reported in the record; the finally cleans up
-            error = traceback.format_exc()
-            print(error, file=sys.stderr)
-        finally:
-            self.kill_all()
-            status = "completed" if outcome == "completed" else "failed"
-            last = final_step(self.run_dir, self.attempt)
-            self.events.emit("end", status=status, final_step=last, outcome=outcome,
-                             attempts=self.attempt + 1)
-            self.events.close()
-        return RunRecord(run_dir=self.run_dir, status=status, outcome=outcome, attempts=self.attempt + 1,
-                         final_step=last, hangs=self.hangs, wall_s=time.monotonic() - started,
-                         launch_s=tuple(self.launch_s), error=error)
 
     def supervise(self) -> str:
         cmd = torchrun_command(self.run_dir, self.world_size, self.spec.max_restarts)
         with open(self.run_dir / "logs" / "torchrun.log", "ab") as log:
             self.agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           env=torchrun_env(), start_new_session=True,
-                                          preexec_fn=_die_with_parent)
+                                          # The death signal survives exec: a killed harness
+                                          # takes the agent (and, through theirs, its workers).
+                                          preexec_fn=set_parent_death_signal)
         pidfd = [os.pidfd_open(self.agent.pid)] if hasattr(os, "pidfd_open") else []
         try:
             return self.watch(pidfd)
@@ -128,17 +99,13 @@ class TorchrunSupervisor:
             if len(pids) == self.world_size:  # a worker's pid is known once it has published
                 steps = {r: p.step for r, p in board.items() if p is not None}
                 for fault in self.faults.due(self.attempt, steps, time.monotonic() - started, self.world_size):
-                    record_fault(self.events, self.attempt, fault, steps, pids)
-                    for rank in fault.ranks:
-                        _kill(pids[rank], fault.signum)
+                    self.fire(self.attempt, fault, steps, pids, lambda rank, sig: signal_pid(pids[rank], sig))
             live = [r for r in range(self.world_size) if r not in pids or psutil.pid_exists(pids[r])]
             hang = watchdog.check(live)
             if hang is not None:
-                self.hangs += 1
-                record_hang(self.events, self.run_dir, self.attempt, hang,
-                            {r: pids[r] for r in live if r in pids}, self.watch_config.stack_wait_s)
+                self.on_hang(self.attempt, hang, {r: pids[r] for r in live if r in pids})
                 for pid in pids.values():
-                    _kill(pid, signal.SIGKILL)  # torchrun sees failed workers and restarts the group
+                    signal_pid(pid, signal.SIGKILL)  # torchrun sees failed workers and restarts the group
                 watching = False
 
     def begin_attempt(self, attempt: int) -> tuple[Watchdog, float, float]:
@@ -152,8 +119,7 @@ class TorchrunSupervisor:
 
     def report_exits(self, attempt: int, code: int | None) -> None:
         for rank in range(self.world_size):
-            self.events.emit("exit", attempt=attempt, rank=rank, code=code,
-                             pid=self.pids.get(attempt, {}).get(rank))
+            self.report_exit(attempt, rank, code, pid=self.pids.get(attempt, {}).get(rank))
 
     def kill_all(self) -> None:
         """SIGKILL the agent and its workers (they run in sessions of their own, so no killpg
@@ -164,10 +130,7 @@ class TorchrunSupervisor:
             workers = psutil.Process(self.agent.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             workers = []
-        try:
-            os.killpg(self.agent.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.agent.pid, signal.SIGKILL)
         self.agent.wait()
         for proc in workers:
             try:
@@ -176,10 +139,3 @@ class TorchrunSupervisor:
                 pass
         psutil.wait_procs(workers, timeout=REAP_TIMEOUT_S)
         remove_empty_stacks(self.run_dir, self.attempt)
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

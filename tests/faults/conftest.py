@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import RunRecord, run_job
+from trainwreck.harness.restarts import RunRecord
+from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import History, Judgement, judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, read_events
 from trainwreck.trainer.config import TrainConfig

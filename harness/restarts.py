@@ -1,0 +1,147 @@
+"""What every supervisor shares, whatever starts its ranks: the run record, the harness's
+event log, the `fault`/`hang`/`exit`/`end` events, and one `run` that always ends the job
+cleanly. `harness/supervisor.py` (warm, spawn) and `harness/torchrun.py` (the elastic
+agent) each add only how an attempt's processes are started, watched and killed."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from trainwreck.faults.external import ExternalFault, ExternalFaults
+from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang
+from trainwreck.trainer.events import EventLog
+
+OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
+REAP_TIMEOUT_S = 30.0
+"""How long a SIGKILLed attempt may take to disappear (a rank in uninterruptible I/O)."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_dir: Path
+    """The run directory (already removed if it was temporary and not kept)."""
+    status: str
+    """completed or failed, as in the `end` event."""
+    outcome: str
+    """completed, budget_exhausted, no_progress or error (see OUTCOMES)."""
+    attempts: int
+    """Attempts started."""
+    final_step: int
+    """The last update the final attempt applied."""
+    hangs: int
+    """Hangs the watchdog declared."""
+    wall_s: float
+    """Seconds from run_job's call to its return."""
+    launch_s: tuple[float | None, ...] = ()
+    """Per attempt: seconds from its launch until every rank reached its first update."""
+    error: str | None = None
+    """The harness's own traceback when outcome is error."""
+
+
+@dataclass
+class AttemptResult:
+    ok: bool
+    codes: dict[int, int | None] = field(default_factory=dict)
+    hang: Hang | None = None
+    launch_s: float | None = None
+
+
+def iter_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every event of the run; a torn line (a rank killed mid-write) is skipped."""
+    for path in sorted((Path(run_dir) / "events").glob("*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
+def newest_committed_step(run_dir: Path) -> int:
+    """Step of the newest `save` (a durably committed checkpoint); -1 when none."""
+    return max((e["step"] for e in iter_events(run_dir) if e.get("kind") == "save"), default=-1)
+
+
+def final_step(run_dir: Path, attempt: int) -> int:
+    """The last update applied by `attempt` (its restore point when it applied none)."""
+    steps = [e["step"] for e in iter_events(run_dir)
+             if e.get("attempt") == attempt and e.get("kind") in ("step", "restore") and "rank" in e]
+    return max(steps, default=0)
+
+
+def remove_empty_stacks(run_dir: Path, attempt: int) -> None:
+    """Every rank opens its stack file at start; keep only the ones that hold a dump."""
+    for path in (Path(run_dir) / "stacks").glob(f"a{attempt:03d}-*.txt"):
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class JobSupervisor:
+    """One job from its first attempt to its `end` event. Subclasses implement `supervise`
+    (run attempts until an outcome) and `kill_all` (leave no process behind)."""
+
+    def __init__(self, spec: JobSpec, run_dir: Path) -> None:
+        self.spec, self.run_dir = spec, run_dir
+        # No base fields: harness events name their attempt explicitly.
+        self.events = EventLog(run_dir / "events" / "harness.jsonl")
+        self.faults = ExternalFaults(spec.plan)
+        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
+        self.attempt = 0
+        self.hangs = 0
+        self.launch_s: list[float | None] = []
+
+    def supervise(self) -> str:
+        """Run attempts until the job has an outcome (one of OUTCOMES)."""
+        raise NotImplementedError
+
+    def kill_all(self) -> None:
+        """SIGKILL and reap every process of every attempt still alive."""
+        raise NotImplementedError
+
+    def run(self, started: float) -> RunRecord:
+        outcome, error = "error", None
+        try:
+            outcome = self.supervise()
+        except Exception:  # noqa: BLE001 - the record says what broke; the ranks are reaped below
+            error = traceback.format_exc()
+            print(error, file=sys.stderr)
+        finally:
+            self.kill_all()
+            status = "completed" if outcome == "completed" else "failed"
+            last = final_step(self.run_dir, self.attempt)
+            self.events.emit("end", status=status, final_step=last, outcome=outcome,
+                             attempts=self.attempt + 1)
+            self.events.close()
+        return RunRecord(run_dir=self.run_dir, status=status, outcome=outcome, attempts=self.attempt + 1,
+                         final_step=last, hangs=self.hangs, wall_s=time.monotonic() - started,
+                         launch_s=tuple(self.launch_s), error=error)
+
+    def fire(self, attempt: int, fault: ExternalFault, steps: dict[int, int], pids: dict[int, int],
+             send: Callable[[int, int], None]) -> None:
+        """Apply an external fault: its `fault` event first (the judge must see it even if the
+        signal takes the harness's view of the attempt down), then `send(rank, signum)`."""
+        at = {r: steps.get(r) for r in fault.ranks}
+        self.events.emit("fault", attempt=attempt, fault_id=fault.id,
+                         rank=fault.ranks[0] if fault.kind == "signal" else None, ranks=list(fault.ranks),
+                         detail=f"{fault.describe()} (ranks were at steps {at})", signal=fault.signal,
+                         pids=[pids[r] for r in fault.ranks])
+        for rank in fault.ranks:
+            send(rank, fault.signum)
+
+    def on_hang(self, attempt: int, hang: Hang, live_pids: dict[int, int]) -> None:
+        """Dump the live ranks' stacks and write the `hang` event."""
+        self.hangs += 1
+        record_hang(self.events, self.run_dir, attempt, hang, live_pids, self.watch_config.stack_wait_s)
+
+    def report_exit(self, attempt: int, rank: int, code: int | None, **extra: Any) -> None:
+        self.events.emit("exit", attempt=attempt, rank=rank, code=code, **extra)
