@@ -13,15 +13,18 @@ due, the supervisor records the ``fault`` event and sends the signal.
 """
 from __future__ import annotations
 
+import math
 import signal as _signal
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from trainwreck.trainer.config import InputError
 
 EXTERNAL_KINDS = ("signal", "node_loss")
 SIGNALS = {"SIGKILL": _signal.SIGKILL, "SIGSTOP": _signal.SIGSTOP, "SIGTERM": _signal.SIGTERM}
 
 
-class FaultError(ValueError):
+class FaultError(InputError):
     """A fault in the plan is malformed; the message names the fault id and the field."""
 
 
@@ -83,7 +86,7 @@ def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
     at_s = None
     if has_at:
         at_s = raw["at_s"]
-        if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or at_s < 0:
+        if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
             raise FaultError(f"fault {fid!r}: at_s={at_s!r} must be a number of seconds >= 0")
         at_s = float(at_s)
     attempt = _int_field(raw, "attempt", fid) if "attempt" in raw else 0
