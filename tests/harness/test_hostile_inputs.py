@@ -184,3 +184,24 @@ def _process(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.NoSuchProcess:
         return None
+
+
+# ----- the config validator ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("lr", float("nan"), "lr=nan is not a finite number"),
+    ("dropout", float("inf"), "dropout=inf is not a finite number"),
+    ("lr", "fast", "lr='fast' must be a number"),
+    ("width", True, "width=True must be an integer"),
+    ("width", 2.5, "width=2.5 must be an integer"),
+    ("backend", ["gloo"], "backend=['gloo'] must be a string"),
+])
+def test_a_config_refuses_wrong_types_and_non_finite_numbers_naming_the_field(
+        field: str, value: object, message: str) -> None:
+    from trainwreck.trainer.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig.tiny(**{field: value})
+    assert message in str(caught.value)
+    TrainConfig.tiny(lr=1, dropout=0.0)  # an int where a float is declared is fine
