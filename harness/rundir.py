@@ -53,7 +53,7 @@ def check_out_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} is an existing file; give a directory path that does not exist yet")
     if path.is_dir() and any(path.iterdir()):
-        raise RunDirError(f"--out {path} is not empty; pick a new or empty directory")
+        raise RunDirError(f"--out {path} is not empty; pick another --out (new or empty)")
     parent = path.absolute()
     while not parent.exists():
         parent = parent.parent
