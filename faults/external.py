@@ -77,7 +77,7 @@ def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
         ranks = tuple(_int_field({"ranks": r}, "ranks", fid) for r in value)
         default_signal = "SIGKILL"
     name = raw.get("signal", default_signal)
-    if name not in SIGNALS:
+    if not isinstance(name, str) or name not in SIGNALS:
         raise FaultError(f"fault {fid!r}: signal={name!r} is not one of {', '.join(SIGNALS)}")
     has_step, has_at = "step" in raw, "at_s" in raw
     if has_step == has_at:
@@ -100,8 +100,9 @@ class ExternalFaults:
         seen: set[str] = set()
         self.faults: list[ExternalFault] = []
         for raw in plan:
-            if "id" not in raw or "kind" not in raw:
-                raise FaultError(f"fault {raw!r} needs an 'id' and a 'kind'")
+            if not isinstance(raw.get("id"), str) or not isinstance(raw.get("kind"), str):
+                # a list or an object is unhashable: the `in seen` below would raise TypeError
+                raise FaultError(f"fault {raw!r} needs an 'id' and a 'kind', both strings")
             if raw["id"] in seen:
                 raise FaultError(f"fault id {raw['id']!r} appears twice; ids must be unique")
             seen.add(raw["id"])

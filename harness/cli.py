@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNKNOWN
     module = importlib.import_module(COMMANDS[name][0])
     if name == "check":  # the checkers own their argument parsing (stdlib only)
-        return int(module.main(rest))
+        try:
+            return int(module.main(rest))
+        except KeyboardInterrupt:
+            return interrupted(name)
     parser = OneLineParser(prog=f"trainwreck {name}", description=COMMANDS[name][1])
     module.configure(parser)
     try:
@@ -76,9 +79,13 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
         print(f"trainwreck {name}: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
-        print(f"trainwreck {name}: interrupted (Ctrl-C); ranks stopped, partial results left in place",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(name)
+
+
+def interrupted(name: str) -> int:
+    print(f"trainwreck {name}: interrupted (Ctrl-C); ranks stopped, partial results left in place",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def one_line(text: str, limit: int = 400) -> str:

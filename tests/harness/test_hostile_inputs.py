@@ -205,3 +205,14 @@ def test_a_config_refuses_wrong_types_and_non_finite_numbers_naming_the_field(
         TrainConfig.tiny(**{field: value})
     assert message in str(caught.value)
     TrainConfig.tiny(lr=1, dropout=0.0)  # an int where a float is declared is fine
+
+
+@pytest.mark.parametrize("fault", [
+    {"id": ["a"], "kind": "kill", "rank": 0, "step": 1},
+    {"id": "a", "kind": {"k": 1}, "rank": 0, "step": 1},
+    {"id": "a", "kind": "signal", "rank": 0, "signal": ["SIGKILL"], "step": 1},
+])
+def test_a_job_spec_refuses_unhashable_ids_kinds_and_signals_as_input_errors(fault: dict) -> None:
+    # JobSpec meets the external injector's parser first; a list there once raised TypeError.
+    with pytest.raises(SpecError):
+        JobSpec(config=TrainConfig.tiny(), world_sizes=(2,), plan=[fault])
