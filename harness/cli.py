@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any, NoReturn
+from typing import Any
+
+from trainwreck.trainer.config import OneLineParser
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -44,20 +46,13 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.main(rest))
         except KeyboardInterrupt:
             return interrupted(name)
-    parser = OneLineParser(prog=f"trainwreck {name}", description=COMMANDS[name][1])
+    parser = OneLineParser(one_line, prog=f"trainwreck {name}", description=COMMANDS[name][1])
     module.configure(parser)
     try:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # argparse: usage errors are "input that could not be used"
         return EXIT_VALID if exc.code == 0 else EXIT_UNKNOWN
     return run_command(name, module, args)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (its default prints the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_UNKNOWN, f"{self.prog}: error: {one_line(message)}; see {self.prog} --help\n")
 
 
 def run_command(name: str, module: Any, args: argparse.Namespace) -> int:

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
-from trainwreck.trainer.config import ConfigError, InputError, TrainConfig, load_json_arg
+from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDirError, prepare_standalone
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m trainwreck.trainer", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
     parser.add_argument("--total-steps", type=int, help="optimizer updates in the whole job")
     parser.add_argument("--tiny", action="store_true", help="start from the small test configuration")

@@ -1,12 +1,13 @@
 """The reference trainer's configuration: one frozen dataclass, checked on creation."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NoReturn
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -36,6 +37,18 @@ class InputError(ValueError):
 
 class ConfigError(InputError):
     """A configuration value is invalid; the message names the field and the fix."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (its default prints the whole usage first);
+    `shorten` trims a hostile value, the CLIs share this so both read alike."""
+
+    def __init__(self, shorten: Callable[[str], str] = str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shorten = shorten
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {self.shorten(message)}; see {self.prog} --help\n")
 
 
 def _refuse_constant(name: str) -> Any:

@@ -55,6 +55,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("trainer-lr-inf", [*TRAINER, "--run-dir", "{tmp}/o", "--tiny", "--set", "lr=inf"], "lr=inf is not a finite number"),
     ("chaos-budget", [*HARNESS, "chaos", "--budget", "-1", "--out", "{tmp}/o"], "--budget"),
     ("chaos-seed", [*HARNESS, "chaos", "--seed", "x", "--out", "{tmp}/o"], "--seed"),
+    ("chaos-world-sizes", [*HARNESS, "chaos", "--world-sizes", "0,-1", "--out", "{tmp}/o"], "--world-sizes"),
+    ("trainer-usage", [*TRAINER, "--run-dir", "{tmp}/o", "--total-steps", "x"], "--total-steps"),
     *[(f"{cmd}-out-is-file", [*HARNESS, cmd, "--out", "{tmp}/file"], "is an existing file")
       for cmd in ("run", "demo", "chaos", "sweep", "defects")],
     *[(f"{cmd}-out-under-file", [*HARNESS, cmd, "--out", "{tmp}/file/sub"], "which is a file")
