@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Any
 
-from trainwreck.trainer.config import OneLineParser
+from trainwreck.trainer.config import InputError, OneLineParser  # stdlib-only: no torch
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -62,8 +62,6 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
     RunDirError, FaultError), so no command needs its own try/except for bad input.
     Ctrl-C: the supervisor has already stopped the ranks by the time KeyboardInterrupt
     reaches here; exit 130 (128 + SIGINT) as shells do, so scripts can tell it apart."""
-    from trainwreck.trainer.config import InputError
-
     try:
         if getattr(args, "out", None) is not None:
             from trainwreck.harness.rundir import check_out_dir
