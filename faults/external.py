@@ -13,15 +13,18 @@ due, the supervisor records the ``fault`` event and sends the signal.
 """
 from __future__ import annotations
 
+import math
 import signal as _signal
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from trainwreck.trainer.config import InputError
 
 EXTERNAL_KINDS = ("signal", "node_loss")
 SIGNALS = {"SIGKILL": _signal.SIGKILL, "SIGSTOP": _signal.SIGSTOP, "SIGTERM": _signal.SIGTERM}
 
 
-class FaultError(ValueError):
+class FaultError(InputError):
     """A fault in the plan is malformed; the message names the fault id and the field."""
 
 
@@ -74,7 +77,7 @@ def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
         ranks = tuple(_int_field({"ranks": r}, "ranks", fid) for r in value)
         default_signal = "SIGKILL"
     name = raw.get("signal", default_signal)
-    if name not in SIGNALS:
+    if not isinstance(name, str) or name not in SIGNALS:
         raise FaultError(f"fault {fid!r}: signal={name!r} is not one of {', '.join(SIGNALS)}")
     has_step, has_at = "step" in raw, "at_s" in raw
     if has_step == has_at:
@@ -83,7 +86,7 @@ def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
     at_s = None
     if has_at:
         at_s = raw["at_s"]
-        if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or at_s < 0:
+        if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
             raise FaultError(f"fault {fid!r}: at_s={at_s!r} must be a number of seconds >= 0")
         at_s = float(at_s)
     attempt = _int_field(raw, "attempt", fid) if "attempt" in raw else 0
@@ -97,8 +100,9 @@ class ExternalFaults:
         seen: set[str] = set()
         self.faults: list[ExternalFault] = []
         for raw in plan:
-            if "id" not in raw or "kind" not in raw:
-                raise FaultError(f"fault {raw!r} needs an 'id' and a 'kind'")
+            if not isinstance(raw.get("id"), str) or not isinstance(raw.get("kind"), str):
+                # a list or an object is unhashable: the `in seen` below would raise TypeError
+                raise FaultError(f"fault {raw!r} needs an 'id' and a 'kind', both strings")
             if raw["id"] in seen:
                 raise FaultError(f"fault id {raw['id']!r} appears twice; ids must be unique")
             seen.add(raw["id"])

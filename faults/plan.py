@@ -14,16 +14,19 @@ points only at steps that save. Both run before any process starts.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
 
+PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
+"""What a plan looks like, for error messages."""
 IN_RANK, STORAGE, BETWEEN, HARNESS = "in-rank", "in-rank storage", "between attempts", "harness"
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """A plan is unusable; the message names the fault id, the field, the bad value and the fix."""
 
 
@@ -186,7 +189,7 @@ def check_fault(raw: Any, index: int = 0) -> dict[str, Any]:
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise PlanError(f"fault {fid}: field 'id'={raw.get('id')!r} must be a non-empty string")
     kind_name = raw.get("kind")
-    if kind_name not in KINDS:
+    if not isinstance(kind_name, str) or kind_name not in KINDS:  # a list is unhashable: `in` would raise
         raise PlanError(f"fault {fid}: field 'kind'={kind_name!r} is unknown; known kinds: {', '.join(KINDS)}")
     kind = KINDS[kind_name]
     for name, spec in kind.fields.items():
@@ -204,6 +207,9 @@ def check_fault(raw: Any, index: int = 0) -> dict[str, Any]:
 def _check_value(fid: str, name: str, value: Any, spec: Field) -> None:
     # bool is an int in Python, never in a plan.
     ok = isinstance(value, spec.types) and not isinstance(value, bool)
+    if ok and isinstance(value, float) and not math.isfinite(value):
+        # A fault at Infinity seconds never fires (or never ends), and NaN passes every bound.
+        raise PlanError(f"fault {fid}: field {name!r}={value!r} is not a finite number; give {spec.describe_type()}")
     if ok and spec.choices is not None:
         ok = value in spec.choices
     if ok and spec.minimum is not None:
@@ -350,10 +356,9 @@ def parse_plan(source: str | bytes | Sequence[Mapping[str, Any]] | Plan) -> Plan
         source = source.to_list()
     if isinstance(source, (str, bytes)):
         try:
-            source = json.loads(source)
-        except ValueError as exc:
-            raise PlanError(f"plan is not valid JSON ({exc}); a plan is a JSON list of fault objects, "
-                            'e.g. [{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]') from None
+            source = loads_strict(source, "plan", PLAN_EXAMPLE)
+        except InputError as exc:
+            raise PlanError(f"{exc}; a plan is a JSON list of fault objects") from None
     if not isinstance(source, (list, tuple)):
         raise PlanError(f"plan must be a JSON list of fault objects, got {type(source).__name__}")
     faults = [check_fault(raw, i) for i, raw in enumerate(source)]

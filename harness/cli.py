@@ -1,13 +1,17 @@
 """The `trainwreck` command: a thin dispatcher over one module per subcommand.
 
 Each command module exposes `configure(parser)` and `main(args) -> int`; exit codes
-everywhere are 0 valid, 1 invalid, 2 not judged (unknown verdict or unusable input).
+everywhere are 0 valid, 1 invalid, 2 not judged (unknown verdict or unusable input,
+reported in one line, never a traceback), 130 interrupted by Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from typing import Any
+
+from trainwreck.trainer.config import InputError, OneLineParser  # stdlib-only: no torch
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -23,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, the shell convention."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,14 +42,49 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNKNOWN
     module = importlib.import_module(COMMANDS[name][0])
     if name == "check":  # the checkers own their argument parsing (stdlib only)
-        return int(module.main(rest))
-    parser = argparse.ArgumentParser(prog=f"trainwreck {name}", description=COMMANDS[name][1])
+        try:
+            return int(module.main(rest))
+        except KeyboardInterrupt:
+            return interrupted(name)
+    parser = OneLineParser(one_line, prog=f"trainwreck {name}", description=COMMANDS[name][1])
     module.configure(parser)
     try:
         args = parser.parse_args(rest)
     except SystemExit as exc:  # argparse: usage errors are "input that could not be used"
         return EXIT_VALID if exc.code == 0 else EXIT_UNKNOWN
-    return int(module.main(args))
+    return run_command(name, module, args)
+
+
+def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
+    """Run one command; the one place where unusable input becomes exit 2 and one line.
+
+    Every validator raises an InputError subclass (ConfigError, SpecError, PlanError,
+    RunDirError, FaultError), so no command needs its own try/except for bad input.
+    Ctrl-C: the supervisor has already stopped the ranks by the time KeyboardInterrupt
+    reaches here; exit 130 (128 + SIGINT) as shells do, so scripts can tell it apart."""
+    try:
+        if getattr(args, "out", None) is not None:
+            from trainwreck.harness.rundir import check_out_dir
+
+            check_out_dir(args.out)  # before a golden run or any rank starts
+        return int(module.main(args))
+    except InputError as exc:
+        print(f"trainwreck {name}: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except KeyboardInterrupt:
+        return interrupted(name)
+
+
+def interrupted(name: str) -> int:
+    print(f"trainwreck {name}: interrupted (Ctrl-C); ranks stopped, partial results left in place",
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """A message fit for one terminal line: a hostile value can be huge or hold newlines."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def print_usage() -> None:

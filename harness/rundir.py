@@ -32,10 +32,41 @@ def run_json(spec: JobSpec) -> dict[str, Any]:
 
 
 def check_run_dir(path: Path) -> None:
-    """Refuse a directory that already holds a run (before anything is written)."""
-    if (Path(path) / "run.json").exists():
+    """Refuse a directory that already holds a run, ours or a foreign one (before anything is written).
+
+    A directory with events/ or checkpoints/ but no run.json would otherwise be resumed:
+    its checkpoints restored and its events mixed into this run's history."""
+    path = Path(path)
+    if (path / "run.json").exists():
         raise RunDirError(
             f"{path} already holds a run (run.json exists); pick another --out or remove it")
+    leftovers = [name for name in ("events", "checkpoints") if (path / name).is_dir() and any((path / name).iterdir())]
+    if leftovers:
+        raise RunDirError(f"{path} holds {' and '.join(leftovers)}/ of some other run but no run.json; "
+                          "pick another --out or remove it")
+
+
+def check_out_dir(path: Path) -> Path:
+    """The --out of every command, checked before anything runs: absent or an empty
+    directory, not under a file, and writable. Nothing is created."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--out {path} is an existing file; give a directory path that does not exist yet")
+    if path.is_dir() and any(path.iterdir()):
+        raise RunDirError(f"--out {path} is not empty; pick another --out (new or empty)")
+    parent = path.absolute()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise RunDirError(f"--out {path} lies under {parent}, which is a file; give a directory path")
+    # Trying is the only honest writability test (see create_run_dir).
+    try:
+        with tempfile.TemporaryFile(dir=parent, prefix=".trainwreck-write-probe-"):
+            pass
+    except OSError as exc:
+        raise RunDirError(f"--out {path} cannot be written ({exc.strerror} in {parent}); "
+                          "pick another --out or fix its permissions") from None
+    return path
 
 
 def create_run_dir(spec: JobSpec) -> Path:

@@ -32,11 +32,23 @@ class JudgedRun:
         return {True: 0, False: 1}.get(self.judgement.valid, 2)  # type: ignore[arg-type]
 
 
+MAX_INLINE_PLAN = 32 * 1024
+"""Longest plan put on the reproduce line itself; Linux refuses one argument over 128 KiB
+(MAX_ARG_STRLEN) and people paste these lines, so a larger plan goes into a file."""
+
+
 def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
+    """The `trainwreck run` line that repeats `spec`; a large plan is written to
+    RUN_DIR/plan.json and passed as --plan @FILE so the line stays runnable."""
     parts = ["trainwreck", "run"]
     if scenario:
         parts.append(scenario)
-    parts += ["--plan", json.dumps(spec.plan, separators=(",", ":")),
+    plan = json.dumps(spec.plan, separators=(",", ":"))
+    if len(plan) > MAX_INLINE_PLAN and spec.run_dir is not None:
+        plan_file = Path(spec.run_dir).absolute() / "plan.json"
+        plan_file.write_text(plan)
+        plan = f"@{plan_file}"
+    parts += ["--plan", plan,
               "--world-sizes", ",".join(map(str, spec.world_sizes)),
               "--total-steps", str(spec.config.total_steps),
               "--hang-timeout", f"{spec.hang_timeout_s:g}",

@@ -4,17 +4,18 @@ Everything is checked in ``__post_init__`` so a bad job fails before any process
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.config import ConfigError, InputError, TrainConfig
 
 LAUNCHERS = ("warm", "spawn", "torchrun")
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 
 
-class SpecError(ValueError):
+class SpecError(InputError):
     """A job specification is unusable; the message names the field and the fix."""
 
 
@@ -73,6 +74,11 @@ class JobSpec:
                 "--nproc-per-node, so the world size cannot change between attempts; "
                 "use launcher 'warm' or 'spawn' for a world-size schedule"
             )
+        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "poll_interval_s"):
+            value = getattr(self, name)
+            # inf: a hang would never be declared and the run never end; nan passes no bound.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SpecError(f"{name}={value} is not a finite number of seconds; give e.g. 10")
         if not self.hang_timeout_s > 0:
             raise SpecError(f"hang_timeout_s={self.hang_timeout_s} must be > 0")
         if self.checkpoint_timeout_s is not None and not self.checkpoint_timeout_s > 0:

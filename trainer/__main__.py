@@ -6,20 +6,19 @@ MASTER_ADDR/PORT); writes a run directory that `trainwreck check` can judge.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
-from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDirError, prepare_standalone
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m trainwreck.trainer", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
     parser.add_argument("--total-steps", type=int, help="optimizer updates in the whole job")
     parser.add_argument("--tiny", action="store_true", help="start from the small test configuration")
@@ -32,11 +31,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def build_config(args: argparse.Namespace) -> TrainConfig:
     values: dict[str, Any] = {}
     if args.config:
-        text = Path(args.config[1:]).read_text() if args.config.startswith("@") else args.config
         try:
-            values.update(json.loads(text))
-        except ValueError as exc:
-            raise ConfigError(f"--config is not valid JSON: {exc}") from None
+            loaded = load_json_arg(args.config, "--config", '{"width": 128}')
+        except InputError as exc:  # main() reports ConfigError as exit 2
+            raise ConfigError(str(exc)) from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"--config must be a JSON object of config fields, got {type(loaded).__name__}; "
+                              'e.g. {"width": 128}')
+        values.update(loaded)
     types = {f.name: f.type for f in fields(TrainConfig)}
     for item in args.set:
         name, sep, raw = item.partition("=")

@@ -1,10 +1,13 @@
 """The reference trainer's configuration: one frozen dataclass, checked on creation."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, NoReturn
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -25,8 +28,73 @@ def backend_fields(backend: str) -> dict[str, str]:
     return {"backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
 
 
-class ConfigError(ValueError):
+class InputError(ValueError):
+    """Input from a user cannot be used; the message names the field and the fix.
+
+    The one error type the command lines turn into exit 2 and a one-line message
+    (harness/cli.py, trainer/__main__.py); every validator's error derives from it."""
+
+
+class ConfigError(InputError):
     """A configuration value is invalid; the message names the field and the fix."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (its default prints the whole usage first);
+    `shorten` trims a hostile value, the CLIs share this so both read alike."""
+
+    def __init__(self, shorten: Callable[[str], str] = str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shorten = shorten
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {self.shorten(message)}; see {self.prog} --help\n")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InputError(f"holds {name}, which is not a finite number; use a finite number")
+
+
+def load_json_arg(text: str, flag: str, example: str) -> Any:
+    """JSON from a command-line value or from @FILE, refusing what json.loads lets through.
+
+    NaN/Infinity would make a fault never fire or a timeout never expire, and deep
+    nesting raises RecursionError (not ValueError) inside the json module."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise InputError(f"{flag} @{text[1:]}: cannot read the file ({reason}); give a readable JSON file") from None
+    return loads_strict(text, flag, example)
+
+
+def loads_strict(text: str | bytes, what: str, example: str) -> Any:
+    """json.loads that refuses NaN/Infinity and deep nesting with an InputError naming `what`."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except InputError as exc:
+        raise InputError(f"{what} {exc}; e.g. {example}") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be a plausible value; e.g. {example}") from None
+    except ValueError as exc:
+        raise InputError(f"{what} is not valid JSON ({exc}); e.g. {example}") from None
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+
+
+def _check_type(name: str, type_name: str, value: Any) -> None:
+    """Refuse a wrong JSON type (a comparison below would raise TypeError) and a non-finite float."""
+    ok = isinstance(value, _TYPES.get(type_name, (object,)))
+    if ok and type_name != "bool" and isinstance(value, bool):
+        ok = False  # true is an int in Python, never in a config
+    if not ok:
+        raise ConfigError(f"{name}={value!r} must be {_TYPE_NAMES[type_name]}")
+    # NaN compares false with every bound, so it would pass them all.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name}={value!r} is not a finite number; give a finite {name}")
 
 
 @dataclass(frozen=True)
@@ -79,6 +147,8 @@ class TrainConfig:
     """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_type(f.name, str(f.type), getattr(self, f.name))
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
                     "grad_accum", "total_steps", "ckpt_interval", "max_world_size")
         for name in positive:

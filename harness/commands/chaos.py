@@ -49,9 +49,6 @@ def main(args: argparse.Namespace) -> int:
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     out = args.out or Path("trainwreck-out") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and any(out.iterdir()):
-        print(f"trainwreck chaos: error: --out {out} is not empty; pick another directory", file=sys.stderr)
-        return 2
     out.mkdir(parents=True, exist_ok=True)
     print(f"chaos: seed {seed}, budget {args.budget}, runs under {out}", flush=True)
     deadline = time.monotonic() + budget_s

@@ -33,9 +33,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"trainwreck defects: error: {exc.args[0]}", file=sys.stderr)
         return 2
-    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
-        print(f"trainwreck defects: error: --out {args.out} is not empty; pick another directory", file=sys.stderr)
-        return 2
+    # harness/cli.py has checked --out (absent or empty, writable) before this runs.
     out = args.out or Path(tempfile.mkdtemp(prefix="trainwreck-defects-"))
     started = time.monotonic()
     try:

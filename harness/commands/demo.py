@@ -43,8 +43,6 @@ def main(args: argparse.Namespace) -> int:
         for name in names:
             get_scenario(name)  # an unknown name fails here, before anything runs
         out = args.out or Path("trainwreck-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-        if out.exists() and any(out.iterdir()):
-            raise ValueError(f"--out {out} is not empty; pick another --out")
     except (KeyError, ValueError) as exc:
         print(f"trainwreck demo: error: {exc.args[0]}", file=sys.stderr)
         return 2

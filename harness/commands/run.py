@@ -12,7 +12,8 @@ from typing import Any
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
 from trainwreck.harness.spec import LAUNCHERS, SpecError
-from trainwreck.trainer.config import backend_fields
+from trainwreck.faults.plan import PlanError
+from trainwreck.trainer.config import InputError, backend_fields, load_json_arg
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,19 +64,11 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
 
 
 def parse_plan_arg(text: str) -> list[dict[str, Any]]:
-    if text.startswith("@"):
-        text = Path(text[1:]).read_text()
-    try:
-        plan = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"--plan is not valid JSON ({exc}); expected a list like "
-                         '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]') from None
+    from trainwreck.faults.plan import PLAN_EXAMPLE, parse_plan  # validates every field, naming the fault id
+
+    plan = load_json_arg(text, "--plan", PLAN_EXAMPLE)
     if not isinstance(plan, list) or not all(isinstance(f, dict) for f in plan):
-        raise ValueError("--plan must be a JSON list of fault objects")
-    try:
-        from trainwreck.faults.plan import parse_plan  # validates every field, naming the fault id
-    except ImportError:
-        return plan
+        raise PlanError(f"--plan must be a JSON list of fault objects, e.g. {PLAN_EXAMPLE}")
     return parse_plan(plan).to_list()
 
 

@@ -46,12 +46,38 @@ def test_every_kind_is_in_the_catalog_including_the_harness_kinds() -> None:
     ('[{"id": "c1", "kind": "corrupt", "how": "shred"}]', ["'c1'", "'how'", "'shred'"]),
     ('[{"id": "a", "kind": "kill", "rank": 0, "step": 1}, {"id": "a", "kind": "kill", "rank": 1, "step": 2}]',
      ["'a'", "twice"]),
+    ('[{"id": ["k1"], "kind": "kill", "rank": 0, "step": 1}]', ["#0", "'id'", "['k1']"]),
+    ('[{"id": {"a": 1}, "kind": "kill", "rank": 0, "step": 1}]', ["#0", "'id'", "{'a': 1}"]),
+    ('[{"id": "k1", "kind": ["kill"], "rank": 0, "step": 1}]', ["'k1'", "'kind'", "['kill']"]),
+    ('[{"id": "k1", "kind": {"a": 1}, "rank": 0, "step": 1}]', ["'k1'", "'kind'"]),
+    ('[{"id": "s1", "kind": "straggler", "rank": 0, "step": 1, "seconds": 1e999}]', ["'s1'", "'seconds'", "finite"]),
+    ('[{"id": "s1", "kind": "signal", "rank": 0, "signal": "SIGKILL", "at_s": 1e999}]', ["'s1'", "'at_s'", "finite"]),
+    ('[{"id": "s1", "kind": "signal", "rank": 0, "signal": "SIGKILL", "at_s": [1]}]', ["'s1'", "'at_s'"]),
 ])
 def test_a_malformed_fault_is_refused_naming_its_id_and_field(plan: str, names: list[str]) -> None:
     with pytest.raises(PlanError) as caught:
         parse_plan(plan)
     for name in names:
         assert name in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_json_constants_that_are_not_finite_numbers_are_refused(constant: str) -> None:
+    # Python's json accepts them; a straggler of Infinity seconds was judged VALID though its rank crashed.
+    with pytest.raises(PlanError, match=f"{constant}.*not a finite number"):
+        parse_plan(f'[{{"id": "s1", "kind": "straggler", "rank": 0, "step": 1, "seconds": {constant}}}]')
+    parse_plan('[{"id": "s1", "kind": "straggler", "rank": 0, "step": 1, "seconds": 0.5}]')
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_the_builder_refuses_a_non_finite_number(value: float) -> None:
+    with pytest.raises(PlanError, match="'seconds'.*not a finite number"):
+        Plan().straggler(rank=0, step=1, seconds=value)
+
+
+def test_a_deeply_nested_plan_is_refused_not_a_recursion_error() -> None:
+    with pytest.raises(PlanError, match="nested too deeply"):
+        parse_plan("[" * 100_000 + "]" * 100_000)
 
 
 def test_malformed_json_is_refused_with_an_example_of_a_plan() -> None:
