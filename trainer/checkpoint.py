@@ -189,7 +189,13 @@ class CheckpointStore:
 
     def _write_pointer(self, step: int, name: str) -> None:
         self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode())
-        self.storage.rename(f"{POINTER}.tmp", POINTER)
+        try:
+            self.storage.rename(f"{POINTER}.tmp", POINTER)
+        except IsADirectoryError:
+            # A directory planted as `latest` (the loader rejected it): clear it so
+            # the commit can land; it never held a commit record.
+            self._move_aside(POINTER)
+            self.storage.rename(f"{POINTER}.tmp", POINTER)
         self.storage.fsync_dir(".")
 
     # ----- retention --------------------------------------------------------------------
