@@ -131,6 +131,9 @@ def committed_names(storage: Storage) -> list[str]:
 
 
 class CheckpointStore:
+    decode: Decode | None = None
+    """Set by the trainer: what "loadable" means is the loader's business, not the store's."""
+
     def __init__(self, storage: Storage, events: EventLog, hooks: Hooks, keep_last: int) -> None:
         self.storage = storage
         self.events = events
@@ -256,7 +259,7 @@ class CheckpointStore:
 
     # ----- load -------------------------------------------------------------------------
 
-    def select(self, identity: str, decode: Decode | None = None) -> Verified | None:
+    def select(self, identity: str) -> Verified | None:
         """The newest committed checkpoint that verifies and decodes (rank 0 decides for
         everyone, so a payload that cannot be decoded is found here, before the choice)."""
         pointer = self.read_pointer()
@@ -268,7 +271,7 @@ class CheckpointStore:
                 self.events.emit("reject", checkpoint=name, reason=self._uncommitted_reason(pointer))
                 continue
             try:
-                verified = self.verify(name, decode)
+                verified = self.verify(name)
             except CheckpointRejected as exc:
                 self.events.emit("reject", checkpoint=name, reason=str(exc))
                 continue
@@ -282,11 +285,13 @@ class CheckpointStore:
             return "never committed: newer than the commit pointer"
         return "never committed: no commit pointer, and no older checkpoint proves a commit happened"
 
-    def verify(self, name: str, decode: Decode | None = None) -> Verified:
-        """Manifest, sizes, sha256, then `decode`; every failure is a CheckpointRejected."""
+    def verify(self, name: str) -> Verified:
+        """Manifest, sizes, sha256, then `self.decode`; every failure is a CheckpointRejected."""
         try:
             verified = self._verify(name)
-            return Verified(name, verified.manifest, verified.files, decode(verified)) if decode else verified
+            if self.decode is None:
+                return verified
+            return Verified(name, verified.manifest, verified.files, self.decode(verified))
         except CheckpointRejected:
             raise
         except UNUSABLE as exc:

@@ -226,10 +226,12 @@ class Trainer:
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
     def restore(self) -> None:
+        # Verification decodes every payload, so rank 0 finds an undecodable one before it decides.
+        self.checkpoints.decode = decode_payloads
         verified, error = None, None
         if self.rank == 0:
             try:
-                verified = self.checkpoints.select(self.identity, decode_payloads)
+                verified = self.checkpoints.select(self.identity)
                 self.checkpoints.remove_stale()
             except IncompatibleCheckpoint as exc:
                 error = str(exc)
@@ -244,7 +246,7 @@ class Trainer:
         if verified is None:
             # Rank 0 already verified and decoded these bytes; a failure here means the
             # files changed under a running job, and a rank must not silently diverge.
-            verified = self.checkpoints.verify(name, decode_payloads)
+            verified = self.checkpoints.verify(name)
         self.load(verified)
         if self.rank == 0:
             self.checkpoints.announce_if_unannounced(verified)
