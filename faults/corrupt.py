@@ -16,11 +16,10 @@ it damaged, and is written before the damage is done.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
-from trainwreck.trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step
+from trainwreck.trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step, committed_names
 from trainwreck.trainer.storage import LocalStorage, Storage
 
 # emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.
@@ -32,23 +31,10 @@ def checkpoints_root(events_path: Path) -> Path:
     return Path(events_path).parent.parent / "checkpoints"
 
 
-def pointer_step(storage: Storage) -> int | None:
-    """The committed step named by `latest`; None when it is missing or unreadable."""
-    try:
-        record = json.loads(storage.read(POINTER))
-        step = record["step"]
-        return step if isinstance(step, int) and record.get("checkpoint") == checkpoint_name(step) else None
-    except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
-
-
 def committed(storage: Storage) -> list[str]:
-    """Checkpoint directories the loader would consider committed, newest first: those at
-    or below the pointer; every step directory when the pointer is missing or torn."""
-    names = sorted((n for n in storage.list(".") if checkpoint_step(n) is not None),
-                   key=lambda n: checkpoint_step(n) or 0, reverse=True)
-    limit = pointer_step(storage)
-    return [n for n in names if limit is None or (checkpoint_step(n) or 0) <= limit]
+    """Checkpoints the loader counts as committed, newest first: the store's own rule
+    (trainer/checkpoint.py `committed_names`), so a fault never picks a different target."""
+    return committed_names(storage)
 
 
 def targets(storage: Storage, fault: dict[str, Any], how_many: int = 1) -> list[str]:

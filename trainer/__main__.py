@@ -14,7 +14,7 @@ from typing import Any
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
 from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.rundir import RunDirError, prepare_standalone
+from trainwreck.trainer.rundir import RunDirError, prepare_standalone, refuse_foreign
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         cfg = build_config(args)
+        refuse_foreign(args.run_dir)  # before the attempt lookup below writes anything there
         ctx = RankContext.from_torchrun_env(args.run_dir)
         cfg.check_world_size(ctx.world_size)
         prepare_standalone(args.run_dir, cfg, ctx.world_size, ctx.rank, ctx.pg_timeout_s)

@@ -23,8 +23,8 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -78,9 +78,62 @@ class Verified:
     name: str
     manifest: dict[str, Any]
     files: dict[str, bytes]
+    payloads: dict[str, Any] = field(default_factory=dict)
+    """Decoded files, filled by the loader's `decode` before the choice is final."""
+
+
+Decode = Callable[[Verified], dict[str, Any]]
+"""Turns a verified checkpoint into loadable objects; raises CheckpointRejected if it cannot."""
+
+# Any of these while reading a checkpoint or the pointer means "unusable", never "crash":
+# OSError (a file where a directory should be, a link loop), ValueError (NUL bytes, a
+# symlink out of the store), RecursionError (JSON nested deep enough to break the parser).
+UNUSABLE = (OSError, ValueError, RecursionError, UnicodeDecodeError, KeyError, TypeError)
+
+
+def _step_dirs(storage: Storage) -> list[str]:
+    names = [n for n in storage.list(".") if checkpoint_step(n) is not None]
+    return sorted(names, key=lambda n: checkpoint_step(n) or 0, reverse=True)
+
+
+def read_pointer(storage: Storage) -> int | None | str:
+    """The committed step; None when nothing was ever committed; an error text when torn."""
+    try:
+        if not storage.exists(POINTER):
+            return None
+        record = json.loads(storage.read(POINTER))
+        step = record["step"]
+        if not isinstance(step, int) or checkpoint_name(step) != record["checkpoint"]:
+            raise ValueError("fields do not agree")
+        return step
+    except UNUSABLE as exc:
+        return f"commit pointer {POINTER!r} is unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def committed_names(storage: Storage) -> list[str]:
+    """THE rule for which checkpoints count as committed (the store and faults/corrupt.py
+    both use it), newest first; docs/TRAINER.md explains it.
+
+    - A readable pointer whose directory exists: the directories at or below it.
+    - No pointer and at most one directory: nothing. That directory is the first save,
+      dead between its rename and its pointer write; it was never committed.
+    - Otherwise the pointer was damaged from outside (torn, deleted, a directory, or
+      naming a step whose directory is gone; the writer never does any of these): every
+      step directory counts, and verification decides which is intact. Losing the
+      pointer must not make committed checkpoints vanish."""
+    names = _step_dirs(storage)
+    pointer = read_pointer(storage)
+    if isinstance(pointer, int) and checkpoint_name(pointer) in names:
+        return [n for n in names if (checkpoint_step(n) or 0) <= pointer]
+    if pointer is None and len(names) <= 1:
+        return []
+    return names
 
 
 class CheckpointStore:
+    decode: Decode | None = None
+    """Set by the trainer: what "loadable" means is the loader's business, not the store's."""
+
     def __init__(self, storage: Storage, events: EventLog, hooks: Hooks, keep_last: int) -> None:
         self.storage = storage
         self.events = events
@@ -139,7 +192,13 @@ class CheckpointStore:
 
     def _write_pointer(self, step: int, name: str) -> None:
         self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode())
-        self.storage.rename(f"{POINTER}.tmp", POINTER)
+        try:
+            self.storage.rename(f"{POINTER}.tmp", POINTER)
+        except IsADirectoryError:
+            # A directory planted as `latest` (the loader rejected it): clear it so
+            # the commit can land; it never held a commit record.
+            self._move_aside(POINTER)
+            self.storage.rename(f"{POINTER}.tmp", POINTER)
         self.storage.fsync_dir(".")
 
     # ----- retention --------------------------------------------------------------------
@@ -160,31 +219,13 @@ class CheckpointStore:
                 self.storage.remove(entry)
 
     def committed_names(self) -> list[str]:
-        """Checkpoint directories at or below the commit pointer, newest first."""
-        pointer = self.read_pointer()
-        names = self._step_dirs()
-        if isinstance(pointer, int):
-            names = [n for n in names if (checkpoint_step(n) or 0) <= pointer]
-        elif pointer is None:
-            names = []
-        return names
+        return committed_names(self.storage)
 
     def _step_dirs(self) -> list[str]:
-        names = [n for n in self.storage.list(".") if checkpoint_step(n) is not None]
-        return sorted(names, key=lambda n: checkpoint_step(n) or 0, reverse=True)
+        return _step_dirs(self.storage)
 
     def read_pointer(self) -> int | None | str:
-        """The committed step; None when nothing was ever committed; an error text when torn."""
-        if not self.storage.exists(POINTER):
-            return None
-        try:
-            record = json.loads(self.storage.read(POINTER))
-            step = record["step"]
-            if not isinstance(step, int) or checkpoint_name(step) != record["checkpoint"]:
-                raise ValueError("fields do not agree")
-            return step
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            return f"commit pointer {POINTER!r} is unreadable ({exc})"
+        return read_pointer(self.storage)
 
     # ----- commit announcements ---------------------------------------------------------
 
@@ -219,17 +260,15 @@ class CheckpointStore:
     # ----- load -------------------------------------------------------------------------
 
     def select(self, identity: str) -> Verified | None:
-        """The newest committed checkpoint that verifies (rank 0 decides for everyone)."""
+        """The newest committed checkpoint that verifies and decodes (rank 0 decides for
+        everyone, so a payload that cannot be decoded is found here, before the choice)."""
         pointer = self.read_pointer()
         if isinstance(pointer, str):
-            # A torn pointer cannot say what was committed; every directory whose
-            # manifest verifies was fully written, so the newest of those is taken.
             self.events.emit("reject", checkpoint=POINTER, reason=pointer)
+        committed = set(self.committed_names())
         for name in self._step_dirs():
-            step = checkpoint_step(name) or 0
-            if pointer is None or (isinstance(pointer, int) and step > pointer):
-                self.events.emit("reject", checkpoint=name,
-                                 reason="never committed: newer than the commit pointer")
+            if name not in committed:
+                self.events.emit("reject", checkpoint=name, reason=self._uncommitted_reason(pointer))
                 continue
             try:
                 verified = self.verify(name)
@@ -240,15 +279,33 @@ class CheckpointStore:
             return verified
         return None
 
+    @staticmethod
+    def _uncommitted_reason(pointer: int | None | str) -> str:
+        if isinstance(pointer, int):
+            return "never committed: newer than the commit pointer"
+        return "never committed: no commit pointer, and no older checkpoint proves a commit happened"
+
     def verify(self, name: str) -> Verified:
+        """Manifest, sizes, sha256, then `self.decode`; every failure is a CheckpointRejected."""
+        try:
+            verified = self._verify(name)
+            if self.decode is None:
+                return verified
+            return Verified(name, verified.manifest, verified.files, self.decode(verified))
+        except CheckpointRejected:
+            raise
+        except UNUSABLE as exc:
+            raise CheckpointRejected(f"{name} is unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    def _verify(self, name: str) -> Verified:
         try:
             raw = self.storage.read(f"{name}/{MANIFEST}")
         except (FileNotFoundError, IsADirectoryError):
             raise CheckpointRejected(f"{name}/{MANIFEST} is missing") from None
         try:
             manifest = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CheckpointRejected(f"{name}/{MANIFEST} is not valid JSON ({exc})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CheckpointRejected(f"{name}/{MANIFEST} is not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
         if not isinstance(manifest, dict) or manifest.get("format") != CKPT_FORMAT:
             raise CheckpointRejected(f"{name}/{MANIFEST} is not a {CKPT_FORMAT} manifest")
         if manifest.get("step") != checkpoint_step(name):

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainwreck.trainer.rundir import launcher_identity, standalone_attempt
+
 
 @dataclass(frozen=True)
 class RankContext:
@@ -38,15 +40,20 @@ class RankContext:
         missing = [k for k in ("RANK", "WORLD_SIZE") if k not in env]
         if missing:
             # Plain `python -m trainer` without torchrun: a single-rank job.
-            return cls(run_dir=Path(run_dir), rank=0, world_size=1, attempt=0, standalone=True,
+            # A rerun in the same run directory is a new attempt, not attempt 0 again.
+            return cls(run_dir=Path(run_dir), rank=0, world_size=1, standalone=True,
+                       attempt=standalone_attempt(Path(run_dir), 0, None),
                        **overrides)  # type: ignore[arg-type]
         return cls(
             run_dir=Path(run_dir),
             rank=int(env["RANK"]),
             world_size=int(env["WORLD_SIZE"]),
             local_rank=int(env.get("LOCAL_RANK", "0")),
-            # torchrun restarts the whole worker group; its restart count is our attempt.
-            attempt=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            # torchrun restarts the whole worker group and counts from 0 in each
+            # invocation; a second invocation in the same run directory continues after
+            # the attempts already logged (every rank of it reads the same base).
+            attempt=standalone_attempt(Path(run_dir), int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                                       launcher_identity()),
             standalone=True,
             **overrides,  # type: ignore[arg-type]
         )

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint, Verified, from_bytes
+from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, IncompatibleCheckpoint, Verified, \
+    from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.events import EventLog
@@ -225,6 +226,8 @@ class Trainer:
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
     def restore(self) -> None:
+        # Verification decodes every payload, so rank 0 finds an undecodable one before it decides.
+        self.checkpoints.decode = decode_payloads
         verified, error = None, None
         if self.rank == 0:
             try:
@@ -241,6 +244,8 @@ class Trainer:
         if name is None:
             return  # nothing intact: a fresh start from step 0
         if verified is None:
+            # Rank 0 already verified and decoded these bytes; a failure here means the
+            # files changed under a running job, and a rank must not silently diverge.
             verified = self.checkpoints.verify(name)
         self.load(verified)
         if self.rank == 0:
@@ -248,22 +253,44 @@ class Trainer:
         self.events.emit("restore", step=self.state.step, checkpoint=name, digest=self.digest())
 
     def load(self, verified: Verified) -> None:
-        files = verified.files
+        payloads = verified.payloads or decode_payloads(verified)
         state = self.state
         self._digest_step = -1  # the state changes under whatever step number it had
-        state.model.load_state_dict(from_bytes(files["model.pt"]))
-        state.optimizer.load_state_dict(from_bytes(files["optimizer.pt"]))
-        sched = from_bytes(files["scheduler.pt"])
+        state.model.load_state_dict(payloads["model.pt"])
+        state.optimizer.load_state_dict(payloads["optimizer.pt"])
+        sched = payloads["scheduler.pt"]
         state.scheduler.load_state_dict(sched["scheduler"])
         if state.scaler is not None and sched["scaler"] is not None:
             state.scaler.load_state_dict(sched["scaler"])
-        trainer_state = from_bytes(files["trainer.pt"])
+        trainer_state = payloads["trainer.pt"]
         state.step = int(trainer_state["step"])
         self.sampler.load_state_dict(trainer_state["sampler"])
-        self.load_rng(from_bytes(files["rng.pt"]))
+        self.load_rng(payloads["rng.pt"])
 
     def load_rng(self, rngs: list[Any]) -> None:
         # RNG draws are replicated across ranks by design, so a rank that did not exist
         # when the checkpoint was written takes rank 0's stream.
         restore_rng(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
 
+
+
+REQUIRED_FILES = ("model.pt", "optimizer.pt", "scheduler.pt", "trainer.pt", "rng.pt")
+"""Every file `Trainer.load` reads; a manifest that lacks one is not a checkpoint of this trainer."""
+
+
+def decode_payloads(verified: Verified) -> dict[str, Any]:
+    """Decode every required file weights-only, so that a checksum-valid file which is
+    not a loadable payload (a crafted pickle, a truncated zip) rejects the checkpoint
+    while rank 0 is still choosing, not after every rank has committed to it."""
+    missing = [f for f in REQUIRED_FILES if f not in verified.files]
+    if missing:
+        raise CheckpointRejected(f"{verified.name}/manifest.json lacks {', '.join(missing)}")
+    payloads = {}
+    for file_name in REQUIRED_FILES:
+        try:
+            payloads[file_name] = from_bytes(verified.files[file_name])
+        except Exception as exc:  # noqa: BLE001  whatever the unpickler raises, the file is unusable
+            raise CheckpointRejected(
+                f"{verified.name}/{file_name} is not a loadable weights-only payload "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    return payloads

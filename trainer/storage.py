@@ -58,15 +58,22 @@ class LocalStorage:
             raise UnsafePathError(f"path {path!r} resolves outside {self.root} (a symlink?)")
         return full
 
+    def _entry(self, path: str) -> Path:
+        """The entry `path` itself, never what it links to: only its parent is resolved,
+        so a symlink is renamed, replaced or unlinked as a link and its target is untouched."""
+        relative = check_relative(path)
+        parent = self._abs(str(relative.parent)) if len(relative.parts) > 1 else self.root
+        return parent / relative.name
+
     def exists(self, path: str) -> bool:
-        return self._abs(path).exists()
+        return os.path.lexists(self._entry(path))
 
     def read(self, path: str) -> bytes:
         return self._abs(path).read_bytes()
 
     def write(self, path: str, data: bytes) -> None:
-        full = self._abs(path)
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # O_NOFOLLOW: a planted link at the destination is an error, never a way out.
+        fd = os.open(self._entry(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -80,7 +87,7 @@ class LocalStorage:
         self._abs(path).mkdir(parents=True, exist_ok=True)
 
     def rename(self, src: str, dst: str) -> None:
-        os.rename(self._abs(src), self._abs(dst))
+        os.rename(self._entry(src), self._entry(dst))
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(self._abs(path) if path not in ("", ".") else self.root, os.O_RDONLY)
@@ -99,7 +106,7 @@ class LocalStorage:
             return []
 
     def remove(self, path: str) -> None:
-        full = self._abs(path)
+        full = self._entry(path)
         if full.is_dir() and not full.is_symlink():
             shutil.rmtree(full, ignore_errors=False, onerror=_ignore_missing)
         else:

@@ -149,3 +149,32 @@ def test_storage_refuses_paths_that_escape_its_root(tmp_path: Path) -> None:
     for evil in ("../x", "/abs", "link/x", "a\\..\\b"):
         with pytest.raises(UnsafePathError):
             storage.write(evil, b"")
+
+
+@pytest.mark.parametrize("pointer, expected", [
+    ('{"step": 8, "checkpoint": "step-00000008"}', ["step-00000008", "step-00000004"]),
+    ('{"step": 4, "checkpoint": "step-00000004"}', ["step-00000004"]),  # step 8 never committed
+    (None, ["step-00000008", "step-00000004"]),  # lost pointer: the older one proves commits happened
+    ('{"step": 2, "checkpoint": "step-00000002"}', ["step-00000008", "step-00000004"]),  # names a missing dir
+    ('{"step": 8, "chec', ["step-00000008", "step-00000004"]),  # torn
+])
+def test_the_store_and_the_corruptor_count_the_same_checkpoints_as_committed(
+        tmp_path: Path, pointer: str | None, expected: list[str]) -> None:
+    from trainwreck.faults.corrupt import committed
+
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    latest = tmp_path / "checkpoints" / "latest"
+    latest.unlink()
+    if pointer is not None:
+        latest.write_text(pointer)
+    assert store.committed_names() == expected
+    assert committed(store.storage) == expected
+
+
+def test_without_a_pointer_a_lone_directory_is_a_first_save_that_never_committed(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4)
+    (tmp_path / "checkpoints" / "latest").unlink()
+    assert store.select(IDENTITY) is None
+    assert rejects(tmp_path) == [("step-00000004", "never committed: no commit pointer, and no older checkpoint proves a commit happened")]

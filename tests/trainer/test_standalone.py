@@ -62,3 +62,51 @@ def test_torchrun_with_two_cpu_ranks_writes_a_run_that_judges_valid(tmp_path: Pa
     ranks = {json.loads(line)["rank"] for p in (run_dir / "events").glob("*.jsonl")
              for line in p.read_text().splitlines()[:1]}
     assert ranks == {0, 1}
+
+
+def attempts_logged(run_dir: Path) -> dict[int, set[int]]:
+    """attempt -> ranks, from the first event of every event file."""
+    found: dict[int, set[int]] = {}
+    for path in (run_dir / "events").glob("*.jsonl"):
+        first = json.loads(path.read_text().splitlines()[0])
+        found.setdefault(first["attempt"], set()).add(first["rank"])
+    return found
+
+
+def judge(run_dir: Path) -> dict:
+    check = run(sys.executable, "-m", "trainwreck.invariants", str(run_dir), "--json")
+    assert check.returncode == 0, check.stdout[-3000:]
+    return json.loads(check.stdout)
+
+
+def test_a_second_standalone_run_in_the_same_directory_is_a_new_attempt_and_judges_valid(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    for _ in range(2):
+        result = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "8")
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert attempts_logged(run_dir) == {0: {0}, 1: {0}}
+    assert judge(run_dir)["valid"] is True
+    restores = [json.loads(line) for p in (run_dir / "events").glob("a001-*.jsonl")
+                for line in p.read_text().splitlines() if '"kind":"restore"' in line]
+    assert [e["checkpoint"] for e in restores] == ["step-00000008"], "the rerun did not resume"
+
+
+def test_a_second_torchrun_invocation_continues_the_attempt_numbers_on_every_rank(tmp_path: Path) -> None:
+    run_dir = tmp_path / "torchrun"
+    for _ in range(2):
+        result = run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                     "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "8")
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert attempts_logged(run_dir) == {0: {0, 1}, 1: {0, 1}}
+    assert judge(run_dir)["valid"] is True
+
+
+@pytest.mark.parametrize("foreign", ["checkpoints", "events"])
+def test_a_directory_with_checkpoints_or_events_but_no_run_json_is_refused(tmp_path: Path, foreign: str) -> None:
+    run_dir = tmp_path / "theirs"
+    (run_dir / foreign).mkdir(parents=True)
+    (run_dir / foreign / "keep.txt").write_text("theirs")
+    result = run(sys.executable, "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "4")
+    assert result.returncode == 2 and f"holds {foreign}/ but no run.json" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in run_dir.rglob("*")) == sorted([foreign, "keep.txt"])
