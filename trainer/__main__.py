@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     except IncompatibleCheckpoint as exc:
         print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, the shell's 128 + SIGINT, like every trainwreck command.
+        print("trainwreck.trainer: interrupted; rerun with the same --run-dir to resume", file=sys.stderr)
+        return 130
     return 0
 
 
