@@ -13,7 +13,7 @@ from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
 from trainwreck.harness.spec import LAUNCHERS, SpecError
 from trainwreck.faults.plan import PlanError
-from trainwreck.trainer.config import InputError, backend_fields, load_json_arg
+from trainwreck.trainer.config import backend_fields, load_json_arg
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
