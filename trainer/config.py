@@ -147,14 +147,15 @@ class TrainConfig:
     """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            _check_type(f.name, str(f.type), getattr(self, f.name))
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
                     "grad_accum", "total_steps", "ckpt_interval", "max_world_size")
+        # Counts first: their message ("a positive integer") also covers a wrong type.
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+        for f in fields(self):
+            _check_type(f.name, str(f.type), getattr(self, f.name))
         if self.num_classes < 2:
             raise ConfigError(f"num_classes={self.num_classes} must be at least 2 for a classification task")
         if not 0.0 <= self.dropout < 1.0:
