@@ -49,8 +49,9 @@ class RootCause:
     first: Crash
     crashes: tuple[Crash, ...]
     before_faults: bool
-    """The plan has faults, none ever fired, and every rank that exited failed: nothing was tested."""
+    """The plan has faults and none ever fired: the run tested nothing."""
     every_rank: bool
+    """Every rank that exited died on its own (not killed by the harness after a peer died)."""
 
     def where(self) -> str:
         log = f", {self.first.log}" if self.first.log else ", no log file"
@@ -59,11 +60,11 @@ class RootCause:
     def sentence(self) -> str:
         """The plain-words line a CLI, a report and a casebook all print."""
         if self.before_faults:
-            who = "every rank" if self.every_rank else "the job"
+            who = "every rank" if self.every_rank else f"rank {self.first.rank}"
             return (f"{who} crashed before any planned fault fired: {self.first.line} ({self.where()}); "
                     "the verdicts below judge a run that never tested anything")
         more = f" ({len(self.crashes) - 1} more crash(es) after it)" if len(self.crashes) > 1 else ""
-        return f"rank {self.first.rank} crashed of an error no planned fault caused: {self.first.line} " \
+        return f"rank {self.first.rank} crashed with an error no planned fault caused: {self.first.line} " \
                f"({self.where()}){more}"
 
     def to_json(self) -> dict[str, Any]:
@@ -85,8 +86,9 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
         return None
     crashes.sort(key=lambda c: (c.t, c.attempt, c.rank))
     planned = [f for f in raw.spec.get("faults", []) if isinstance(f, dict)]
-    every = bool(exits) and all(ev.get("code") not in (0, None) for ev in exits)
-    before = bool(planned) and not raw.of_kind("fault") and every
+    # Every rank died on its own, not only killed by the harness after a peer's crash.
+    every = {(c.attempt, c.rank) for c in crashes} == {(ev["attempt"], ev["rank"]) for ev in exits}
+    before = bool(planned) and not raw.of_kind("fault")
     return RootCause(crashes[0], tuple(crashes), before, every)
 
 
