@@ -27,6 +27,7 @@ LINE_CHARS = 300
 """A quoted exception line is cut to this: one line in a CLI, not a page of a repr."""
 _LOG_NAME = re.compile(r"a(\d{3,})-r(\d{3,})\.log$")
 _TRACEBACK = "Traceback (most recent call last):"
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
             11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
 
@@ -82,6 +83,8 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
     crashes = [c for ev in exits if ev.get("code") not in (0, None)
                for c in [_crash(run_dir, raw, ev)] if c is not None]
     crashes = _drop_collateral(raw, crashes)
+    if not crashes and raw.spec.get("launcher") == "torchrun":
+        crashes = [c for c in [torchrun_crash(run_dir, raw)] if c is not None]
     if not crashes:
         return None
     crashes.sort(key=lambda c: (c.t, c.attempt, c.rank))
@@ -132,28 +135,76 @@ def _drop_collateral(raw: RawRun, crashes: list[Crash]) -> list[Crash]:
 
 
 def last_exception(path: Path) -> tuple[str | None, float | None]:
-    """(the last exception line of the last traceback in the log, when the log was last written).
+    """(the exception line of the log's last traceback, when the log was last written).
 
     A torn traceback (cut off before its exception line) says so; a missing,
     unreadable, symlinked or traceback-free log gives (None, None)."""
+    text, written = _tail(path)
+    line = exception_in(text)
+    return (line, written) if line is not None else (None, None)
+
+
+def exception_in(text: str, skip: str | None = None) -> str | None:
+    """The exception line of the last traceback in `text` whose line does not contain `skip`."""
+    end = len(text)
+    while True:
+        start = text.rfind(_TRACEBACK, 0, end)
+        if start < 0:
+            return None
+        line = _exception_line(text[start + len(_TRACEBACK):end])
+        if skip is None or skip not in line:
+            return line
+        end = start
+
+
+def _tail(path: Path) -> tuple[str, float | None]:
     try:
         if path.is_symlink():  # never follow a link out of the run directory
-            return None, None
+            return "", None
         with path.open("rb") as f:
             size = f.seek(0, 2)
             f.seek(max(0, size - TAIL_BYTES))
             data = f.read()
-        written = path.stat().st_mtime
+        return data.replace(b"\x00", b"").decode("utf-8", errors="replace"), path.stat().st_mtime
     except OSError:
-        return None, None
-    text = data.replace(b"\x00", b"").decode("utf-8", errors="replace")
-    start = text.rfind(_TRACEBACK)
-    if start < 0:
-        return None, None
-    for line in text[start + len(_TRACEBACK):].splitlines():
+        return "", None
+
+
+def _exception_line(block: str) -> str:
+    """The first line after a traceback's header that is not an indented frame or a caret marker."""
+    for line in block.splitlines():
+        line = _RANK_PREFIX.sub("", line, count=1)  # torch's excepthook under a process group
         if line.strip() and not line[0].isspace() and not line.startswith(("^", "~")):
-            return _short(line.strip()), written
-    return "a traceback cut off before its exception line", written
+            return _short(line.strip())
+    return "a traceback cut off before its exception line"
+
+
+_TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)",
+                            re.DOTALL)
+
+
+def torchrun_crash(run_dir: Path, raw: RawRun) -> Crash | None:
+    """Under torchrun the ranks write to logs/torchrun.log and the harness sees no exit codes: read
+    the agent's own "Root Cause (first observed failure)" summary (rank, exit code) and the last
+    worker traceback before it. Only when the agent gave up: its summary is printed then."""
+    path = run_dir / "logs" / "torchrun.log"
+    text, written = _tail(path)
+    match = _TORCHRUN_ROOT.search(text)
+    if match is None:
+        return None
+    rank, code = int(match.group(1)), int(match.group(2))
+    attempts = [ev["attempt"] for ev in raw.events if type(ev.get("attempt")) is int] or [0]
+    attempt, t = max(attempts), raw.t_end or written or 0.0
+    if code == 0 or _excused(raw, attempt, rank, t):
+        return None
+    # torch prefixes a worker's uncaught-exception lines with [rankN]; else take the last
+    # traceback that is not the agent's own ChildFailedError.
+    prefix = f"[rank{rank}]: "
+    mine = "\n".join(ln[len(prefix):] for ln in text.splitlines() if ln.startswith(prefix))
+    line = exception_in(mine) or exception_in(text, skip="ChildFailedError")
+    if line is None:
+        line = f"killed by {_SIGNALS.get(-code, f'signal {-code}')}" if code < 0 else f"exited with code {code}"
+    return Crash(attempt, rank, code, "exception" if code > 0 else "signal", line, "logs/torchrun.log", t)
 
 
 def _short(line: str) -> str:

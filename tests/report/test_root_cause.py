@@ -123,3 +123,32 @@ def test_every_rank_crashing_before_the_plan_fired_is_said_in_words(tmp_path: Pa
     assert expected in (run / "report" / "report.md").read_text()
     assert expected in html.read_text()
     assert json.loads((run / "report" / "report.json").read_text())["root_cause"]["sentence"] == expected
+
+
+def test_a_traceback_prefixed_by_torch_s_rank_excepthook_gives_its_line(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("".join(f"[rank1]: {line}\n" for line in TRACEBACK.splitlines()))
+    assert last_exception(log)[0] == NUMPY
+
+
+def test_under_torchrun_the_agent_s_root_cause_names_the_rank_and_its_own_traceback(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run")
+    w.spec["launcher"] = "torchrun"
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 2)
+    w.harness("exit", attempt=0, rank=0, code=None)
+    w.harness("exit", attempt=0, rank=1, code=None)
+    run = w.write()
+    (run / "logs").mkdir()
+    rank1 = "".join(f"[rank1]: {line}\n" for line in TRACEBACK.splitlines())
+    rank0 = "".join(f"[rank0]: {line}\n" for line in TRACEBACK.replace(NUMPY, "RuntimeError: peer gone").splitlines())
+    agent = ("Traceback (most recent call last):\n  File \"torchrun\", line 1, in <module>\n"
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n=====\n"
+             "Root Cause (first observed failure):\n[0]:\n  time      : now\n  host      : localhost\n"
+             "  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 7)\n")
+    (run / "logs" / "torchrun.log").write_text(rank1 + rank0 + agent)
+    cause = root_cause(run)
+    assert cause is not None and (cause.first.rank, cause.first.line, cause.first.log) == \
+        (1, NUMPY, "logs/torchrun.log")
+    (run / "logs" / "torchrun.log").write_text(rank1 + rank0)  # the agent never gave up: nothing to name
+    assert root_cause(run) is None
