@@ -79,3 +79,21 @@ def test_the_demo_line_of_a_crashed_run_names_its_root_cause(tmp_path: Path, gol
     word, detail = run_one("kill-resume", tmp_path / "run")
     assert word == "INVALID"
     assert "root cause: rank 1 crashed" in detail and NUMPY in detail and "logs/a000-r001.log" in detail
+
+
+@pytest.mark.slow  # every torchrun rank is a fresh interpreter importing torch
+def test_under_torchrun_the_crashed_rank_and_its_line_are_read_from_torchrun_log(tmp_path: Path) -> None:
+    from trainwreck.harness.report.rootcause import root_cause
+    from trainwreck.harness.supervisor import run_job
+
+    run = tmp_path / "run"
+    plan = [{"id": "c1", "kind": "test_crash", "ranks": [1], "step": 3, "message": "Numpy is not available"}]
+    try:
+        run_job(JobSpec(config=TrainConfig.tiny(total_steps=8), world_sizes=(2,), plan=plan, max_restarts=0,
+                        launcher="torchrun", hooks_factory=HOOKS, run_dir=run))
+    finally:
+        assert_no_leftover_processes()
+    assert f"[rank1]: {NUMPY}" in (run / "logs" / "torchrun.log").read_text(), "rank 1 must have crashed"
+    cause = root_cause(run)
+    assert cause is not None and (cause.first.rank, cause.first.line, cause.first.log) == \
+        (1, NUMPY, "logs/torchrun.log")
