@@ -52,7 +52,7 @@ class RootCause:
     before_faults: bool
     """The plan has faults and none ever fired: the run tested nothing."""
     every_rank: bool
-    """Every rank that exited died on its own (not killed by the harness after a peer died)."""
+    """Every rank that exited died of the first crash's error (not of its peer's death)."""
 
     def where(self) -> str:
         log = f", {self.first.log}" if self.first.log else ", no log file"
@@ -89,8 +89,10 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
         return None
     crashes.sort(key=lambda c: (c.t, c.attempt, c.rank))
     planned = [f for f in raw.spec.get("faults", []) if isinstance(f, dict)]
-    # Every rank died on its own, not only killed by the harness after a peer's crash.
-    every = {(c.attempt, c.rank) for c in crashes} == {(ev["attempt"], ev["rank"]) for ev in exits}
+    # Every rank died of the same error (a missing dependency), not of a peer's death: a rank
+    # killed by the harness, or failing with "connection closed" after its peer, does not count.
+    every = {(c.attempt, c.rank) for c in crashes if c.line == crashes[0].line} == \
+        {(ev["attempt"], ev["rank"]) for ev in exits}
     before = bool(planned) and not raw.of_kind("fault")
     return RootCause(crashes[0], tuple(crashes), before, every)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from trainwreck.harness.report import build_report, render_report
@@ -152,3 +153,13 @@ def test_under_torchrun_the_agent_s_root_cause_names_the_rank_and_its_own_traceb
         (1, NUMPY, "logs/torchrun.log")
     (run / "logs" / "torchrun.log").write_text(rank1 + rank0)  # the agent never gave up: nothing to name
     assert root_cause(run) is None
+
+
+def test_a_peer_failing_after_the_first_crash_does_not_make_it_every_rank(tmp_path: Path) -> None:
+    plan = [{"id": "k1", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 6}]
+    peer = TRACEBACK.replace(NUMPY, "RuntimeError: Connection closed by peer")
+    run = crashed_run(tmp_path / "run", {1: 1, 0: 1}, {1: TRACEBACK, 0: peer}, faults=plan)
+    os.utime(run / "logs" / "a000-r001.log", (1000.0, 1000.0))  # rank 1's traceback came first
+    cause = root_cause(run)
+    assert cause is not None and cause.before_faults and not cause.every_rank
+    assert cause.sentence().startswith(f"rank 1 crashed before any planned fault fired: {NUMPY}")
