@@ -66,7 +66,7 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
     record = run_job(spec)
     judgement = judge(load_history(record.run_dir), load_history(golden_dir))
     judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
-                       root_cause(record.run_dir))
+                       _root_cause(record.run_dir))
     cause = judged.root_cause.to_json() if judged.root_cause else None
     (record.run_dir / "verdicts.json").write_text(json.dumps(
         {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
@@ -74,6 +74,16 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
         indent=1, default=str) + "\n")
     _render_report(record.run_dir)
     return judged
+
+
+def _root_cause(run_dir: Path) -> RootCause | None:
+    """The run's unplanned crash; a bug in finding it must not turn a judged run into a crash."""
+    try:
+        return root_cause(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the verdicts matter more than the explanation
+        print(f"trainwreck: could not look for the root cause in {run_dir}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
 
 
 def _render_report(run_dir: Path) -> None:
