@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.golden import golden_run
+from trainwreck.harness.report.rootcause import RootCause, root_cause
 from trainwreck.harness.scenarios import Scenario
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.restarts import RunRecord
@@ -25,6 +26,8 @@ class JudgedRun:
     golden_dir: Path
     reproduce: str
     """The exact command that reruns this job and judges it again."""
+    root_cause: RootCause | None = None
+    """The first rank that died of something no planned fault caused, when one did."""
 
     @property
     def exit_code(self) -> int:
@@ -74,12 +77,25 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
                             launcher="warm")
     record = run_job(spec)
     judgement = judge(load_history(record.run_dir), load_history(golden_dir))
-    judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario))
+    judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
+                       _root_cause(record.run_dir))
+    cause = judged.root_cause.to_json() if judged.root_cause else None
     (record.run_dir / "verdicts.json").write_text(json.dumps(
         {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
-         "outcome": record.outcome, "attempts": record.attempts}, indent=1, default=str) + "\n")
+         "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
+        indent=1, default=str) + "\n")
     _render_report(record.run_dir)
     return judged
+
+
+def _root_cause(run_dir: Path) -> RootCause | None:
+    """The run's unplanned crash; a bug in finding it must not turn a judged run into a crash."""
+    try:
+        return root_cause(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the verdicts matter more than the explanation
+        print(f"trainwreck: could not look for the root cause in {run_dir}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
 
 
 def _render_report(run_dir: Path) -> None:

@@ -90,8 +90,9 @@ def run_one(name: str, run_dir: Path) -> tuple[str, str]:
         except NotARun as exc:
             return verdict_word(judged.judgement.valid), f"no report: {exc}"
     record = judged.record
+    cause = f"\n      root cause: {judged.root_cause.sentence()}" if judged.root_cause else ""
     return (verdict_word(judged.judgement.valid),
-            f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → {html}")
+            f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → {html}{cause}")
 
 
 class Progress:

@@ -75,9 +75,12 @@ def parse_plan_arg(text: str) -> list[dict[str, Any]]:
 def print_result(judged: JudgedRun, as_json: bool) -> None:
     if as_json:
         payload = {**judged.judgement.to_json(), "run_dir": str(judged.record.run_dir),
-                   "outcome": judged.record.outcome, "reproduce": judged.reproduce}
+                   "outcome": judged.record.outcome, "reproduce": judged.reproduce,
+                   "root_cause": judged.root_cause.to_json() if judged.root_cause else None}
         print(json.dumps(payload, indent=1, default=str))
         return
+    if judged.root_cause is not None:  # first: the verdicts below may judge a run that tested nothing
+        print(f"root cause: {judged.root_cause.sentence()}")
     for name, verdict in judged.judgement.verdicts.items():
         label = {True: "VALID", False: "INVALID"}.get(verdict.valid, "UNKNOWN")  # type: ignore[arg-type]
         print(f"{label:<8} {name:<11} {verdict.summary}")

@@ -83,6 +83,7 @@ def _header(report: dict[str, Any], word: str) -> str:
     lines.append(f'<p class="headline {word}">{escape(report["headline"])}</p>')
     if report.get("error"):
         lines.append(f'<p class="headline UNKNOWN">{escape(report["error"])}</p>')
+    lines.append(_root_cause(report))
     totals, figures = report["totals"], []
     figures.append(("attempts", str(totals["attempts"])))
     figures.append(("wall clock", f"{report['wall_s']:.2f} s" if report["wall_s"] is not None else "—"))
@@ -95,6 +96,19 @@ def _header(report: dict[str, Any], word: str) -> str:
     lines.append('<dl class="figures">' + "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>"
                                                   for k, v in figures) + "</dl></header>")
     return "\n".join(lines)
+
+
+def _root_cause(report: dict[str, Any]) -> str:
+    """An unplanned crash, above the verdicts: they judge a run that this crash may have emptied."""
+    cause = report.get("root_cause")
+    if not cause:
+        return ""
+    log = (f'<a href="../{escape(cause["log"])}"><code>{escape(cause["log"])}</code></a>'
+           if cause["log"] else "no log file")
+    return (f'<section id="root-cause" class="headline INVALID" data-rank="{cause["rank"]}">'
+            f'<strong>Root cause.</strong> {escape(cause["sentence"])}'
+            f'<br>first failed rank <strong>{cause["rank"]}</strong> (attempt {cause["attempt"]}, exit code '
+            f'{escape(str(cause["code"]))}): <code>{escape(cause["line"])}</code>; full traceback in {log}</section>')
 
 
 def _nav() -> str:

@@ -20,6 +20,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if scenario:
         out += [f"Scenario **{scenario['name']}**" + (f": {scenario['summary']}" if scenario.get("summary") else ""), ""]
     out += [f"> {report['headline']}", ""]
+    out += _root_cause(report)
     if report.get("error"):
         out += [f"**{report['error']}**", ""]
     out += _verdicts(report) + _timeline(report) + _recovery(report) + _phases(report) + _angles(report)
@@ -27,6 +28,18 @@ def render_markdown(report: dict[str, Any]) -> str:
     out += ["", "Pictures (timeline, wall clock, phases): [report.html](report.html). Machine view: "
             "[report.json](report.json).", ""]
     return "\n".join(out)
+
+
+def _root_cause(report: dict[str, Any]) -> list[str]:
+    """An unplanned crash first: without it the verdicts below read as if the faults were tested."""
+    cause = report.get("root_cause")
+    if not cause:
+        return []
+    out = ["## Root cause", "", f"**{_cell(cause['sentence'])}**", "",
+           f"- first failed rank: {cause['rank']} (attempt {cause['attempt']}, exit code {cause['code']})",
+           f"- error: `{cause['line']}`",
+           f"- full traceback: [{cause['log']}](../{cause['log']})" if cause["log"] else "- full traceback: no log file"]
+    return out + [""]
 
 
 def _verdicts(report: dict[str, Any]) -> list[str]:

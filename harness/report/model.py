@@ -15,6 +15,7 @@ from typing import Any
 
 from trainwreck.harness.report.angles import interview_angles
 from trainwreck.harness.report.rawlog import PHASES, LaneLog, RawRun, read_raw
+from trainwreck.harness.report.rootcause import root_cause
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.lineage import restore_point
@@ -65,6 +66,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "recovery": _recovery(raw, attempts, lineage),
         "raw_notes": raw.notes,
     }
+    cause = root_cause(run_dir, raw)
+    report["root_cause"] = cause.to_json() if cause is not None else None
     report["scenario"] = _scenario(report.get("reproduce"))
     report["totals"] = _totals(report)
     report["angles"] = interview_angles(report)
@@ -511,7 +514,13 @@ def headline(report: dict[str, Any]) -> str:
         parts.append(f"not judged: {', '.join(unsure) or 'see notes'}")
     else:
         parts.append(f"all {len(verdicts)} invariants hold")
-    return " → ".join(parts) + "."
+    story = " → ".join(parts) + "."
+    cause = report.get("root_cause")
+    return f"{_capital(cause['sentence'])}. {story}" if cause else story
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _fault_phrase(fault: dict[str, Any]) -> str:

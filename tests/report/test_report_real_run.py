@@ -18,6 +18,8 @@ def test_a_real_kill_resume_run_gets_a_report_that_tells_its_story(tmp_path: Pat
     assert report["valid"] is judged.judgement.valid is True
     assert report["judged_by"] == "verdicts.json" and report["golden"] == str(judged.golden_dir)
     assert report["reproduce"] == judged.reproduce and report["scenario"]["name"] == "kill-resume"
+    assert report["root_cause"] is None, "a planned kill (and its peer's fallout) is not a crash of its own"
+    assert judged.root_cause is None and "Root cause" not in html.read_text()
     (fault,) = report["faults"]
     assert fault["id"] == "kill-r1" and fault["rank"] == 1
     (row,) = report["recovery"]
