@@ -8,7 +8,7 @@ from typing import Any
 
 from trainwreck.harness.spec import JobSpec, SpecError
 from trainwreck.trainer.events import FORMAT
-from trainwreck.trainer.rundir import run_spec, write_json_atomic
+from trainwreck.trainer.rundir import run_json_fields, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""
@@ -24,7 +24,7 @@ class RunDirError(SpecError):
 def run_json(spec: JobSpec) -> dict[str, Any]:
     """The DESIGN fields of run.json (written by the trainer's own helper) plus the
     extras the ranks and the report need: how to rebuild the job, the policy the judge may quote."""
-    return run_spec(
+    return run_json_fields(
         spec.config, list(spec.world_sizes), hang_timeout_s=spec.hang_timeout_s, faults=spec.plan,
         max_restarts=spec.max_restarts, launcher=spec.launcher, hang_slack_s=HANG_SLACK_S,
         checkpoint_timeout_s=spec.checkpoint_budget_s, startup_timeout_s=spec.startup_budget_s,

@@ -1,12 +1,19 @@
-"""The trainer's own run.json, for when it runs without the harness (python -m trainer, torchrun)."""
+"""The run directory (format `trainwreck-run/1`): every path in it, run.json, and the one
+forgiving reader of its event logs. Everything else (harness, faults, reports) asks here;
+only `invariants/` keeps its own loader, to stay standard-library-only and separate.
+
+Also the trainer's own run.json, for when it runs without the harness (python -m
+trainwreck.trainer, torchrun). Importing this module never imports torch.
+"""
 from __future__ import annotations
 
 import fcntl
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.events import FORMAT
@@ -16,7 +23,175 @@ class RunDirError(RuntimeError):
     """The run directory cannot be used; the message says why and what to do."""
 
 
-def run_spec(cfg: TrainConfig, world_sizes: list[int], **extra: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunDir:
+    """Every path of one run directory, spelled once."""
+
+    root: Path
+
+    SUBDIRS = ("events", "checkpoints", "stacks", "progress", "logs")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def harness_events(self) -> Path:
+        return self.events / "harness.jsonl"
+
+    def rank_events(self, attempt: int, rank: int, pid: int) -> Path:
+        return self.events / f"a{attempt:03d}-r{rank:03d}-p{pid}.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def stacks(self) -> Path:
+        return self.root / "stacks"
+
+    def rank_stacks(self, attempt: int, rank: int, pid: int) -> Path:
+        return self.stacks / f"a{attempt:03d}-r{rank:03d}-p{pid}.txt"
+
+    def attempt_stacks(self, attempt: int) -> list[Path]:
+        return sorted(self.stacks.glob(f"a{attempt:03d}-*.txt"))
+
+    @property
+    def progress(self) -> Path:
+        return self.root / "progress"
+
+    def rank_progress(self, attempt: int, rank: int) -> Path:
+        return self.progress / f"a{attempt:03d}-r{rank:03d}.bin"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def rank_log(self, attempt: int, rank: int) -> Path:
+        return self.logs / f"a{attempt:03d}-r{rank:03d}.log"
+
+    @property
+    def torchrun_log(self) -> Path:
+        return self.logs / "torchrun.log"
+
+    @property
+    def verdicts(self) -> Path:
+        return self.root / "verdicts.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def plan_json(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def attempts_record(self) -> Path:
+        """Standalone runs: invocation -> its first attempt number (see standalone_attempt)."""
+        return self.root / ".attempts.json"
+
+    @property
+    def attempts_lock(self) -> Path:
+        return self.root / ".attempts.lock"
+
+
+_RANK_EVENTS = re.compile(r"^a(\d{3})-r\d{3}-p\d+\.jsonl$")
+
+
+def events_file_attempt(name: str) -> int | None:
+    """The attempt a rank's events file belongs to, from its name; None for other files."""
+    match = _RANK_EVENTS.match(name)
+    return int(match.group(1)) if match else None
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json of a run directory; RunDirError (saying what to do) when it is missing or unreadable."""
+    path = RunDir(run_dir).run_json
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunDirError(f"{run_dir} has no run.json: is it a trainwreck run directory?") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(f"{path} is unreadable ({type(exc).__name__}); use a new run directory") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise RunDirError(f"{path}: format {found!r} is not {FORMAT!r}")
+    return data
+
+
+# A line that is certainly a batch event: every writer puts `kind` first. Lines that are
+# batch events written otherwise are simply parsed.
+_BATCH_LINE = re.compile(r'\{\s*"kind"\s*:\s*"batch"')
+
+
+@dataclass
+class EventsFile:
+    """The events of one file of events/, and what could not be read of it."""
+
+    name: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+    """Lines that were not events (a torn last line is normal after a kill)."""
+    error: str | None = None
+    """Why the file could not be read at all."""
+
+
+def read_events(run_dir: Path, batches: bool = True) -> list[EventsFile]:
+    """Every events file of the run, forgivingly: unreadable lines are counted, never raised.
+    batches=False skips `batch` lines unparsed (most of the bytes) for readers that do not
+    need the sample ids."""
+    directory = RunDir(run_dir).events
+    files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    return [_read_events_file(path, batches) for path in files]
+
+
+def iter_events(run_dir: Path, batches: bool = True) -> Iterator[dict[str, Any]]:
+    """Every event of the run, file by file; lines that are not events are skipped."""
+    for events_file in read_events(run_dir, batches):
+        yield from events_file.events
+
+
+def _read_events_file(path: Path, batches: bool) -> EventsFile:
+    result = EventsFile(path.name)
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        result.error = f"cannot read ({exc.strerror or exc})"
+        return result
+    lines = [line for line in lines if line.strip() and (batches or not _BATCH_LINE.match(line))]
+    parsed, result.skipped = _parse_lines(lines)
+    for event in parsed:
+        if isinstance(event, dict) and isinstance(event.get("t"), (int, float)) and isinstance(event.get("kind"), str):
+            result.events.append(event)
+        else:
+            result.skipped += 1
+    return result
+
+
+def _parse_lines(lines: list[str]) -> tuple[list[Any], int]:
+    """All lines in one C-level parse when they are all JSON (the normal case); else line by line."""
+    try:
+        return json.loads("[" + ",".join(lines) + "]"), 0
+    except (ValueError, RecursionError):
+        pass
+    parsed, skipped = [], 0
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except (ValueError, RecursionError):
+            skipped += 1
+    return parsed, skipped
+
+
+def run_json_fields(cfg: TrainConfig, world_sizes: list[int], **extra: Any) -> dict[str, Any]:
     """run.json's contract fields (DESIGN.md) plus the full trainer config."""
     return {
         "format": FORMAT,
@@ -58,13 +233,10 @@ def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: i
                        collective_timeout_s: float) -> None:
     """Rank 0 writes run.json once; a later attempt (torchrun restart) must match it."""
     ensure_writable(run_dir)
-    path = run_dir / "run.json"
+    path = RunDir(run_dir).run_json
     refuse_foreign(run_dir)
     if path.exists():
-        try:
-            existing = json.loads(path.read_text()).get("config")
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"{path} is unreadable ({exc}); use a new --run-dir") from None
+        existing = read_run_json(run_dir).get("config")
         if existing != cfg.to_dict():
             raise RunDirError(
                 f"{path} describes a run with another configuration; resume with the same "
@@ -72,30 +244,27 @@ def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: i
         return
     if rank == 0:
         # No watchdog supervises a standalone run: the collective timeout is its hang bound.
-        write_json_atomic(path, run_spec(cfg, [world_size], launcher="standalone",
-                                         hang_timeout_s=collective_timeout_s))
+        write_json_atomic(path, run_json_fields(cfg, [world_size], launcher="standalone",
+                                                hang_timeout_s=collective_timeout_s))
 
 
 def refuse_foreign(run_dir: Path) -> None:
     """A directory with checkpoints/ or events/ but no run.json was not written by this
     trainer: resuming it would mix its events into ours and load its checkpoints."""
-    if (run_dir / "run.json").exists():
+    if RunDir(run_dir).run_json.exists():
         return
-    found = [name for name in ("checkpoints", "events") if os.path.lexists(run_dir / name)]
+    paths = RunDir(run_dir)
+    found = [p.name for p in (paths.checkpoints, paths.events) if os.path.lexists(p)]
     if found:
         raise RunDirError(
             f"--run-dir {run_dir} holds {' and '.join(found)}/ but no run.json, so it is not a "
             "trainwreck run directory; choose an empty or new --run-dir")
 
 
-_EVENT_FILE = re.compile(r"^a(\d{3})-r\d{3}-p\d+\.jsonl$")
-ATTEMPTS_FILE = ".attempts.json"
-"""Invocation -> its first attempt number, so every rank of one invocation agrees."""
-
 
 def next_attempt(run_dir: Path) -> int:
     """One past the highest attempt with an event file; 0 for a new run directory."""
-    used = [int(m.group(1)) for name in _listdir(run_dir / "events") if (m := _EVENT_FILE.match(name))]
+    used = [a for name in _listdir(RunDir(run_dir).events) if (a := events_file_attempt(name)) is not None]
     return max(used) + 1 if used else 0
 
 
@@ -118,9 +287,9 @@ def standalone_attempt(run_dir: Path, restart_count: int, invocation: str | None
     if invocation is None:
         return next_attempt(run_dir) + restart_count
     ensure_writable(run_dir)
-    with open(run_dir / ".attempts.lock", "a") as lock:
+    with open(RunDir(run_dir).attempts_lock, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        path = run_dir / ATTEMPTS_FILE
+        path = RunDir(run_dir).attempts_record
         try:
             bases = json.loads(path.read_text())
         except (OSError, ValueError):

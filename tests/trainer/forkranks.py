@@ -23,7 +23,7 @@ import trainwreck.trainer.entry  # noqa: F401  forked ranks inherit DDP's lazy i
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.rundir import run_spec, write_json_atomic
+from trainwreck.trainer.rundir import run_json_fields, write_json_atomic
 
 CRASH_CODE = 17
 
@@ -45,7 +45,7 @@ class CrashAt(NoHooks):
 
 def write_run_json(run_dir: Path, cfg: TrainConfig, world_sizes: list[int]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "run.json", run_spec(cfg, world_sizes))
+    write_json_atomic(run_dir / "run.json", run_json_fields(cfg, world_sizes))
 
 
 def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
