@@ -122,7 +122,8 @@ def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: 
     A TCPStore server ignores its host argument and listens on every interface, so we bind
     the socket ourselves and hand it over (``master_listen_fd``, torch >= 2.0). The store
     owns the descriptor from then on (it closes it), hence ``detach``. torch 2.13's default
-    libuv backend adopts the socket (checked: it then listens on 127.0.0.1 only); should a
+    libuv backend adopts the socket (checked on 2.13 and 2.11: it then listens on 127.0.0.1
+    only, and so does the classic backend given a detached descriptor); should a
     libuv backend refuse the descriptor, the classic backend (``use_libuv=False``), which
     has honoured ``master_listen_fd`` since it was added, takes a freshly bound socket.
     """
