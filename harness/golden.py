@@ -6,11 +6,15 @@ recomputed as soon as anything that could change its digests changes.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
+
+import psutil
 
 from trainwreck import trainer
 from trainwreck.harness.spec import JobSpec
@@ -42,27 +46,115 @@ def golden_key(cfg: TrainConfig, world_size: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
+MANIFEST = "golden.json"
+"""sha256 of every file the judge reads (run.json, events/*.jsonl), written last before publishing."""
+BUILD_PREFIX = ".build-"
+
+
 def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None,
                launcher: str = "warm") -> Path:
-    """The run directory of an uninterrupted run of `cfg` on `world_size` ranks (cached)."""
+    """The run directory of an uninterrupted run of `cfg` on `world_size` ranks (cached).
+
+    An entry whose files no longer match its manifest (truncated, deleted, edited) is
+    rebuilt and replaced: returning it would judge every later run against damage.
+    """
     cache_dir = cache_dir or default_cache_dir()
     final = cache_dir / golden_key(cfg, world_size)
-    if (final / "run.json").exists() and _completed(final):
+    if _intact(final):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(cache_dir)
     # Build beside the cache entry, then rename: concurrent xdist workers racing for the
-    # same key each build their own and the first rename wins; nobody reads a half run.
-    scratch = cache_dir / f".build-{final.name}-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
+    # same key each build their own and the first to publish wins; nobody reads a half run.
+    scratch = cache_dir / _build_name(final.name)
     record = run_job(JobSpec(config=cfg, world_sizes=(world_size,), run_dir=scratch, keep=True,
                              launcher=launcher, max_restarts=0))
     if record.status != "completed":
         raise RuntimeError(f"the golden run failed ({record.outcome}); see {scratch}")
-    try:
-        os.rename(scratch, final)
-    except OSError:  # another process published the same key first
-        shutil.rmtree(scratch, ignore_errors=True)
+    _write_manifest(scratch)
+    _publish(scratch, final)
     return final
+
+
+def _publish(scratch: Path, final: Path) -> None:
+    """Move `scratch` to `final`, replacing a damaged entry but never an intact one."""
+    with open(final.parent / f".lock-{final.name}", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # check-and-replace is one step for concurrent builders
+        if _intact(final):  # another process published meanwhile
+            shutil.rmtree(scratch, ignore_errors=True)
+            return
+        if final.exists():
+            # Renamed aside under a build name first, so a kill mid-replace leaves only
+            # something remove_stale_builds sweeps up.
+            doomed = final.parent / _build_name(final.name)
+            os.rename(final, doomed)
+            if doomed.is_symlink():
+                doomed.unlink()  # never follow a link out of the cache
+            else:
+                shutil.rmtree(doomed, ignore_errors=True)
+        os.rename(scratch, final)
+
+
+def _build_name(key: str) -> str:
+    # Owner pid and its start time: a dead owner's build is garbage, and a reused pid
+    # (a different start time) does not keep it alive.
+    me = psutil.Process()
+    return f"{BUILD_PREFIX}{key}-{me.pid}-{int(me.create_time() * 1000)}-{uuid.uuid4().hex[:6]}"
+
+
+def _owner_alive(name: str) -> bool:
+    parts = name.split("-")
+    try:
+        if len(parts) == 3:  # `.build-KEY-PID` from before start times were recorded
+            return psutil.pid_exists(int(parts[2]))
+        pid, started_ms = int(parts[-3]), int(parts[-2])
+        return int(psutil.Process(pid).create_time() * 1000) == started_ms
+    except (IndexError, ValueError):
+        return True  # not a name we made: leave it alone
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def remove_stale_builds(cache_dir: Path) -> list[str]:
+    """Delete `.build-*` directories whose owner process is gone (a harness killed mid-build).
+
+    A live owner's build is never touched: concurrent sessions share the cache.
+    """
+    removed = []
+    for path in cache_dir.glob(f"{BUILD_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink() and not _owner_alive(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def _judged_files(run_dir: Path) -> list[Path]:
+    return [run_dir / "run.json", *sorted((run_dir / "events").glob("*.jsonl"))]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_manifest(run_dir: Path) -> None:
+    files = {str(p.relative_to(run_dir)): _digest(p) for p in _judged_files(run_dir)}
+    (run_dir / MANIFEST).write_text(json.dumps(files, sort_keys=True, indent=1))
+
+
+def _intact(run_dir: Path) -> bool:
+    """A completed entry whose judged files are exactly those its manifest lists, unchanged."""
+    try:
+        if run_dir.is_symlink() or not run_dir.is_dir():
+            return False
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+        present = {str(p.relative_to(run_dir)): p for p in _judged_files(run_dir) if p.is_file()}
+        if not isinstance(manifest, dict) or set(manifest) != set(present):
+            return False
+        if any(p.is_symlink() or _digest(p) != manifest[name] for name, p in present.items()):
+            return False
+    except (OSError, ValueError):
+        return False
+    return _completed(run_dir)
 
 
 def _completed(run_dir: Path) -> bool:

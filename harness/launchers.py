@@ -302,6 +302,10 @@ def _child_env() -> dict[str, str]:
     if root not in paths:
         env["PYTHONPATH"] = os.pathsep.join([root, *paths])
     env.setdefault("OMP_NUM_THREADS", "1")
+    # Every job the harness starts is single-host: gloo's pair listeners would otherwise
+    # bind the address the hostname resolves to (often a routable one). setdefault keeps
+    # an explicit choice (multi-host: the routable interface) working.
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 

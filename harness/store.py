@@ -3,6 +3,10 @@
 Bound to 127.0.0.1 on port 0 so the kernel picks a free port atomically; the real
 port is read back and handed to the ranks. No fixed port and no probe-then-bind
 race, so any number of jobs (e.g. under ``pytest -n auto``) can run side by side.
+
+A TCPStore server ignores its host argument and listens on every interface, so
+anyone reaching the machine could read and write rendezvous keys. We bind the
+socket ourselves and hand it over: see `trainwreck.trainer.launch.loopback_store`.
 """
 from __future__ import annotations
 
@@ -27,10 +31,10 @@ class HarnessStore:
     """A TCPStore server living in the harness process for the duration of one job."""
 
     def __init__(self, timeout_s: float = 300.0) -> None:
-        import torch.distributed as dist  # the harness only pays for torch when it owns a store
+        # Imported here: the harness only pays for torch when it owns a store.
+        from trainwreck.trainer.launch import loopback_store
 
-        self._store = dist.TCPStore(HOST, 0, is_master=True, wait_for_workers=False,
-                                    timeout=timedelta(seconds=timeout_s))
+        self._store = loopback_store(0, None, timedelta(seconds=timeout_s), HOST)
         self.port = int(self._store.port)
         # A job-unique root: two jobs never share keys even if a store object were reused.
         self._root = uuid.uuid4().hex

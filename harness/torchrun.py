@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -27,12 +28,27 @@ from trainwreck.harness.launchers import _child_env
 from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
 from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.store import HOST, HarnessStore
 from trainwreck.harness.watchdog import Watchdog
 from trainwreck.trainer.progress import progress_path
 
 
-def torchrun_command(run_dir: Path, world_size: int, max_restarts: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_port: int,
+                     rdzv_id: str) -> list[str]:
+    """torchrun as a rendezvous client of the harness's loopback store.
+
+    ``--standalone`` would make the agent host its rendezvous store, and a TCPStore server
+    listens on every interface whatever host it is given; instead the harness hosts the
+    store on 127.0.0.1 (``is_host=false`` keeps the agent a client). ``--local-addr``
+    makes the agent publish 127.0.0.1 as MASTER_ADDR, so rank 0's own store is loopback
+    too (see `trainwreck.trainer.launch.init_process_group`). ``--log-dir`` keeps the
+    agent's ``torchelastic_*`` directory inside the run directory instead of the system
+    temp directory, where nothing ever removed it.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HOST}:{rdzv_port}", "--rdzv-id", rdzv_id,
+            "--rdzv-conf", "is_host=false", "--local-addr", HOST,
+            "--log-dir", str(run_dir / "logs" / "torchelastic"),
             "--nproc-per-node", str(world_size), "--max-restarts", str(max_restarts),
             # torch < 2.3 polls its workers every 5 s by default; restarts should not wait that long.
             "--monitor-interval", "0.1",
@@ -44,7 +60,8 @@ def torchrun_env() -> dict[str, str]:
     # torchrun >= 2.4 shares its rendezvous TCPStore with the workers, and after a restart
     # workers can read the previous round's gloo/nccl addresses and fail to connect
     # (pytorch/pytorch#135712, seen here as "connectFullMesh ... Connection refused" on
-    # the second restart). Its documented switch gives every round a fresh store.
+    # the second restart). Its documented switch gives every round a fresh store, hosted
+    # by rank 0 on MASTER_ADDR:MASTER_PORT.
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     return env
 
@@ -59,7 +76,17 @@ class TorchrunSupervisor(JobSupervisor):
         self.pids: dict[int, dict[int, int]] = {}  # attempt -> rank -> pid, from the boards
 
     def supervise(self) -> str:
-        cmd = torchrun_command(self.run_dir, self.world_size, self.spec.max_restarts)
+        # The agent's rendezvous store lives here, on loopback, for the whole job; it is
+        # dropped when supervising ends (the agent has then exited or is about to be killed).
+        store = HarnessStore()
+        try:
+            return self.run_agent(store.port)
+        finally:
+            store.close()
+
+    def run_agent(self, rdzv_port: int) -> str:
+        cmd = torchrun_command(self.run_dir, self.world_size, self.spec.max_restarts, rdzv_port,
+                               uuid.uuid4().hex[:12])
         with open(self.run_dir / "logs" / "torchrun.log", "ab") as log:
             self.agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           env=torchrun_env(), start_new_session=True,

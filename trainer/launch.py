@@ -1,7 +1,9 @@
 """How a rank process joins a job: from a harness-owned store or from torchrun's environment."""
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -66,6 +68,8 @@ def init_process_group(ctx: RankContext, backend: str) -> None:
             # A lone rank still gets a real process group so the code path is the same;
             # a private HashStore avoids opening any port.
             store: dist.Store = dist.HashStore()
+        elif _hosts_env_store(ctx):
+            store = _env_store(ctx, timeout)
         else:
             dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout)
             return
@@ -76,6 +80,73 @@ def init_process_group(ctx: RankContext, backend: str) -> None:
             store = dist.PrefixStore(ctx.store_prefix, store)
     dist.init_process_group(backend, store=store, rank=ctx.rank, world_size=ctx.world_size,
                             timeout=timeout)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _hosts_env_store(ctx: RankContext) -> bool:
+    """True where env:// would make rank 0 host a store on every interface and we must not.
+
+    Under torchrun without a shared agent store (TORCHELASTIC_USE_AGENT_STORE != True),
+    rank 0 of env:// serves MASTER_ADDR:MASTER_PORT itself. When MASTER_ADDR is loopback
+    (single-host torchrun), we create those stores so the server listens on loopback only;
+    any other MASTER_ADDR is an explicit multi-host opt-in and keeps torch's own path.
+    """
+    env = os.environ
+    return (env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and "MASTER_PORT" in env
+            and _is_loopback(env.get("MASTER_ADDR", "")))
+
+
+def _env_store(ctx: RankContext, timeout: timedelta) -> dist.Store:
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    host = "127.0.0.1" if host == "localhost" else host
+    if ctx.rank == 0:
+        return loopback_store(port, ctx.world_size, timeout, host)
+    return dist.TCPStore(host, port, ctx.world_size, is_master=False, timeout=timeout)
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: str = "127.0.0.1") -> dist.TCPStore:
+    """A TCPStore server listening on `host`:`port` only (port 0: the kernel picks one).
+
+    A TCPStore server ignores its host argument and listens on every interface, so we bind
+    the socket ourselves and hand it over (``master_listen_fd``, torch >= 2.0). The store
+    owns the descriptor from then on (it closes it), hence ``detach``. torch 2.13's default
+    libuv backend adopts the socket (checked on 2.13 and 2.11: it then listens on 127.0.0.1
+    only, and so does the classic backend given a detached descriptor); should a
+    libuv backend refuse the descriptor, the classic backend (``use_libuv=False``), which
+    has honoured ``master_listen_fd`` since it was added, takes a freshly bound socket.
+    """
+    last: Exception | None = None
+    for use_libuv in (True, False):
+        sock = _bound_socket(host, port)
+        bound_port = sock.getsockname()[1]
+        fd = sock.detach()
+        try:
+            return dist.TCPStore(host, bound_port, world_size, is_master=True, wait_for_workers=False,
+                                 timeout=timeout, master_listen_fd=fd, use_libuv=use_libuv)
+        except (RuntimeError, ValueError, OSError) as exc:
+            # Not closed here: the store may already own (and have closed) the descriptor,
+            # and closing a reused number would hit an unrelated file.
+            last = exc
+    raise RuntimeError(f"could not start a TCPStore on {host}:{port}: {last}")
 
 
 def pick_device(device: str, local_rank: int) -> torch.device:

@@ -69,3 +69,17 @@ def test_two_torchrun_agents_on_loopback_run_the_job_like_two_hosts(tmp_path: Pa
     ends = [e for e in events if e["kind"] == "end"]
     assert [(e["rank"], e["status"], e["final_step"]) for e in ends] == [(0, "completed", 8)]
     assert_no_leftover_processes()
+
+
+def test_a_torchrun_run_leaves_no_torchelastic_directory_in_the_temp_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp = tmp_path / "tmp"  # private, so parallel runs cannot add or hide directories here
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the agent inherits it and would mkdtemp there
+    run = tmp_path / "run"
+    record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=4), world_sizes=(2,), launcher="torchrun",
+                             run_dir=run, max_restarts=0))
+    assert record.outcome == "completed"
+    assert sorted(p.name for p in tmp.glob("torchelastic_*")) == []
+    assert list((run / "logs" / "torchelastic").iterdir()), "the agent wrote its logs somewhere else"
+    assert_no_leftover_processes()
