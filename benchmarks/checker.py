@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from typing import Any
 
 from trainwreck.invariants import judge, load_history
+from trainwreck.trainer.rundir import RunDir
 
 SAVE_EVERY = 50
 KEEP_LAST = 3
@@ -53,18 +53,19 @@ def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int) -> None
         "max_restarts": 3,
         "faults": [{"id": "k1", "kind": "kill", "rank": 1, "step": crash_at}],
     }
-    os.makedirs(os.path.join(run_dir, "events"), exist_ok=True)
-    with open(os.path.join(run_dir, "run.json"), "w") as f:
+    paths = RunDir(run_dir)
+    paths.events.mkdir(parents=True, exist_ok=True)
+    with open(paths.run_json, "w") as f:
         json.dump(spec, f)
     harness = [
         {"kind": "exit", "t": T0 + crash_at * 0.01 + 0.5, "attempt": 0, "rank": 1, "code": -9},
         {"kind": "end", "t": T0 + steps * 0.01 + 60, "status": "completed", "final_step": steps},
     ]
-    with open(os.path.join(run_dir, "events", "harness.jsonl"), "w") as f:
+    with open(paths.harness_events, "w") as f:
         f.writelines(json.dumps(ev) + "\n" for ev in harness)
     for attempt, first, last in ((0, 1, crash_at), (1, resume_from + 1, steps)):
         for rank in range(ranks):
-            path = os.path.join(run_dir, "events", f"a{attempt:03d}-r{rank:03d}-p{1000 + 100 * attempt + rank}.jsonl")
+            path = paths.rank_events(attempt, rank, 1000 + 100 * attempt + rank)
             with open(path, "w") as f:
                 _write_rank(f, spec, attempt, rank, first, last, resume_from if attempt else 0, crash_at)
 

@@ -25,11 +25,12 @@ from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.launch import RankContext, pick_device
 from trainwreck.trainer.loop import Trainer
 from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.rundir import RunDir
 
 
 def _trainer(cfg: TrainConfig, run_dir: Path, attempt: int) -> Trainer:
     ctx = RankContext(run_dir=run_dir, rank=0, world_size=1, attempt=attempt)
-    events = EventLog(run_dir / "events" / f"a{attempt:03d}-r000-p{os.getpid()}.jsonl",
+    events = EventLog(RunDir(run_dir).rank_events(attempt, 0, os.getpid()),
                       attempt=attempt, rank=0, world_size=1)
     return Trainer(ctx, cfg, pick_device(cfg.device, 0), events, ProgressBoard(run_dir, attempt, 0), NoHooks())
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from trainwreck.harness.runner import run_judged, spec_for
 from trainwreck.harness.scenarios import get_scenario
-from trainwreck.harness.restarts import iter_events
+from trainwreck.trainer.rundir import iter_events
 from trainwreck.invariants import load_history
 
 

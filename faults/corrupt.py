@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step, committed_names
+from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.storage import LocalStorage, Storage
 
 # emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.
@@ -27,8 +28,8 @@ Emit = Callable[..., None]
 
 
 def checkpoints_root(events_path: Path) -> Path:
-    """RUN_DIR/checkpoints from a rank's event file RUN_DIR/events/<file> (DESIGN's run-dir layout)."""
-    return Path(events_path).parent.parent / "checkpoints"
+    """RUN_DIR/checkpoints of the run a rank's event file belongs to."""
+    return RunDir.of_events_file(events_path).checkpoints
 
 
 def committed(storage: Storage) -> list[str]:

@@ -371,7 +371,7 @@ def parse_plan(source: str | bytes | Sequence[Mapping[str, Any]] | Plan) -> Plan
 
 def save_steps(cfg: TrainConfig) -> list[int]:
     """The updates after which the trainer saves (the loop's rule)."""
-    return [s for s in range(1, cfg.total_steps + 1) if s % cfg.ckpt_interval == 0 or s == cfg.total_steps]
+    return cfg.save_steps()
 
 
 def world_size_for(world_sizes: Sequence[int], attempt: int) -> int:

@@ -18,9 +18,9 @@ import psutil
 
 from trainwreck import trainer
 from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.restarts import iter_events
 from trainwreck.harness.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.rundir import RunDir, iter_events
 
 CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
 
@@ -129,7 +129,8 @@ def remove_stale_builds(cache_dir: Path) -> list[str]:
 
 
 def _judged_files(run_dir: Path) -> list[Path]:
-    return [run_dir / "run.json", *sorted((run_dir / "events").glob("*.jsonl"))]
+    paths = RunDir(run_dir)
+    return [paths.run_json, *sorted(paths.events.glob("*.jsonl"))]
 
 
 def _digest(path: Path) -> str:
@@ -158,4 +159,4 @@ def _intact(run_dir: Path) -> bool:
 
 
 def _completed(run_dir: Path) -> bool:
-    return any(e.get("kind") == "end" and e.get("status") == "completed" for e in iter_events(run_dir))
+    return any(e.get("kind") == "end" and e.get("status") == "completed" for e in iter_events(run_dir, batches=False))

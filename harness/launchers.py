@@ -25,13 +25,10 @@ from trainwreck.harness.procs import signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
 from trainwreck.harness.store import Rendezvous
 from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.rundir import RunDir
 
 SERVER_START_TIMEOUT_S = 180.0
 """How long the fork server may take to import torch (seconds; a loaded 2-core box is slow)."""
-
-
-def log_path(run_dir: Path, attempt: int, rank: int) -> Path:
-    return Path(run_dir) / "logs" / f"a{attempt:03d}-r{rank:03d}.log"
 
 
 def rank_contexts(run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> list[RankContext]:
@@ -207,7 +204,7 @@ class WarmLauncher:
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> WarmAttempt:
         server = fork_server()
         ctxs = rank_contexts(run_dir, attempt, world_size, rdzv)
-        pids, pgid = server.start(ctxs, [log_path(run_dir, attempt, c.rank) for c in ctxs])
+        pids, pgid = server.start(ctxs, [RunDir(run_dir).rank_log(attempt, c.rank) for c in ctxs])
         return WarmAttempt(server, attempt, world_size, pids, pgid)
 
     def close(self) -> None:
@@ -265,7 +262,7 @@ class SpawnLauncher:
             for ctx in rank_contexts(run_dir, attempt, world_size, rdzv):
                 cmd = [sys.executable, "-m", "trainwreck.harness.rank", "--ctx", ctx_to_json(ctx),
                        "--parent-pid", str(os.getpid())]
-                with open(log_path(run_dir, attempt, ctx.rank), "ab") as log:
+                with open(RunDir(run_dir).rank_log(attempt, ctx.rank), "ab") as log:
                     procs.append(subprocess.Popen(
                         cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                         env=_child_env(),

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable
 
 from trainwreck.harness.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.rundir import RunDir, read_run_json
 
 EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-rank hooks
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
@@ -65,13 +66,9 @@ def warm_imports() -> None:
             pass
 
 
-def stacks_path(run_dir: Path, attempt: int, rank: int, pid: int) -> Path:
-    return Path(run_dir) / "stacks" / f"a{attempt:03d}-r{rank:03d}-p{pid}.txt"
-
-
 def arm_stack_dump(ctx: RankContext) -> Path:
     """SIGUSR1 makes faulthandler write every thread's Python stack, even inside a C call."""
-    path = stacks_path(ctx.run_dir, ctx.attempt, ctx.rank, os.getpid())
+    path = RunDir(ctx.run_dir).rank_stacks(ctx.attempt, ctx.rank, os.getpid())
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "w")
     _keep_alive.append(handle)
@@ -106,7 +103,7 @@ def run(ctx: RankContext) -> None:
     torch.set_num_threads(1)  # every rank shares the same few cores
     arm_stack_dump(ctx)
     warm_imports()  # a no-op in a forked rank; a fresh one pays here, before its first publish
-    job = json.loads((Path(ctx.run_dir) / "run.json").read_text())
+    job = read_run_json(ctx.run_dir)
     from trainwreck.trainer.config import TrainConfig
 
     cfg = TrainConfig.from_dict(job["config"])

@@ -4,18 +4,18 @@ cleanly. `harness/supervisor.py` (warm, spawn) and `harness/torchrun.py` (the el
 agent) each add only how an attempt's processes are started, watched and killed."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from trainwreck.faults.external import ExternalFault, ExternalFaults
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang
 from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.rundir import RunDir, iter_events
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
 REAP_TIMEOUT_S = 30.0
@@ -52,33 +52,21 @@ class AttemptResult:
     launch_s: float | None = None
 
 
-def iter_events(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every event of the run; a torn line (a rank killed mid-write) is skipped."""
-    for path in sorted((Path(run_dir) / "events").glob("*.jsonl")):
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                yield event
-
-
 def newest_committed_step(run_dir: Path) -> int:
     """Step of the newest `save` (a durably committed checkpoint); -1 when none."""
-    return max((e["step"] for e in iter_events(run_dir) if e.get("kind") == "save"), default=-1)
+    return max((e["step"] for e in iter_events(run_dir, batches=False) if e.get("kind") == "save"), default=-1)
 
 
 def final_step(run_dir: Path, attempt: int) -> int:
     """The last update applied by `attempt` (its restore point when it applied none)."""
-    steps = [e["step"] for e in iter_events(run_dir)
+    steps = [e["step"] for e in iter_events(run_dir, batches=False)
              if e.get("attempt") == attempt and e.get("kind") in ("step", "restore") and "rank" in e]
     return max(steps, default=0)
 
 
 def remove_empty_stacks(run_dir: Path, attempt: int) -> None:
     """Every rank opens its stack file at start; keep only the ones that hold a dump."""
-    for path in (Path(run_dir) / "stacks").glob(f"a{attempt:03d}-*.txt"):
+    for path in RunDir(run_dir).attempt_stacks(attempt):
         try:
             if path.stat().st_size == 0:
                 path.unlink()
@@ -93,7 +81,7 @@ class JobSupervisor:
     def __init__(self, spec: JobSpec, run_dir: Path) -> None:
         self.spec, self.run_dir = spec, run_dir
         # No base fields: harness events name their attempt explicitly.
-        self.events = EventLog(run_dir / "events" / "harness.jsonl")
+        self.events = EventLog(RunDir(run_dir).harness_events)
         self.faults = ExternalFaults(spec.plan)
         self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
         self.attempt = 0

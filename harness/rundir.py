@@ -1,24 +1,19 @@
 """Run directories (format ``trainwreck-run/1``): create one and write its run.json."""
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.spec import JobSpec, SpecError
-from trainwreck.trainer.events import FORMAT
-from trainwreck.trainer.rundir import run_json_fields, write_json_atomic
+from trainwreck.harness.spec import JobSpec
+from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, run_json_fields, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""
 TEMP_PREFIX = "trainwreck-run-"
 """Prefix of temporary run directories (tests look for leftovers by it)."""
-SUBDIRS = ("events", "checkpoints", "stacks", "progress", "logs")
 
-
-class RunDirError(SpecError):
-    """The run directory cannot be used; the message says why and what to do."""
+__all__ = ["HANG_SLACK_S", "RunDirError", "check_out_dir", "check_run_dir", "create_run_dir", "run_json"]
 
 
 def run_json(spec: JobSpec) -> dict[str, Any]:
@@ -37,10 +32,10 @@ def check_run_dir(path: Path) -> None:
     A directory with events/ or checkpoints/ but no run.json would otherwise be resumed:
     its checkpoints restored and its events mixed into this run's history."""
     path = Path(path)
-    if (path / "run.json").exists():
+    if RunDir(path).run_json.exists():
         raise RunDirError(
             f"{path} already holds a run (run.json exists); pick another --out or remove it")
-    leftovers = [name for name in ("events", "checkpoints") if (path / name).is_dir() and any((path / name).iterdir())]
+    leftovers = foreign_leftovers(path)
     if leftovers:
         raise RunDirError(f"{path} holds {' and '.join(leftovers)}/ of some other run but no run.json; "
                           "pick another --out or remove it")
@@ -88,18 +83,9 @@ def create_run_dir(spec: JobSpec) -> Path:
             raise RunDirError(
                 f"run directory {path} is not writable ({exc.strerror}); "
                 "pick another --out or fix its permissions") from None
-    for name in SUBDIRS:
+    paths = RunDir(path)
+    for name in RunDir.SUBDIRS:
         (path / name).mkdir(exist_ok=True)
-    write_json_atomic(path / "run.json", run_json(spec))
+    write_json_atomic(paths.run_json, run_json(spec))
     return path
 
-
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RunDirError(f"{run_dir} has no run.json: is it a trainwreck run directory?") from None
-    if data.get("format") != FORMAT:
-        raise RunDirError(f"{path}: format {data.get('format')!r} is not {FORMAT!r}")
-    return data

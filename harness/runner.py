@@ -15,6 +15,7 @@ from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement, judge, load_history
+from trainwreck.trainer.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
         parts.append(scenario)
     plan = json.dumps(spec.plan, separators=(",", ":"))
     if len(plan) > MAX_INLINE_PLAN and spec.run_dir is not None:
-        plan_file = Path(spec.run_dir).absolute() / "plan.json"
+        plan_file = RunDir(Path(spec.run_dir).absolute()).plan_json
         plan_file.write_text(plan)
         plan = f"@{plan_file}"
     parts += ["--plan", plan,
@@ -80,7 +81,7 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
     judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
                        _root_cause(record.run_dir))
     cause = judged.root_cause.to_json() if judged.root_cause else None
-    (record.run_dir / "verdicts.json").write_text(json.dumps(
+    RunDir(record.run_dir).verdicts.write_text(json.dumps(
         {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
         indent=1, default=str) + "\n")

@@ -30,7 +30,7 @@ from trainwreck.harness.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_em
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.store import HOST, HarnessStore
 from trainwreck.harness.watchdog import Watchdog
-from trainwreck.trainer.progress import progress_path
+from trainwreck.trainer.rundir import RunDir
 
 
 def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_port: int,
@@ -48,7 +48,7 @@ def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_por
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{HOST}:{rdzv_port}", "--rdzv-id", rdzv_id,
             "--rdzv-conf", "is_host=false", "--local-addr", HOST,
-            "--log-dir", str(run_dir / "logs" / "torchelastic"),
+            "--log-dir", str(RunDir(run_dir).logs / "torchelastic"),
             "--nproc-per-node", str(world_size), "--max-restarts", str(max_restarts),
             # torch < 2.3 polls its workers every 5 s by default; restarts should not wait that long.
             "--monitor-interval", "0.1",
@@ -87,7 +87,7 @@ class TorchrunSupervisor(JobSupervisor):
     def run_agent(self, rdzv_port: int) -> str:
         cmd = torchrun_command(self.run_dir, self.world_size, self.spec.max_restarts, rdzv_port,
                                uuid.uuid4().hex[:12])
-        with open(self.run_dir / "logs" / "torchrun.log", "ab") as log:
+        with open(RunDir(self.run_dir).torchrun_log, "ab") as log:
             self.agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           env=torchrun_env(), start_new_session=True,
                                           # The death signal survives exec: a killed harness
@@ -110,8 +110,7 @@ class TorchrunSupervisor(JobSupervisor):
             if code is not None:
                 self.report_exits(self.attempt, 0 if code == 0 else None)
                 return "completed" if code == 0 else "budget_exhausted"
-            if progress_path(self.run_dir, self.attempt + 1, 0).parent.exists() and any(
-                    progress_path(self.run_dir, self.attempt + 1, r).exists() for r in range(self.world_size)):
+            if any(RunDir(self.run_dir).rank_progress(self.attempt + 1, r).exists() for r in range(self.world_size)):
                 self.report_exits(self.attempt, None)  # torchrun restarted the worker group
                 watchdog, started_wall, started = self.begin_attempt(self.attempt + 1)
                 watching = True

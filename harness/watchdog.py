@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from trainwreck.harness.rank import stacks_path
 from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.progress import Progress, progress_path, read_progress
+from trainwreck.trainer.progress import BoardEntry, read_progress
+from trainwreck.trainer.rundir import RunDir
 
 NOT_STARTED = (-1, -1)
 
@@ -58,11 +58,11 @@ class Watchdog:
 
     def __init__(self, config: WatchdogConfig, run_dir: Path, attempt: int, world_size: int) -> None:
         self.config = config
-        self.paths = {r: progress_path(run_dir, attempt, r) for r in range(world_size)}
-        self.board: dict[int, Progress | None] = {r: None for r in self.paths}
+        self.paths = {r: RunDir(run_dir).rank_progress(attempt, r) for r in range(world_size)}
+        self.board: dict[int, BoardEntry | None] = {r: None for r in self.paths}
         self.last_change = time.monotonic()  # a rank that never publishes counts from here
 
-    def observe(self) -> dict[int, Progress | None]:
+    def observe(self) -> dict[int, BoardEntry | None]:
         """Read every board; any change restarts the hang clock."""
         for rank, path in self.paths.items():
             latest = read_progress(path)
@@ -117,7 +117,7 @@ def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float
     """
     for pid in pids.values():
         _send(pid, signal.SIGSTOP)
-    files = {r: stacks_path(run_dir, attempt, r, pid) for r, pid in pids.items()}
+    files = {r: RunDir(run_dir).rank_stacks(attempt, r, pid) for r, pid in pids.items()}
     deadline = time.monotonic() + wait_s
     for rank, pid in pids.items():
         _send(pid, signal.SIGUSR1)  # pending until the rank runs again, then handled first

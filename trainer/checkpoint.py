@@ -31,6 +31,7 @@ import torch
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks
+from trainwreck.trainer.rundir import RunDir, iter_events
 from trainwreck.trainer.storage import Storage, UnsafePathError, check_relative
 
 CKPT_FORMAT = "trainwreck-ckpt/1"
@@ -247,15 +248,10 @@ class CheckpointStore:
                          digest=verified.manifest.get("digest"), recovered=True)
 
     def _announced(self, name: str, attempt: int) -> bool:
-        """Whether any event file of attempt `attempt` or later holds this checkpoint's `save`."""
-        wanted = f'"checkpoint":"{name}"'
-        for path in sorted(self.events.path.parent.glob("a*-*.jsonl")):
-            if not path.name[1:4].isdigit() or int(path.name[1:4]) < attempt:
-                continue
-            with open(path, encoding="utf-8", errors="replace") as lines:
-                if any('"kind":"save"' in line and wanted in line for line in lines):
-                    return True
-        return False
+        """Whether attempt `attempt` or a later one already logged this checkpoint's `save`."""
+        run_dir = RunDir.of_events_file(self.events.path).root
+        return any(e["kind"] == "save" and e.get("checkpoint") == name and isinstance(e.get("attempt"), int)
+                   and e["attempt"] >= attempt for e in iter_events(run_dir, batches=False))
 
     # ----- load -------------------------------------------------------------------------
 

@@ -97,6 +97,11 @@ def _check_type(name: str, type_name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r} is not a finite number; give a finite {name}")
 
 
+def saves_after_step(step: int, ckpt_interval: int, total_steps: int) -> bool:
+    """The save schedule, the one rule everybody asks: every ckpt_interval updates, and after the last."""
+    return step % ckpt_interval == 0 or step == total_steps
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     input_dim: int = 32
@@ -185,6 +190,14 @@ class TrainConfig:
             raise ConfigError(
                 f"global_batch={self.global_batch} is not divisible by grad_accum={self.grad_accum}"
             )
+
+    def saves_after(self, step: int) -> bool:
+        """Whether the trainer checkpoints after update `step` (see saves_after_step)."""
+        return saves_after_step(step, self.ckpt_interval, self.total_steps)
+
+    def save_steps(self) -> list[int]:
+        """Every update after which the trainer checkpoints, in order."""
+        return [s for s in range(1, self.total_steps + 1) if self.saves_after(s)]
 
     def valid_world_sizes(self) -> list[int]:
         """World sizes whose per-rank batch is a whole number of equal micro-batches."""

@@ -11,11 +11,12 @@ import torch.distributed as dist
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.defects import DEFECTS
-from trainwreck.trainer.events import EventLog, rank_events_path
+from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.launch import RankContext, init_process_group, pick_device
 from trainwreck.trainer.loop import Trainer, resolve_backend
 from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.rundir import RunDir
 
 VARIANTS: dict[str, type[Trainer]] = {"reference": Trainer, **DEFECTS}
 """TrainConfig.variant -> the Trainer class that runs it."""
@@ -34,7 +35,7 @@ def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> 
     if device.type == "cpu":
         torch.set_num_threads(1)  # every rank shares the same few cores
     hooks = hooks or NoHooks()
-    events = EventLog(rank_events_path(ctx.run_dir, ctx.attempt, ctx.rank, os.getpid()),
+    events = EventLog(RunDir(ctx.run_dir).rank_events(ctx.attempt, ctx.rank, os.getpid()),
                       attempt=ctx.attempt, rank=ctx.rank, world_size=ctx.world_size)
     progress = ProgressBoard(ctx.run_dir, ctx.attempt, ctx.rank)
     try:

@@ -18,10 +18,6 @@ FORMAT = "trainwreck-run/1"
 URGENT_KINDS = frozenset({"start", "restore", "reject", "save", "prune", "fault", "end"})
 
 
-def rank_events_path(run_dir: Path, attempt: int, rank: int, pid: int) -> Path:
-    return Path(run_dir) / "events" / f"a{attempt:03d}-r{rank:03d}-p{pid}.jsonl"
-
-
 class EventLog:
     """Append-only JSONL writer; `base` fields (attempt, rank, world_size) go on every event."""
 

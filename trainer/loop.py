@@ -29,6 +29,7 @@ from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import MLP, draw_noise_key
 from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 from trainwreck.trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
@@ -86,7 +87,7 @@ class Trainer:
         self.ddp = DistributedDataParallel(
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
         hooks.on_model(self.ddp)
-        storage = Heartbeat(hooks.wrap_storage(LocalStorage(ctx.run_dir / "checkpoints")),
+        storage = Heartbeat(hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints)),
                             lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
@@ -107,7 +108,7 @@ class Trainer:
         self.restore()
         for step in range(self.state.step + 1, self.cfg.total_steps + 1):
             self.train_step(step)
-            if step % self.cfg.ckpt_interval == 0 or step == self.cfg.total_steps:
+            if self.cfg.saves_after(step):
                 self.save(step)
         self.progress.publish(self.state.step, "done")
         if self.ctx.standalone and self.rank == 0:

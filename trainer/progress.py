@@ -13,24 +13,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainwreck.trainer.rundir import RunDir
+
 # Phases in the order they happen inside one update; the watchdog ranks "furthest
 # behind" by (step, phase index), so the order is part of this format.
 # "checkpoint" is only the writer while it writes (it republishes after every storage
 # operation); ranks gathering state for a save or waiting for it to finish are in
 # "checkpoint_wait", so the watchdog's longer checkpoint budget covers slow storage,
 # not a rank that hung while the others waited for the save.
-PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "checkpoint_wait", "done")
-PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+BOARD_PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "checkpoint_wait", "done")
+PHASE_INDEX = {name: i for i, name in enumerate(BOARD_PHASES)}
 
 _RECORD = struct.Struct("<qqdq")  # step, phase index, unix time, pid
 
 
-def progress_path(run_dir: Path, attempt: int, rank: int) -> Path:
-    return Path(run_dir) / "progress" / f"a{attempt:03d}-r{rank:03d}.bin"
-
-
 @dataclass(frozen=True)
-class Progress:
+class BoardEntry:
     step: int
     phase: str
     t: float
@@ -46,7 +44,7 @@ class ProgressBoard:
     """The writer side, owned by one rank."""
 
     def __init__(self, run_dir: Path, attempt: int, rank: int) -> None:
-        path = progress_path(run_dir, attempt, rank)
+        path = RunDir(run_dir).rank_progress(attempt, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._pid = os.getpid()
@@ -58,7 +56,7 @@ class ProgressBoard:
         os.close(self._fd)
 
 
-def read_progress(path: Path) -> Progress | None:
+def read_progress(path: Path) -> BoardEntry | None:
     """The last published progress of one rank, or None if it has published nothing."""
     try:
         data = Path(path).read_bytes()
@@ -67,6 +65,6 @@ def read_progress(path: Path) -> Progress | None:
     if len(data) < _RECORD.size:
         return None
     step, phase, t, pid = _RECORD.unpack_from(data)
-    if not 0 <= phase < len(PHASES):
+    if not 0 <= phase < len(BOARD_PHASES):
         return None
-    return Progress(step=step, phase=PHASES[phase], t=t, pid=pid)
+    return BoardEntry(step=step, phase=BOARD_PHASES[phase], t=t, pid=pid)

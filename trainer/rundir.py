@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.config import InputError, TrainConfig
 from trainwreck.trainer.events import FORMAT
 
 
-class RunDirError(RuntimeError):
+class RunDirError(InputError):
     """The run directory cannot be used; the message says why and what to do."""
 
 
@@ -89,6 +89,14 @@ class RunDir:
     def report(self) -> Path:
         return self.root / "report"
 
+    def report_file(self, name: str) -> Path:
+        return self.report / name
+
+    @classmethod
+    def of_events_file(cls, path: Path) -> RunDir:
+        """The run directory an events file (events/*.jsonl) belongs to."""
+        return cls(Path(path).parent.parent)
+
     @property
     def plan_json(self) -> Path:
         return self.root / "plan.json"
@@ -112,8 +120,10 @@ def events_file_attempt(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """run.json of a run directory; RunDirError (saying what to do) when it is missing or unreadable."""
+def read_run_json(run_dir: Path, check_format: bool = True) -> dict[str, Any]:
+    """run.json of a run directory; RunDirError (saying what to do) when it is missing or
+    unreadable. check_format=False takes any JSON object (a report still draws a run whose
+    format it does not know, and says so)."""
     path = RunDir(run_dir).run_json
     try:
         data = json.loads(path.read_text())
@@ -121,7 +131,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
         raise RunDirError(f"{run_dir} has no run.json: is it a trainwreck run directory?") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{path} is unreadable ({type(exc).__name__}); use a new run directory") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or (check_format and data.get("format") != FORMAT):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise RunDirError(f"{path}: format {found!r} is not {FORMAT!r}")
     return data
@@ -248,13 +258,20 @@ def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: i
                                                 hang_timeout_s=collective_timeout_s))
 
 
-def refuse_foreign(run_dir: Path) -> None:
-    """A directory with checkpoints/ or events/ but no run.json was not written by this
-    trainer: resuming it would mix its events into ours and load its checkpoints."""
-    if RunDir(run_dir).run_json.exists():
-        return
+def foreign_leftovers(run_dir: Path) -> list[str]:
+    """What makes a directory somebody else's run: checkpoints/ or events/ holding anything
+    (or not being a plain directory) while there is no run.json. Resuming such a directory
+    would mix its events into ours and load its checkpoints."""
     paths = RunDir(run_dir)
-    found = [p.name for p in (paths.checkpoints, paths.events) if os.path.lexists(p)]
+    if paths.run_json.exists():
+        return []
+    return [p.name for p in (paths.checkpoints, paths.events) if os.path.lexists(p)
+            and (p.is_symlink() or not p.is_dir() or any(p.iterdir()))]
+
+
+def refuse_foreign(run_dir: Path) -> None:
+    """The trainer's --run-dir must not be somebody else's run (see foreign_leftovers)."""
+    found = foreign_leftovers(run_dir)
     if found:
         raise RunDirError(
             f"--run-dir {run_dir} holds {' and '.join(found)}/ but no run.json, so it is not a "

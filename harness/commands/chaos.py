@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases, verdict_lines
 from trainwreck.harness.spec import LAUNCHERS
+from trainwreck.trainer.rundir import RunDir
 
 WORDS = {True: "VALID", False: "INVALID"}
 
@@ -108,7 +109,7 @@ def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:
         from trainwreck.harness.report import render_casebook
     except ImportError:
         return
-    run_dirs = [o.run_dir for o in outcomes if (o.run_dir / "run.json").exists()]
+    run_dirs = [o.run_dir for o in outcomes if RunDir(o.run_dir).run_json.exists()]
     if not run_dirs:
         return
     try:

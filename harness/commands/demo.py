@@ -15,6 +15,7 @@ from typing import TextIO
 from trainwreck.harness.report import NotARun, render_casebook, render_report
 from trainwreck.harness.report.model import verdict_word
 from trainwreck.harness.scenarios import get_scenario, scenario_names
+from trainwreck.trainer.rundir import RunDir
 
 DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0", "corrupt-newest", "straggler")
 """The demo's fixed cases once the table grows: a kill, a hang, a world-size change, the writer's death,
@@ -50,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_demo(names: list[str], out: Path) -> int:
-    progress = Progress(len(names), sys.stdout)
+    progress = ProgressLine(len(names), sys.stdout)
     print(f"trainwreck demo: {len(names)} scenarios → {out}", flush=True)
     started, run_dirs, words = time.monotonic(), [], []
     try:
@@ -59,7 +60,7 @@ def run_demo(names: list[str], out: Path) -> int:
             progress.begin(i, name)
             word, detail = run_one(name, run_dir)
             progress.end(i, name, word, detail)
-            if (run_dir / "run.json").exists():
+            if RunDir(run_dir).run_json.exists():
                 run_dirs.append(run_dir)
             words.append(word)
     except KeyboardInterrupt:
@@ -83,7 +84,7 @@ def run_one(name: str, run_dir: Path) -> tuple[str, str]:
         judged = run_judged(spec_for(get_scenario(name), run_dir), name)
     except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
         return "UNKNOWN", f"the harness failed: {type(exc).__name__}: {exc}"
-    html = run_dir / "report" / "report.html"
+    html = RunDir(run_dir).report_file("report.html")
     if not html.exists():  # the runner renders it; this covers a runner without the hook
         try:
             html = render_report(run_dir)
@@ -95,7 +96,7 @@ def run_one(name: str, run_dir: Path) -> tuple[str, str]:
             f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → {html}{cause}")
 
 
-class Progress:
+class ProgressLine:
     """A bar redrawn in place in a terminal; one plain line per event anywhere else (CI logs, pipes)."""
 
     def __init__(self, total: int, stream: TextIO) -> None:

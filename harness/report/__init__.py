@@ -16,6 +16,7 @@ from trainwreck.harness.report.casebook import render_casebook
 from trainwreck.harness.report.html import render_html
 from trainwreck.harness.report.markdown import render_markdown
 from trainwreck.harness.report.model import NotARun, build_report, verdict_word
+from trainwreck.trainer.rundir import RunDir
 
 __all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]
 
@@ -26,7 +27,7 @@ def render_report(run_dir: Path) -> Path:
     Raises NotARun when RUN_DIR is not a trainwreck run directory."""
     run_dir = Path(run_dir)
     report = build_report(run_dir)
-    out = run_dir / "report"
+    out = RunDir(run_dir).report
     out.mkdir(exist_ok=True)
     _write(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     _write(out / "report.md", render_markdown(report))

@@ -14,13 +14,14 @@ from typing import Any
 
 from trainwreck.harness.report.html import CSS
 from trainwreck.harness.report.model import NotARun, verdict_word
+from trainwreck.trainer.rundir import RunDir
 
 INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
 
 
 def load_case(run_dir: Path) -> dict[str, Any]:
     """A run's report.json, rendering it first when it is missing or unreadable."""
-    path = run_dir / "report" / "report.json"
+    path = RunDir(run_dir).report_file("report.json")
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -54,7 +55,7 @@ def render_casebook(out_dir: Path, run_dirs: list[Path], title: str) -> Path:
 
 
 def _link(out_dir: Path, run_dir: Path, name: str) -> str:
-    return os.path.relpath(run_dir / "report" / name, out_dir).replace(os.sep, "/")
+    return os.path.relpath(RunDir(run_dir).report_file(name), out_dir).replace(os.sep, "/")
 
 
 def _tally(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainwreck.harness.report.model import verdict_word
 from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
+from trainwreck.trainer.rundir import RunDir
 
 CSS = """
 :root { --valid:#15803d; --invalid:#b91c1c; --unknown:#b45309; --ink:#1f2937; --muted:#6b7280; --line:#e5e7eb; }
@@ -259,17 +260,19 @@ def _reproduce(report: dict[str, Any]) -> str:
 
 def _files(report: dict[str, Any]) -> str:
     run_dir = Path(report["run_dir"])
+    paths = RunDir(run_dir)
     groups = []
-    for sub in ("events", "stacks", "logs"):
-        folder = run_dir / sub
+    for folder in (paths.events, paths.stacks, paths.logs):
+        sub = folder.name
         names = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
         if names:
             shown = names[:40]
             links = ", ".join(f'<a href="../{sub}/{escape(n)}">{escape(n)}</a>' for n in shown)
             more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
             groups.append(f"<li><code>{sub}/</code>: {links}{more}</li>")
-    for name in ("run.json", "verdicts.json"):
-        if (run_dir / name).is_file():
+    for path in (paths.run_json, paths.verdicts):
+        name = path.name
+        if path.is_file():
             groups.append(f'<li><a href="../{name}">{name}</a></li>')
     return ('<section id="files"><h2>Files</h2><p class="small muted">Links are relative to this report, inside '
             f"the run directory <code>{escape(str(run_dir))}</code>.</p><ul>" + "".join(groups) + "</ul></section>")

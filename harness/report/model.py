@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.report.angles import interview_angles
-from trainwreck.harness.report.rawlog import PHASES, LaneLog, RawRun, read_raw
+from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.harness.report.rootcause import root_cause
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.lineage import restore_point
 from trainwreck.invariants.loader import load_spec
+from trainwreck.trainer.config import saves_after_step
+from trainwreck.trainer.rundir import RunDir
 
 REPORT_FORMAT = "trainwreck-report/1"
 # Phases a collective cannot stretch: time a rank spends here is its own work. The
@@ -97,7 +99,7 @@ def _batch_sizes(history: History) -> dict[tuple[int, int, int], int]:
 
 def _judgement(run_dir: Path, history: History | None, load_error: str | None) -> dict[str, Any]:
     """verdicts.json (judged against the golden run) when present; else judge here, without one."""
-    stored = _read_json(run_dir / "verdicts.json")
+    stored = _read_json(RunDir(run_dir).verdicts)
     if isinstance(stored, dict) and "valid" in stored and isinstance(stored.get("verdicts"), dict):
         return {"valid": stored["valid"], "verdicts": stored["verdicts"],
                 "unfired_faults": stored.get("unfired_faults", []), "notes": stored.get("notes", []),
@@ -255,7 +257,7 @@ def _missed_saves(raw: RawRun) -> list[dict[str, Any]]:
         if rank != 0:
             continue
         for k in sorted(set(lane.steps)):
-            if (k % interval == 0 or k == total) and (a, k) not in committed:
+            if saves_after_step(k, interval, total if type(total) is int else -1) and (a, k) not in committed:
                 missed.append({"attempt": a, "step": k})
     return missed
 
@@ -343,7 +345,7 @@ def _phases(raw: RawRun) -> dict[str, Any]:
         for name, seconds in lane.phase_totals.items():
             totals[name] = totals.get(name, 0.0) + seconds
         steps[rank] = steps.get(rank, 0) + lane.phase_steps
-    names = list(PHASES) + sorted({n for t in per_rank.values() for n in t} - set(PHASES))
+    names = list(TIMED_PHASES) + sorted({n for t in per_rank.values() for n in t} - set(TIMED_PHASES))
     rows = []
     for rank in sorted(per_rank):
         totals = {n: round(per_rank[rank].get(n, 0.0), 6) for n in names}

@@ -8,13 +8,13 @@ this reader skips what it cannot parse and says so instead of raising.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
+from trainwreck.trainer.rundir import RunDirError, read_events, read_run_json
+
+TIMED_PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
 """The trainer's step phases, in the order they happen (docs/DESIGN.md `step` event)."""
 
 
@@ -58,19 +58,23 @@ class RawRun:
 def read_spec(run_dir: Path) -> dict[str, Any]:
     """run.json as a dict; {} when it is missing or unreadable (the caller decides what that means)."""
     try:
-        spec = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_run_json(run_dir, check_format=False)
+    except RunDirError:
         return {}
-    return spec if isinstance(spec, dict) else {}
 
 
 def read_raw(run_dir: Path, batches: bool = True) -> RawRun:
-    """Every event of RUN_DIR/events/*.jsonl. batches=False skips `batch` lines unparsed (they
-    are most of the bytes) when the caller gets the sample counts elsewhere (the History)."""
+    """Every event of the run (the trainer's forgiving reader). batches=False skips `batch` lines
+    unparsed (they are most of the bytes) when the caller gets the sample counts elsewhere."""
     raw = RawRun(spec=read_spec(run_dir))
-    events_dir = run_dir / "events"
-    for path in sorted(events_dir.glob("*.jsonl")) if events_dir.is_dir() else []:
-        _read_file(raw, path, batches)
+    for events_file in read_events(run_dir, batches):
+        if events_file.error:
+            raw.notes.append(f"events/{events_file.name}: {events_file.error}")
+        for ev in events_file.events:
+            _ingest(raw, ev)
+        if events_file.skipped:
+            raw.notes.append(f"events/{events_file.name}: skipped {events_file.skipped} line(s) that were not "
+                             "events (a torn last line is normal after a kill)")
     raw.events.sort(key=lambda ev: ev["t"])
     for lane in raw.lanes.values():
         if any(a > b for a, b in zip(lane.steps, lane.steps[1:])):  # hand-written logs may be out of order
@@ -78,43 +82,6 @@ def read_raw(run_dir: Path, batches: bool = True) -> RawRun:
             lane.steps = [lane.steps[i] for i in order]
             lane.times = [lane.times[i] for i in order]
     return raw
-
-
-# A line that is certainly a batch event: every writer puts `kind` first. Lines that
-# are batch events written otherwise are simply parsed.
-_BATCH_LINE = re.compile(r'\{\s*"kind"\s*:\s*"batch"')
-
-
-def _read_file(raw: RawRun, path: Path, batches: bool) -> None:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as exc:
-        raw.notes.append(f"events/{path.name}: cannot read ({exc})")
-        return
-    lines = [line for line in lines if line.strip() and (batches or not _BATCH_LINE.match(line))]
-    parsed, skipped = _parse(lines)
-    for ev in parsed:
-        if isinstance(ev, dict) and isinstance(ev.get("t"), (int, float)):
-            _ingest(raw, ev)
-        else:
-            skipped += 1
-    if skipped:
-        raw.notes.append(f"events/{path.name}: skipped {skipped} line(s) that were not events (a torn last line is normal after a kill)")
-
-
-def _parse(lines: list[str]) -> tuple[list[Any], int]:
-    """All lines in one C-level parse when they are all JSON (the normal case); else line by line."""
-    try:
-        return json.loads("[" + ",".join(lines) + "]"), 0
-    except ValueError:
-        pass
-    parsed, skipped = [], 0
-    for line in lines:
-        try:
-            parsed.append(json.loads(line))
-        except ValueError:
-            skipped += 1
-    return parsed, skipped
 
 
 def _ingest(raw: RawRun, ev: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.report.rawlog import RawRun, read_raw
+from trainwreck.trainer.rundir import RunDir
 
 TAIL_BYTES = 256 * 1024
 """How much of a log's end is read: the traceback that killed a rank is at the end; logs can be huge."""
@@ -101,9 +102,10 @@ def _crash(run_dir: Path, raw: RawRun, ev: dict[str, Any]) -> Crash | None:
     attempt, rank, code, t = ev["attempt"], ev["rank"], ev.get("code"), float(ev["t"])
     if _excused(raw, attempt, rank, t):
         return None
-    rel = f"logs/a{attempt:03d}-r{rank:03d}.log"
-    line, written = last_exception(run_dir / rel)
-    log = rel if (run_dir / rel).is_file() and not (run_dir / rel).is_symlink() else None
+    path = RunDir(run_dir).rank_log(attempt, rank)
+    rel = path.relative_to(run_dir).as_posix()
+    line, written = last_exception(path)
+    log = rel if path.is_file() and not path.is_symlink() else None
     if line is not None:
         return Crash(attempt, rank, code, "exception", line, log, min(t, written or t))
     if type(code) is int and code < 0:
@@ -189,7 +191,7 @@ def torchrun_crash(run_dir: Path, raw: RawRun) -> Crash | None:
     """Under torchrun the ranks write to logs/torchrun.log and the harness sees no exit codes: read
     the agent's own "Root Cause (first observed failure)" summary (rank, exit code) and the last
     worker traceback before it. Only when the agent gave up: its summary is printed then."""
-    path = run_dir / "logs" / "torchrun.log"
+    path = RunDir(run_dir).torchrun_log
     text, written = _tail(path)
     match = _TORCHRUN_ROOT.search(text)
     if match is None:
@@ -206,7 +208,8 @@ def torchrun_crash(run_dir: Path, raw: RawRun) -> Crash | None:
     line = exception_in(mine) or exception_in(text, skip="ChildFailedError")
     if line is None:
         line = f"killed by {_SIGNALS.get(-code, f'signal {-code}')}" if code < 0 else f"exited with code {code}"
-    return Crash(attempt, rank, code, "exception" if code > 0 else "signal", line, "logs/torchrun.log", t)
+    return Crash(attempt, rank, code, "exception" if code > 0 else "signal", line,
+                 path.relative_to(run_dir).as_posix(), t)
 
 
 def _short(line: str) -> str:

@@ -17,7 +17,8 @@ from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.progress import progress_path, read_progress
+from trainwreck.trainer.progress import read_progress
+from trainwreck.trainer.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,11 +87,11 @@ def test_a_sigtermed_harness_leaves_no_process_behind(tmp_path: Path, launcher: 
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         def ranks_running() -> bool:
-            boards = [read_progress(progress_path(run, 0, r)) for r in range(2)]
+            boards = [read_progress(RunDir(run).rank_progress(0, r)) for r in range(2)]
             return all(b is not None and b.step >= 1 for b in boards)
 
         wait_until(ranks_running, 180, "both ranks to reach step 1")
-        pids = [read_progress(progress_path(run, 0, r)).pid for r in range(2)]  # type: ignore[union-attr]
+        pids = [read_progress(RunDir(run).rank_progress(0, r)).pid for r in range(2)]  # type: ignore[union-attr]
         started = psutil.Process(harness.pid).children(recursive=True)  # fork server and ranks
         assert set(pids) <= {p.pid for p in started}
         harness.send_signal(signal.SIGTERM)

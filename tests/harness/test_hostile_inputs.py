@@ -195,8 +195,8 @@ def _process(pid: int) -> psutil.Process | None:
     ("lr", float("nan"), "lr=nan is not a finite number"),
     ("dropout", float("inf"), "dropout=inf is not a finite number"),
     ("lr", "fast", "lr='fast' must be a number"),
-    ("width", True, "width=True must be an integer"),
-    ("width", 2.5, "width=2.5 must be an integer"),
+    ("width", True, "width=True must be a positive integer"),
+    ("width", 2.5, "width=2.5 must be a positive integer"),
     ("backend", ["gloo"], "backend=['gloo'] must be a string"),
 ])
 def test_a_config_refuses_wrong_types_and_non_finite_numbers_naming_the_field(

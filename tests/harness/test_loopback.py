@@ -11,7 +11,8 @@ import pytest
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.progress import progress_path, read_progress
+from trainwreck.trainer.progress import read_progress
+from trainwreck.trainer.rundir import RunDir
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
 
 LOOPBACK = {"127.0.0.1", "::1"}
@@ -46,7 +47,7 @@ class HeldRunScanner(threading.Thread):
         self.addresses: set[tuple[str, int]] | None = None
 
     def held(self) -> bool:
-        boards = [read_progress(progress_path(self.run_dir, 0, r)) for r in range(self.world_size)]
+        boards = [read_progress(RunDir(self.run_dir).rank_progress(0, r)) for r in range(self.world_size)]
         return all(b is not None and b.step >= HELD_AT for b in boards)
 
     def run(self) -> None:
