@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from trainwreck.harness.scenarios import Scenario
+from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.config import TrainConfig, backend_fields
 
 # The chaos job: the CLI's default config (TrainConfig.tiny, checkpoints every 4 updates)
@@ -129,21 +130,12 @@ class ChaosFailure(AssertionError):
     """The reference trainer broke an invariant (or a planned fault never fired) under a plan."""
 
 
-def verdict_lines(judged: Any) -> list[str]:
-    lines = []
-    for name, verdict in judged.judgement.verdicts.items():
-        word = {True: "VALID", False: "INVALID"}.get(verdict.valid, "UNKNOWN")
-        lines.append(f"{word:<8} {name:<11} {verdict.summary}")
-        lines.extend(f"{'':<21}{e}" for e in verdict.evidence[:3])
-    lines.extend(f"note: {n}" for n in judged.judgement.notes)
-    return lines
-
-
 def failure_message(case: ChaosCase, judged: Any, reproduce: str) -> str:
-    overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")
+    from trainwreck.harness.runner import verdict_lines  # the runner imports torch; parsing options must not
+
     return "\n".join([
-        f"the reference trainer is {overall} under {case.describe()}",
-        *verdict_lines(judged),
+        f"the reference trainer is {verdict_word(judged.judgement.valid)} under {case.describe()}",
+        *verdict_lines(judged.judgement),
         f"run directory: {judged.record.run_dir}",
         f"reproduce: {reproduce}",
     ])

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from trainwreck.trainer.config import InputError, OneLineParser  # stdlib-only: no torch
+from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -26,7 +27,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios"),
 }
 
-EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
 EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, the shell convention."""
 

@@ -197,11 +197,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def describe_run(judged: Any) -> str:
     """A failure section: verdicts, run directory, report, and the reproducing command."""
-    from trainwreck.harness.chaos import verdict_lines
+    from trainwreck.harness.runner import verdict_lines
+    from trainwreck.invariants.verdict import verdict_word
 
-    overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")
-    lines = [f"overall: {overall} ({judged.record.outcome} after {judged.record.attempts} attempt(s))",
-             *verdict_lines(judged)]
+    lines = [f"overall: {verdict_word(judged.judgement.valid)} ({judged.record.outcome} after "
+             f"{judged.record.attempts} attempt(s))", *verdict_lines(judged.judgement)]
     if judged.judgement.unfired_faults:
         lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
     lines.append(f"run directory: {judged.record.run_dir}")

@@ -15,6 +15,7 @@ from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement, judge, load_history
+from trainwreck.invariants.verdict import exit_code, verdict_word
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -33,12 +34,22 @@ class JudgedRun:
     @property
     def exit_code(self) -> int:
         """0 valid, 1 invalid, 2 unknown (the CLI contract)."""
-        return {True: 0, False: 1}.get(self.judgement.valid, 2)  # type: ignore[arg-type]
+        return exit_code(self.judgement.valid)
 
 
 MAX_INLINE_PLAN = 32 * 1024
 """Longest plan put on the reproduce line itself; Linux refuses one argument over 128 KiB
 (MAX_ARG_STRLEN) and people paste these lines, so a larger plan goes into a file."""
+
+
+def verdict_lines(judgement: Judgement) -> list[str]:
+    """One line per invariant, its first evidence indented below, then the judge's notes."""
+    lines = []
+    for name, verdict in judgement.verdicts.items():
+        lines.append(f"{verdict_word(verdict.valid):<8} {name:<11} {verdict.summary}")
+        lines.extend(f"{'':<21}{e}" for e in verdict.evidence[:3])
+    lines.extend(f"note: {n}" for n in judgement.notes)
+    return lines
 
 
 def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:

@@ -22,9 +22,13 @@ from trainwreck.invariants.judge import CHECKERS, Judgement, judge
 from trainwreck.invariants.lineage import Lineage, Segment, walk_lineage
 from trainwreck.invariants.progress import check_progress
 from trainwreck.invariants.replicas import check_replicas
-from trainwreck.invariants.verdict import UNKNOWN, Verdict, check_safe, compose, intervals
+from trainwreck.invariants.verdict import (EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, UNKNOWN, Verdict, check_safe,
+                                           compose, exit_code, intervals, verdict_word, word_validity)
 
 __all__ = [
+    "EXIT_INVALID",
+    "EXIT_UNKNOWN",
+    "EXIT_VALID",
     "CHECKERS",
     "FORMAT",
     "UNKNOWN",
@@ -43,8 +47,11 @@ __all__ = [
     "check_replicas",
     "check_safe",
     "compose",
+    "exit_code",
     "intervals",
     "judge",
     "load_history",
+    "verdict_word",
     "walk_lineage",
+    "word_validity",
 ]

@@ -13,18 +13,7 @@ from typing import Any, TextIO
 from trainwreck.invariants.history import InputError
 from trainwreck.invariants.loader import load_history
 from trainwreck.invariants.judge import Judgement, judge
-from trainwreck.invariants.verdict import Validity
-
-EXIT_VALID, EXIT_INVALID, EXIT_NOT_JUDGED = 0, 1, 2
-
-
-def exit_code(valid: Validity) -> int:
-    if valid is True:
-        return EXIT_VALID
-    if valid is False:
-        return EXIT_INVALID
-    return EXIT_NOT_JUDGED
-
+from trainwreck.invariants.verdict import EXIT_UNKNOWN, exit_code, verdict_word
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -42,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error (argparse exits 2)
-        return exc.code if isinstance(exc.code, int) else EXIT_NOT_JUDGED
+        return exc.code if isinstance(exc.code, int) else EXIT_UNKNOWN
     try:
         history = load_history(args.run_dir)
         golden = None
@@ -70,26 +59,19 @@ def _unusable(message: str, as_json: bool) -> int:
     if as_json:
         json.dump({"valid": "unknown", "error": message, "verdicts": {}}, sys.stdout, indent=2)
         sys.stdout.write("\n")
-    return EXIT_NOT_JUDGED
-
-
-_WORD = {True: "VALID", False: "INVALID"}
-
-
-def _word(valid: Validity) -> str:
-    return _WORD.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
+    return EXIT_UNKNOWN
 
 
 def print_table(judgement: Judgement, out: TextIO) -> None:
     """One line per verdict, its evidence indented below, then the overall word."""
     width = max(len(name) for name in judgement.verdicts)
     for name, verdict in judgement.verdicts.items():
-        out.write(f"{_word(verdict.valid):<8} {name:<{width}}  {verdict.summary}\n")
+        out.write(f"{verdict_word(verdict.valid):<8} {name:<{width}}  {verdict.summary}\n")
         for line in verdict.evidence:
             out.write(f"{'':<8} {'':<{width}}    - {line}\n")
     for note in judgement.notes:
         out.write(f"note: {note}\n")
-    out.write(f"overall: {_word(judgement.valid)}\n")
+    out.write(f"overall: {verdict_word(judgement.valid)}\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -48,6 +48,29 @@ def compose(values: Iterable[Validity]) -> Validity:
     return True
 
 
+EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN = 0, 1, 2
+"""The exit codes of every command (docs/DESIGN.md): valid, invalid, not judged."""
+WORDS: dict[bool, str] = {True: "VALID", False: "INVALID"}
+"""How a validity is written for people; anything but a bool is UNKNOWN."""
+
+
+def verdict_word(valid: object) -> str:
+    """VALID, INVALID or UNKNOWN: the one spelling of a validity in every output."""
+    return WORDS[valid] if isinstance(valid, bool) else "UNKNOWN"
+
+
+def word_validity(word: str) -> Validity:
+    """The validity a word stands for (the inverse of verdict_word)."""
+    return {"VALID": True, "INVALID": False}.get(word, UNKNOWN)
+
+
+def exit_code(valid: object) -> int:
+    """0 valid, 1 invalid, 2 unknown: the contract's exit code for a validity."""
+    if isinstance(valid, bool):
+        return EXIT_VALID if valid else EXIT_INVALID
+    return EXIT_UNKNOWN
+
+
 def check_safe(
     name: str, checker: Callable[..., Verdict], *args: Any, **kwargs: Any
 ) -> Verdict:

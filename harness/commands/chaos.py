@@ -15,11 +15,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases, verdict_lines
+from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases
 from trainwreck.harness.spec import LAUNCHERS
+from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 
-WORDS = {True: "VALID", False: "INVALID"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_one(index: int, case: ChaosCase, out: Path, launcher: str, backend: str) -> Outcome:
-    from trainwreck.harness.runner import run_judged
+    from trainwreck.harness.runner import run_judged, verdict_lines
 
     run_dir = out / f"plan-{index:04d}"
     started = time.monotonic()
@@ -75,7 +75,7 @@ def run_one(index: int, case: ChaosCase, out: Path, launcher: str, backend: str)
         judged = run_judged(case.spec(run_dir, launcher, backend))
         valid = judged.judgement.valid
         if valid is not True:
-            (run_dir / "chaos-failure.txt").write_text("\n".join(verdict_lines(judged) + [f"reproduce: {reproduce}"]) + "\n")
+            (run_dir / "chaos-failure.txt").write_text("\n".join(verdict_lines(judged.judgement) + [f"reproduce: {reproduce}"]) + "\n")
     except Exception:  # noqa: BLE001 - a harness error is this run's "unknown", not the end of the chaos run
         valid = "unknown"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def run_one(index: int, case: ChaosCase, out: Path, launcher: str, backend: str)
 
 
 def report_progress(outcome: Outcome, deadline: float) -> None:
-    word = WORDS.get(outcome.valid, "UNKNOWN")  # type: ignore[arg-type]
+    word = verdict_word(outcome.valid)
     left = max(0.0, deadline - time.monotonic())
     print(f"[{outcome.index:4d}] {word:<8} {outcome.seconds:5.1f}s  {left:6.0f}s left  {outcome.case.describe()}",
           flush=True)
@@ -93,7 +93,7 @@ def report_progress(outcome: Outcome, deadline: float) -> None:
 
 
 def print_summary(outcomes: list[Outcome], seed: int, budget: str) -> None:
-    counts = Counter(WORDS.get(o.valid, "UNKNOWN") for o in outcomes)  # type: ignore[arg-type]
+    counts = Counter(verdict_word(o.valid) for o in outcomes)
     kinds = Counter(f["kind"] for o in outcomes for f in o.case.plan)
     print(f"\nchaos summary: {len(outcomes)} plan(s) in {budget} (seed {seed}): "
           f"{counts['VALID']} valid, {counts['INVALID']} invalid, {counts['UNKNOWN']} unknown")
@@ -101,7 +101,7 @@ def print_summary(outcomes: list[Outcome], seed: int, budget: str) -> None:
         print("fault kinds exercised: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
     for o in outcomes:
         if o.valid is not True:
-            print(f"  {WORDS.get(o.valid, 'UNKNOWN'):<8} {o.run_dir}\n           {o.reproduce}")  # type: ignore[arg-type]
+            print(f"  {verdict_word(o.valid):<8} {o.run_dir}\n           {o.reproduce}")
 
 
 def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from trainwreck.harness.report import NotARun, render_casebook, render_report
-from trainwreck.harness.report.model import verdict_word
+from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
 from trainwreck.harness.scenarios import get_scenario, scenario_names
 from trainwreck.trainer.rundir import RunDir
 
@@ -22,7 +22,6 @@ DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0",
 a damaged newest checkpoint and a straggler: between them, every interview question a report answers."""
 RUN_ALL_BELOW = 8
 """With fewer built-in scenarios than this, the demo runs them all (about 10 s each on 2 cores)."""
-EXIT = {"VALID": 0, "INVALID": 1, "UNKNOWN": 2}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -68,11 +67,11 @@ def run_demo(names: list[str], out: Path) -> int:
         print("\ninterrupted: the casebook holds the runs that finished", flush=True)
         words.append("UNKNOWN")
     index = render_casebook(out, run_dirs, f"trainwreck demo ({len(run_dirs)} runs)")
-    overall = "INVALID" if "INVALID" in words else ("UNKNOWN" if "UNKNOWN" in words else "VALID")
+    overall = verdict_word(compose(word_validity(word) for word in words))
     print(f"\n{overall}: {words.count('VALID')}/{len(words)} runs valid in {time.monotonic() - started:.0f} s")
     print(f"casebook: {index}")
     print(f"          {index.with_name('index.md')}")
-    return EXIT[overall]
+    return exit_code(word_validity(overall))
 
 
 def run_one(name: str, run_dir: Path) -> tuple[str, str]:

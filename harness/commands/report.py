@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from trainwreck.harness.report import NotARun, render_report
-from trainwreck.harness.report.model import verdict_word
+from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
 
-EXIT = {"VALID": 0, "INVALID": 1, "UNKNOWN": 2}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +27,7 @@ def main(args: argparse.Namespace) -> int:
     word = verdict_of(html)
     print(f"{word}  {html}")
     print(f"      {html.with_name('report.md')}")
-    return EXIT[word]
+    return exit_code(word_validity(word))
 
 
 def verdict_of(html: Path) -> str:

@@ -9,9 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
+from trainwreck.harness.runner import JudgedRun, run_judged, spec_for, verdict_lines
 from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
 from trainwreck.harness.spec import LAUNCHERS, SpecError
+from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.trainer.config import backend_fields, load_json_arg
 
@@ -81,15 +82,8 @@ def print_result(judged: JudgedRun, as_json: bool) -> None:
         return
     if judged.root_cause is not None:  # first: the verdicts below may judge a run that tested nothing
         print(f"root cause: {judged.root_cause.sentence()}")
-    for name, verdict in judged.judgement.verdicts.items():
-        label = {True: "VALID", False: "INVALID"}.get(verdict.valid, "UNKNOWN")  # type: ignore[arg-type]
-        print(f"{label:<8} {name:<11} {verdict.summary}")
-        for line in verdict.evidence[:3]:
-            print(f"{'':<21}{line}")
-    for note in judged.judgement.notes:
-        print(f"note: {note}")
-    overall = {True: "VALID", False: "INVALID"}.get(judged.judgement.valid, "UNKNOWN")  # type: ignore[arg-type]
-    print(f"overall: {overall}   ({judged.record.outcome} after {judged.record.attempts} attempt(s), "
+    print("\n".join(verdict_lines(judged.judgement)))
+    print(f"overall: {verdict_word(judged.judgement.valid)}   ({judged.record.outcome} after {judged.record.attempts} attempt(s), "
           f"{judged.record.wall_s:.1f}s)")
     print(f"run directory: {judged.record.run_dir}")
     print(f"reproduce: {judged.reproduce}")

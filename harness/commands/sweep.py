@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainwreck.invariants.verdict import verdict_word
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
@@ -44,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
 
 def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
     for row in result.rows:
-        label = {True: "VALID", False: "INVALID"}.get(row.verdict, "UNKNOWN")
+        label = verdict_word(row.verdict)
         detail = ", ".join(row.failing + row.unknown)
         print(f"{label:<8} {row.when:<6} op {row.op_index:>2}  {row.op}" + (f"   [{detail}]" if detail else ""))
     first = result.first_failure

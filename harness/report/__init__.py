@@ -15,7 +15,8 @@ from pathlib import Path
 from trainwreck.harness.report.casebook import render_casebook
 from trainwreck.harness.report.html import render_html
 from trainwreck.harness.report.markdown import render_markdown
-from trainwreck.harness.report.model import NotARun, build_report, verdict_word
+from trainwreck.harness.report.model import NotARun, build_report
+from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 
 __all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from trainwreck.invariants.verdict import verdict_word
+
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
 """torch.distributed's default collective timeout for gloo (30 minutes)."""
 
@@ -115,13 +117,9 @@ def _counts(report: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _but(report: dict[str, Any], *names: str) -> str:
     """A clause naming the verdicts that did not hold; empty when they all did."""
-    bad = [f"{n} is {_word(_verdict(report, n).get('valid'))}: {_verdict(report, n).get('summary', '')}"
+    bad = [f"{n} is {verdict_word(_verdict(report, n).get('valid'))}: {_verdict(report, n).get('summary', '')}"
            for n in names if n in report["verdicts"] and _verdict(report, n).get("valid") is not True]
     return (" But " + "; ".join(bad) + ".") if bad else ""
-
-
-def _word(valid: Any) -> str:
-    return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
 
 
 def _answer_resume(report: dict[str, Any]) -> str:

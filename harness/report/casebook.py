@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.report.html import CSS
-from trainwreck.harness.report.model import NotARun, verdict_word
+from trainwreck.harness.report.model import NotARun
+from trainwreck.invariants.verdict import compose, verdict_word, word_validity
 from trainwreck.trainer.rundir import RunDir
 
 INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
@@ -77,7 +78,8 @@ def _questions(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[int]]
 
 
 def _overall(tally: dict[str, int]) -> str:
-    return "INVALID" if tally["INVALID"] else ("UNKNOWN" if tally["UNKNOWN"] else "VALID")
+    """The casebook's word: the cases' validities composed, false > unknown > true."""
+    return verdict_word(compose(word_validity(word) for word, n in tally.items() if n))
 
 
 def casebook_html(out_dir: Path, cases: list[tuple[Path, dict[str, Any]]], title: str) -> str:

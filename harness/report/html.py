@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.report.model import verdict_word
+from trainwreck.invariants.verdict import verdict_word
 from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
 from trainwreck.trainer.rundir import RunDir
 

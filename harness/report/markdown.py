@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from trainwreck.harness.report.html import RECOVERY_COLUMNS, fmt
-from trainwreck.harness.report.model import verdict_word
+from trainwreck.invariants.verdict import verdict_word
 
 
 def _cell(text: Any) -> str:

@@ -480,13 +480,8 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 
 # ----- the one-line story ---------------------------------------------------------------
 
-VERDICT_WORD = {True: "VALID", False: "INVALID"}
 SAVE_FAULTS = ("torn_write", "crash_op", "storage_error")
 """Fault kinds that fire inside a checkpoint save (faults/plan.py), not inside an update."""
-
-
-def verdict_word(valid: Any) -> str:
-    return VERDICT_WORD.get(valid, "UNKNOWN") if isinstance(valid, bool) else "UNKNOWN"
 
 
 def headline(report: dict[str, Any]) -> str:
