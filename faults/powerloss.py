@@ -35,7 +35,7 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from trainwreck.trainer.storage import Storage, check_relative
 
@@ -429,17 +429,27 @@ class _Point:
             yield self.state(entries, visible, [(w, rng.choice(options)) for w, options in dims])
 
 
+def states_at(log: OpLog, point: int, seed: int = 0, cap: int = 64) -> list[CrashState]:
+    """The distinct states of one crash point (after the first `point` ops)."""
+    states, _ = _explore(log, [point], seed, cap)
+    return states
+
+
 def crash_states(log: OpLog, seed: int = 0, cap: int = 64) -> tuple[list[CrashState], Stats]:
     """Every state the model allows at every crash point (after 0..len(ops) ops), deduplicated
     by the materialised tree; a crash point with more than `cap` combinations is sampled
     `cap` times with `seed` instead of enumerated."""
+    return _explore(log, range(len(log.ops) + 1), seed, cap)
+
+
+def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[list[CrashState], Stats]:
     if cap < 1:
         raise ValueError(f"cap={cap} explores nothing: use a cap of at least 1")
     rng = random.Random(seed)
     stats = Stats()
     seen: set[str] = set()
     out: list[CrashState] = []
-    for n in range(len(log.ops) + 1):
+    for n in points:
         point = _Point(log, n)
         stats.crash_points += 1
         if point.bound() > cap:
