@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from trainwreck.faults.powerloss import BLOCK, CrashState, OpLog, PowerLossRecorder, crash_states, materialise, \
     record_save, states_at, synced
 from trainwreck.faults.sweep import SWEEP_CONFIG
+from trainwreck.invariants import History
+from tests.faults.conftest import CFG, run_plan
 from trainwreck.trainer.checkpoint import CheckpointStore, checkpoint_name
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.events import EventLog
@@ -206,3 +208,13 @@ def test_a_power_cut_can_leave_rename_no_fsync_pointing_at_a_lost_checkpoint(tmp
             break
     assert broken is not None, "no crash state lost the committed step 16"
     print(broken.describe())
+
+
+def test_rename_no_fsync_is_judged_like_the_reference_on_a_clean_run(tmp_path: Path, golden: History) -> None:
+    cfg = TrainConfig.from_dict({**CFG.to_dict(), "variant": "rename_no_fsync"})
+    outcome = run_plan([], tmp_path / "run", golden, cfg=cfg)
+    reference = run_plan([], tmp_path / "reference", golden)
+    verdicts = {name: v.valid for name, v in outcome.judgement.verdicts.items()}
+    assert verdicts == {name: v.valid for name, v in reference.judgement.verdicts.items()}, outcome.explain()
+    assert all(v is True for v in verdicts.values()), outcome.explain()
+    assert outcome.record.outcome == "completed" and outcome.events("save"), outcome.explain()
