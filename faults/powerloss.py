@@ -190,6 +190,8 @@ class PowerLossRecorder:
     def rename(self, src: str, dst: str) -> None:
         self.inner.rename(src, dst)
         src, dst = _norm(src), _norm(dst)
+        if src == dst:
+            return  # renaming an entry onto itself changes nothing, on disk or here
         moved = self._subtree(src)
         entry = self._entry(dst)
         self._add("rename", src, inode=self.ids[src], **self._entry(src), dst=dst,
