@@ -218,3 +218,17 @@ def test_rename_no_fsync_is_judged_like_the_reference_on_a_clean_run(tmp_path: P
     assert verdicts == {name: v.valid for name, v in reference.judgement.verdicts.items()}, outcome.explain()
     assert all(v is True for v in verdicts.values()), outcome.explain()
     assert outcome.record.outcome == "completed" and outcome.events("save"), outcome.explain()
+
+
+def test_a_write_that_is_not_durable_skips_the_fsync_and_a_default_one_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    fsynced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(fd), real(fd))[1])
+    storage = LocalStorage(tmp_path)
+    storage.write("quick", b"1", durable=False)
+    assert fsynced == [] and (tmp_path / "quick").read_bytes() == b"1"
+    storage.write("safe", b"2")
+    assert len(fsynced) == 1
