@@ -94,12 +94,12 @@ class FaultyStorage:
         self._throttle("read", path, len(data))
         return data
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._stall("write", path)
         self._fail_write(path)
         self._torn_write(path, data)
         op = self._crash_before("write", (path,), data)
-        self.inner.write(path, data)
+        self.inner.write(path, data, durable=durable)
         self._throttle("write", path, len(data))
         self._crash_after(op)
 
@@ -248,9 +248,9 @@ class RecordingStorage:
         self._log("read", path)
         return self.inner.read(path)
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._log("write", path, size=len(data))
-        self.inner.write(path, data)
+        self.inner.write(path, data, durable=durable)
 
     def mkdir(self, path: str) -> None:
         self._log("mkdir", path)

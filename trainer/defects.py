@@ -282,3 +282,57 @@ class SigtermExitsCleanTrainer(Trainer):
         if flag.item():
             raise Preempted
         super().train_step(step)
+
+
+# ----- durability (the power-loss model, faults/powerloss.py) ---------------------------
+
+
+class RenameNoFsyncStore(CheckpointStore):
+    """The common "write a temporary, rename it over" with no fsync at all: not of the
+    files, not of the temporary directory, not of the parent after the renames. A process
+    crash never shows it (the OS still writes everything out); a power cut can persist
+    the rename of step-N while its files' data is lost, behind a pointer naming it."""
+
+    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+        import os
+
+        from trainwreck.trainer import hooks as fp
+
+        name = checkpoint_name(step)
+        tmp = f".tmp-{name}-{os.getpid()}"
+        self.storage.remove(tmp)
+        self.storage.mkdir(tmp)
+        entries = {}
+        for file_name, data in files.items():
+            self._write_file_no_fsync(step, name, f"{tmp}/{file_name}", file_name, data)
+            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
+        self._write_file_no_fsync(step, name, f"{tmp}/{MANIFEST}", MANIFEST,
+                                  json.dumps(manifest, indent=1, sort_keys=True).encode())
+        self._move_aside(name)
+        self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
+        self.storage.rename(tmp, name)  # no fsync_dir: the rename may not survive a power cut
+        self.hooks.point(fp.SAVE_AFTER_RENAME, step, checkpoint=name)
+        self.hooks.point(fp.SAVE_BEFORE_POINTER, step, checkpoint=name)
+        self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode(),
+                           durable=False)
+        self.storage.rename(f"{POINTER}.tmp", POINTER)
+        self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
+        self.hooks.point(fp.SAVE_AFTER_POINTER, step, checkpoint=name)
+        self.retain()
+        return name
+
+    def _write_file_no_fsync(self, step: int, name: str, path: str, file_name: str, data: bytes) -> None:
+        from trainwreck.trainer import hooks as fp
+
+        self.hooks.point(fp.SAVE_BEFORE_FILE, step, checkpoint=name, file=file_name)
+        self.storage.write(path, data, durable=False)
+        self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
+
+
+@register_variant("rename_no_fsync")
+class RenameNoFsyncTrainer(Trainer):
+    """Write a temporary, rename it over, never fsync (caught by: the power-loss sweep only;
+    identical to the reference on a clean run and under process crashes)."""
+
+    store_class = RenameNoFsyncStore

@@ -23,8 +23,9 @@ class UnsafePathError(ValueError):
 class Storage(Protocol):
     def exists(self, path: str) -> bool: ...
     def read(self, path: str) -> bytes: ...
-    def write(self, path: str, data: bytes) -> None:
-        """Create or replace the file with `data` and fsync it (durable on return)."""
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        """Create or replace the file with `data` and fsync it (durable on return);
+        `durable=False` skips the fsync, as writers that forget it do (power-loss model)."""
     def mkdir(self, path: str) -> None: ...
     def rename(self, src: str, dst: str) -> None:
         """Atomic rename; `dst` must not be a non-empty directory."""
@@ -71,7 +72,7 @@ class LocalStorage:
     def read(self, path: str) -> bytes:
         return self._abs(path).read_bytes()
 
-    def write(self, path: str, data: bytes) -> None:
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
         # O_NOFOLLOW: a planted link at the destination is an error, never a way out.
         fd = os.open(self._entry(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
@@ -79,7 +80,8 @@ class LocalStorage:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -142,8 +144,8 @@ class Heartbeat:
     def read(self, path: str) -> bytes:
         return self._after(self.inner.read(path))
 
-    def write(self, path: str, data: bytes) -> None:
-        self._after(self.inner.write(path, data))
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self._after(self.inner.write(path, data, durable=durable))
 
     def mkdir(self, path: str) -> None:
         self._after(self.inner.mkdir(path))

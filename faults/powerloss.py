@@ -1,0 +1,536 @@
+"""Power loss: the states a file system may leave when the power is cut during a save.
+
+    log = record_save("rename_no_fsync")          # OpLog: pre-save snapshot + low-level ops
+    states, stats = crash_states(log, seed=0, cap=64)
+    states[0].describe()                           # "after op 12 ...: lost ...; torn ..."
+    materialise(states[0], run_copy / "checkpoints")
+
+A process crash (faults/sweep.py) leaves every earlier operation complete: the kernel
+still writes the page cache out. A power cut does not: file data that was not fsynced
+can be lost or torn, and directory entries (create, rename, unlink) whose directory was
+not fsynced can vanish. The model (docs/FAULTS.md, "Power loss") is close to ext4
+data=ordered, but assumes only what POSIX and ext4 document, never a journal side
+effect:
+
+1. Synced operations are never lost: file data followed by an fsync of that file;
+   an entry operation followed by an fsync of the directory it lives in.
+2. Unsynced data of a file (only its last write counts: every write replaces the file)
+   persists fully, is lost (the file is empty, ext4's zero-length file), or is torn at
+   4096-byte blocks (a prefix of whole blocks persists).
+3. Unsynced entry operations of one directory persist as a prefix, in order; those of
+   different directories persist independently (any subset of directories' prefixes).
+4. data=ordered: a file's data written before a rename of that file persisted is
+   itself persisted in full (ext4 flushes it before committing the rename). A file
+   renamed as part of its directory gets no such guarantee.
+5. A rename is atomic; an entry operation inside a directory that is not reachable is
+   invisible (directories and files are tracked by identity, so renames do not confuse
+   which directory an operation belongs to).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from trainwreck.trainer.storage import Storage, check_relative
+
+BLOCK = 4096
+"""The granularity at which unsynced file data tears (a page and an ext4 block)."""
+ROOT = 0
+"""The identity of the storage root directory."""
+ENTRY_KINDS = ("create", "mkdir", "rename", "unlink")
+
+Tree = dict[str, "bytes | None"]
+"""A materialisable directory tree: relative path -> file bytes, or None for a directory."""
+
+
+@dataclass(frozen=True)
+class LowOp:
+    """One low-level file-system operation, with the identities the model needs."""
+
+    index: int
+    kind: str
+    """create, mkdir, rename, unlink (entries); data, fsync_file (file data); fsync_dir."""
+    path: str
+    """The path at the time of the op (the source of a rename, the directory of fsync_dir)."""
+    inode: int = -1
+    """The file or directory the op creates, moves, unlinks, writes or fsyncs."""
+    parent: int = -1
+    """The directory holding the entry (the source directory of a rename)."""
+    name: str = ""
+    dst: str = ""
+    dst_parent: int = -1
+    dst_name: str = ""
+    data: bytes = b""
+
+    @property
+    def group(self) -> int:
+        """The directory whose fsync makes this entry op durable (a rename: its destination)."""
+        return self.dst_parent if self.kind == "rename" else self.parent
+
+    def describe(self) -> str:
+        if self.kind == "rename":
+            return f"rename({self.path} -> {self.dst})"
+        if self.kind == "data":
+            return f"data({self.path}) [{len(self.data)} bytes]"
+        return f"{self.kind}({self.path})"
+
+
+@dataclass
+class OpLog:
+    """The durable state before the save, and the save as low-level ops."""
+
+    before: Tree
+    ids: dict[str, int] = field(default_factory=dict)
+    """The identity of each path of `before` ("." is ROOT)."""
+    ops: list[LowOp] = field(default_factory=list)
+
+
+def _parent_path(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def _norm(path: str) -> str:
+    return "." if path in ("", ".") else str(check_relative(path))
+
+
+# ----- 1. the recorder ---------------------------------------------------------------------
+
+
+def snapshot(root: Path) -> Tree:
+    """Every directory and regular file under `root` (symlinks are never followed)."""
+    tree: Tree = {}
+    for here, dirs, files in os.walk(root, followlinks=False):
+        rel = os.path.relpath(here, root)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        for d in dirs:
+            if not os.path.islink(os.path.join(here, d)):
+                tree[prefix + d] = None
+        for f in files:
+            full = os.path.join(here, f)
+            if os.path.isfile(full) and not os.path.islink(full):
+                tree[prefix + f] = Path(full).read_bytes()
+    return tree
+
+
+class PowerLossRecorder:
+    """A Storage wrapper that logs each call as the low-level ops a power cut acts on.
+
+    It keeps its own map of paths to identities (starting from `start()`'s snapshot),
+    so it knows whether a write creates a file and what a recursive remove unlinks."""
+
+    def __init__(self, inner: Storage, root: Path) -> None:
+        self.inner = inner
+        self.root = Path(root)
+        self.log = OpLog({})
+        self.ids: dict[str, int] = {".": ROOT}
+        self.dirs: set[int] = {ROOT}
+        self._next = 1
+
+    def start(self) -> None:
+        """Snapshot the root as the durable state and start a fresh log."""
+        before = snapshot(self.root)
+        self.ids, self.dirs, self._next = {".": ROOT}, {ROOT}, 1
+        for path, content in sorted(before.items()):
+            self.ids[path] = self._new(content is None)
+        self.log = OpLog(before, dict(self.ids))
+
+    def _new(self, is_dir: bool) -> int:
+        self._next += 1
+        if is_dir:
+            self.dirs.add(self._next - 1)
+        return self._next - 1
+
+    def _add(self, kind: str, path: str, **fields: object) -> None:
+        self.log.ops.append(LowOp(len(self.log.ops), kind, path, **fields))  # type: ignore[arg-type]
+
+    def _entry(self, path: str) -> dict[str, object]:
+        return {"parent": self.ids[_parent_path(path)], "name": path.rsplit("/", 1)[-1]}
+
+    def _subtree(self, path: str) -> list[str]:
+        """`path` and everything below it, deepest first (the order a remove unlinks)."""
+        inside = [p for p in self.ids if p == path or p.startswith(path + "/")]
+        return sorted(inside, key=lambda p: p.count("/"), reverse=True)
+
+    # ----- the Storage protocol ----------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def read(self, path: str) -> bytes:
+        return self.inner.read(path)
+
+    def list(self, path: str) -> list[str]:
+        return self.inner.list(path)
+
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.inner.write(path, data, durable=durable)
+        path = _norm(path)
+        if path not in self.ids:
+            self.ids[path] = self._new(False)
+            self._add("create", path, inode=self.ids[path], **self._entry(path))
+        self._add("data", path, inode=self.ids[path], data=bytes(data))
+        if durable:
+            self._add("fsync_file", path, inode=self.ids[path])
+
+    def mkdir(self, path: str) -> None:
+        self.inner.mkdir(path)
+        parts = _norm(path).split("/")
+        for depth in range(1, len(parts) + 1):  # mkdir -p: each missing ancestor is created
+            here = "/".join(parts[:depth])
+            if here not in self.ids:
+                self.ids[here] = self._new(True)
+                self._add("mkdir", here, inode=self.ids[here], **self._entry(here))
+
+    def rename(self, src: str, dst: str) -> None:
+        self.inner.rename(src, dst)
+        src, dst = _norm(src), _norm(dst)
+        if src == dst:
+            return  # renaming an entry onto itself changes nothing, on disk or here
+        moved = self._subtree(src)
+        entry = self._entry(dst)
+        self._add("rename", src, inode=self.ids[src], **self._entry(src), dst=dst,
+                  dst_parent=entry["parent"], dst_name=entry["name"])
+        for p in self._subtree(dst):
+            del self.ids[p]
+        for p in moved:
+            self.ids[dst + p[len(src):]] = self.ids.pop(p)
+
+    def fsync_dir(self, path: str) -> None:
+        self.inner.fsync_dir(path)
+        path = _norm(path)
+        self._add("fsync_dir", path, inode=self.ids[path])
+
+    def remove(self, path: str) -> None:
+        self.inner.remove(path)
+        for p in self._subtree(_norm(path)):
+            self._add("unlink", p, inode=self.ids[p], **self._entry(p))
+            del self.ids[p]
+
+
+# ----- 2. the crash states -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrashState:
+    """What the disk holds after the power is cut once the first `point` ops were issued."""
+
+    point: int
+    ops: tuple[LowOp, ...]
+    """The ops issued before the cut (the log's prefix)."""
+    persisted: frozenset[int]
+    """Indices of the entry ops and (last) data writes the model let persist in full."""
+    torn: tuple[tuple[int, int], ...]
+    """(data op index, blocks persisted) for data torn at block granularity."""
+    tree: Tree
+    digest: str
+
+    @property
+    def kept(self) -> list[str]:
+        return [o.describe() for o in self.ops if o.index in self.persisted]
+
+    @property
+    def lost(self) -> list[str]:
+        torn = {i for i, _ in self.torn}
+        return [o.describe() for o in _stateful(self.ops) if o.index not in self.persisted and o.index not in torn]
+
+    @property
+    def torn_ops(self) -> list[str]:
+        return [f"{self.ops[i].describe()}: {blocks} of {_blocks(self.ops[i])} blocks persisted"
+                for i, blocks in self.torn]
+
+    def describe(self) -> str:
+        last = self.ops[-1].describe() if self.ops else "nothing"
+        lost = "; ".join(self.lost) or "nothing"
+        torn = "; ".join(self.torn_ops) or "nothing"
+        return f"power cut after op {self.point} ({last}): lost {lost}; torn {torn}"
+
+
+@dataclass
+class Stats:
+    crash_points: int = 0
+    sampled_points: int = 0
+    """Crash points with more combinations than the cap, sampled with the seed."""
+    generated: int = 0
+    duplicates: int = 0
+    explored: int = 0
+
+    def describe(self) -> str:
+        return (f"{self.crash_points} crash points ({self.sampled_points} sampled): {self.generated} states "
+                f"generated, {self.duplicates} duplicates removed, {self.explored} explored")
+
+
+def _blocks(op: LowOp) -> int:
+    return max(1, -(-len(op.data) // BLOCK))
+
+
+def _last_data(ops: tuple[LowOp, ...]) -> dict[int, LowOp]:
+    """Each file's last data write (every write replaces the file, so earlier ones do not matter)."""
+    return {o.inode: o for o in ops if o.kind == "data"}
+
+
+def _stateful(ops: tuple[LowOp, ...]) -> list[LowOp]:
+    """The ops that change what the disk holds: entry ops and each file's last write."""
+    last = {o.index for o in _last_data(ops).values()}
+    return [o for o in ops if o.kind in ENTRY_KINDS or o.index in last]
+
+
+def synced(ops: tuple[LowOp, ...]) -> set[int]:
+    """Rule 1: the ops a later barrier in `ops` makes durable."""
+    out = set()
+    for op in _stateful(ops):
+        later = ops[op.index + 1:]
+        if op.kind == "data":
+            if any(b.kind == "fsync_file" and b.inode == op.inode for b in later):
+                out.add(op.index)
+        elif any(b.kind == "fsync_dir" and b.inode == op.group for b in later):
+            out.add(op.index)
+    return out
+
+
+def _unsynced_groups(ops: tuple[LowOp, ...], durable: set[int]) -> list[list[int]]:
+    """Rule 3: each directory's unsynced entry ops, in order (they persist as a prefix)."""
+    groups: dict[int, list[int]] = {}
+    for op in ops:
+        if op.kind in ENTRY_KINDS and op.index not in durable:
+            groups.setdefault(op.group, []).append(op.index)
+    return [groups[g] for g in sorted(groups)]
+
+
+def _namespace(log: OpLog, ops: tuple[LowOp, ...], persisted: set[int]) -> dict[str, int]:
+    """Rule 5: apply the persisted entry ops in order, by identity; the visible paths."""
+    dirs: dict[int, dict[str, int]] = {ROOT: {}}
+    for path in sorted(log.ids, key=lambda p: p.count("/")):
+        if path != ".":
+            dirs[log.ids[_parent_path(path)]][path.rsplit("/", 1)[-1]] = log.ids[path]
+            if log.before[path] is None:
+                dirs[log.ids[path]] = {}
+    for op in ops:
+        if op.index not in persisted or op.kind not in ENTRY_KINDS or op.parent not in dirs:
+            continue  # lost, or inside a directory whose creation was lost
+        children = dirs[op.parent]
+        if op.kind in ("create", "mkdir"):
+            children[op.name] = op.inode
+            if op.kind == "mkdir":
+                dirs.setdefault(op.inode, {})
+        elif children.get(op.name) == op.inode and (op.kind == "unlink" or op.dst_parent in dirs):
+            del children[op.name]
+            if op.kind == "rename":
+                dirs[op.dst_parent][op.dst_name] = op.inode
+    visible: dict[str, int] = {}
+    todo = [("", ROOT)]
+    while todo:
+        prefix, inode = todo.pop()
+        for name, child in dirs[inode].items():
+            visible[prefix + name] = child
+            if child in dirs:
+                todo.append((prefix + name + "/", child))
+    return visible
+
+
+def _data_options(op: LowOp, renamed_after: bool) -> list[int]:
+    """Rules 2 and 4: blocks of an unsynced write that persist (-1 = all of it, 0 = none)."""
+    if renamed_after:
+        return [-1]
+    return [-1, 0] + list(range(1, _blocks(op)))
+
+
+def _content(op: LowOp, blocks: int) -> bytes:
+    return op.data if blocks == -1 else op.data[: blocks * BLOCK]
+
+
+def _tree(visible: dict[str, int], contents: dict[int, bytes]) -> Tree:
+    dirs = {i for i in visible.values() if i not in contents}
+    return {p: (None if i in dirs else contents[i]) for p, i in visible.items()}
+
+
+def _digest(tree: Tree) -> str:
+    h = hashlib.sha256()
+    for path in sorted(tree):
+        content = tree[path]
+        h.update(path.encode() + (b"/D" if content is None else b"/F" + hashlib.sha256(content).digest()))
+    return h.hexdigest()
+
+
+class _Point:
+    """One crash point: the choices the model leaves open, and the state each gives."""
+
+    def __init__(self, log: OpLog, n: int) -> None:
+        self.log, self.n = log, n
+        self.ops = tuple(log.ops[:n])
+        self.durable = synced(self.ops)
+        self.groups = _unsynced_groups(self.ops, self.durable)
+        self.writes = _last_data(self.ops)
+        self.unsynced = [w for w in self.writes.values() if w.index not in self.durable]
+
+    def bound(self) -> int:
+        combos = 1
+        for g in self.groups:
+            combos *= len(g) + 1
+        for w in self.unsynced:
+            combos *= len(_data_options(w, False))
+        return combos
+
+    def entry_choices(self) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*[range(len(g) + 1) for g in self.groups])
+
+    def persisted_entries(self, prefixes: tuple[int, ...]) -> set[int]:
+        chosen = {i for i in self.durable if self.ops[i].kind in ENTRY_KINDS}
+        for group, k in zip(self.groups, prefixes):
+            chosen.update(group[:k])
+        return chosen
+
+    def data_dims(self, entries: set[int], visible: dict[str, int]) -> list[tuple[LowOp, list[int]]]:
+        shown = set(visible.values())
+        dims = []
+        for w in self.unsynced:
+            if w.inode in shown:
+                renamed = any(self.ops[i].kind == "rename" and self.ops[i].inode == w.inode and i > w.index
+                              for i in entries)
+                dims.append((w, _data_options(w, renamed)))
+        return dims
+
+    def state(self, entries: set[int], visible: dict[str, int], picks: list[tuple[LowOp, int]]) -> CrashState:
+        contents = {i: c for p, i in self.log.ids.items() if (c := self.log.before.get(p)) is not None}
+        persisted = set(entries)
+        for w in self.writes.values():
+            contents[w.inode] = w.data
+            if w.index in self.durable:
+                persisted.add(w.index)
+        for op in self.ops:  # a created file whose data was not yet written is empty
+            if op.kind == "create" and op.inode not in self.writes:
+                contents[op.inode] = b""
+        torn = []
+        for w, blocks in picks:
+            contents[w.inode] = _content(w, blocks)
+            if blocks == -1:
+                persisted.add(w.index)
+            elif blocks > 0:
+                torn.append((w.index, blocks))
+        tree = _tree(visible, contents)
+        return CrashState(self.n, self.ops, frozenset(persisted), tuple(torn), tree, _digest(tree))
+
+    def every(self) -> Iterator[CrashState]:
+        for prefixes in self.entry_choices():
+            entries = self.persisted_entries(prefixes)
+            visible = _namespace(self.log, self.ops, entries)
+            dims = self.data_dims(entries, visible)
+            for blocks in itertools.product(*[options for _, options in dims]):
+                yield self.state(entries, visible, [(w, b) for (w, _), b in zip(dims, blocks)])
+
+    def sample(self, rng: random.Random, count: int) -> Iterator[CrashState]:
+        for _ in range(count):
+            entries = self.persisted_entries(tuple(rng.randrange(len(g) + 1) for g in self.groups))
+            visible = _namespace(self.log, self.ops, entries)
+            dims = self.data_dims(entries, visible)
+            yield self.state(entries, visible, [(w, rng.choice(options)) for w, options in dims])
+
+
+def states_at(log: OpLog, point: int, seed: int = 0, cap: int = 64) -> list[CrashState]:
+    """The distinct states of one crash point (after the first `point` ops)."""
+    states, _ = _explore(log, [point], seed, cap)
+    return states
+
+
+def crash_states(log: OpLog, seed: int = 0, cap: int = 64) -> tuple[list[CrashState], Stats]:
+    """Every state the model allows at every crash point (after 0..len(ops) ops), deduplicated
+    by the materialised tree; a crash point with more than `cap` combinations is sampled
+    `cap` times with `seed` instead of enumerated."""
+    return _explore(log, range(len(log.ops) + 1), seed, cap)
+
+
+def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[list[CrashState], Stats]:
+    if cap < 1:
+        raise ValueError(f"cap={cap} explores nothing: use a cap of at least 1")
+    rng = random.Random(seed)
+    stats = Stats()
+    seen: set[str] = set()
+    out: list[CrashState] = []
+    for n in points:
+        point = _Point(log, n)
+        stats.crash_points += 1
+        if point.bound() > cap:
+            stats.sampled_points += 1
+            states = point.sample(rng, cap)
+        else:
+            states = point.every()
+        for state in states:
+            stats.generated += 1
+            if state.digest in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(state.digest)
+            out.append(state)
+    stats.explored = len(out)
+    return out, stats
+
+
+# ----- 3. materialising ----------------------------------------------------------------------
+
+
+def materialise(state: CrashState | Tree, root: Path) -> Path:
+    """Write the state's tree into `root` (created; must be empty): the disk after the cut."""
+    tree = state.tree if isinstance(state, CrashState) else state
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        raise FileExistsError(f"{root} is not empty: materialise a crash state into a fresh directory")
+    for path in sorted(tree, key=lambda p: p.count("/")):
+        target = root / check_relative(path)  # a recorded path never leaves the root
+        content = tree[path]
+        if content is None:
+            target.mkdir()
+        else:
+            target.write_bytes(content)
+    return root
+
+
+# ----- recording a writer's real save ------------------------------------------------------
+
+
+def record_save(writer: str = "reference", step: int | None = None) -> OpLog:
+    """The low-level ops of the writer's save at `step` (faults/sweep.py CRASH_STEP), after
+    the job's earlier saves, which form the durable state before it. In-process, like
+    faults/sweep.py `record_save_ops` (the same trainer state and the same order of saves)."""
+    import torch
+
+    from trainwreck.faults.plan import save_steps
+    from trainwreck.faults.sweep import CRASH_STEP, SWEEP_CONFIG, WORLD_SIZES
+    from trainwreck.trainer.config import TrainConfig
+    from trainwreck.trainer.entry import trainer_class
+    from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.hooks import NoHooks
+    from trainwreck.trainer.loop import lr_factor
+    from trainwreck.trainer.model import MLP
+    from trainwreck.trainer.sampler import ElasticSampler
+    from trainwreck.trainer.state import TrainState, capture_rng, state_digest, training_files
+    from trainwreck.trainer.storage import LocalStorage
+
+    step = CRASH_STEP if step is None else step
+    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
+    torch.manual_seed(cfg.seed)
+    model = MLP(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
+    state = TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=None)
+    sampler = ElasticSampler(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
+    with tempfile.TemporaryDirectory(prefix="trainwreck-powerloss-record-") as tmp:
+        root = Path(tmp) / "checkpoints"
+        root.mkdir()
+        events = EventLog(Path(tmp) / "events" / "record.jsonl", attempt=0, rank=0, world_size=1)
+        recorder = PowerLossRecorder(LocalStorage(root), root)
+        store = trainer_class(writer).store_class(recorder, events, NoHooks(), cfg.keep_last)
+        for s in [s for s in save_steps(cfg) if s <= step]:
+            state.step = s
+            files = training_files(state, sampler.state_dict(), [capture_rng()] * WORLD_SIZES[0], cfg.identity())
+            meta = {"world_size": WORLD_SIZES[0], "config_identity": cfg.identity(),
+                    "digest": state_digest(state), "attempt": 0}
+            recorder.start()  # what the earlier saves left is the durable state before this one
+            store.save(s, files, meta)
+        events.close()
+        return recorder.log
