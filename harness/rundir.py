@@ -23,7 +23,7 @@ def run_json(spec: JobSpec) -> dict[str, Any]:
         spec.config, list(spec.world_sizes), hang_timeout_s=spec.hang_timeout_s, faults=spec.plan,
         max_restarts=spec.max_restarts, launcher=spec.launcher, hang_slack_s=HANG_SLACK_S,
         checkpoint_timeout_s=spec.checkpoint_budget_s, startup_timeout_s=spec.startup_budget_s,
-        entry=spec.entry, hooks_factory=spec.hooks_factory)
+        entry=spec.entry, hooks_factory=spec.hooks_factory, scenario=spec.scenario)
 
 
 def check_run_dir(path: Path) -> None:

@@ -75,7 +75,8 @@ def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", variant: str
              **overrides: Any) -> JobSpec:
     return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
                    plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
-                   launcher=launcher, run_dir=out, keep=True, **overrides)
+                   launcher=launcher, run_dir=out, keep=True,
+                   scenario=None if scenario.name == "custom" else scenario.about(), **overrides)
 
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,

@@ -30,6 +30,11 @@ class Scenario:
     hang_timeout_s: float = 3.0
     """The watchdog's timeout for this scenario."""
 
+    def about(self) -> dict[str, Any]:
+        """What a report quotes of the scenario (recorded in run.json)."""
+        return {"name": self.name, "summary": self.summary, "question": self.question,
+                "threatens": list(self.threatens)}
+
     def train_config(self) -> TrainConfig:
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **self.config})
 

@@ -51,6 +51,9 @@ class JobSpec:
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
     """Which hang watchdog supervises: 'reference', or a planted defect from harness/watchdogs.py (self-tests)."""
+    scenario: dict[str, Any] | None = None
+    """The built-in scenario this job runs (name, summary, question, threatens), recorded in
+    run.json so a report can quote it without knowing where the job came from."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, TrainConfig):

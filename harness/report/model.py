@@ -8,8 +8,8 @@ run's first event. It reads only the run directory: verdicts.json when present
 from __future__ import annotations
 
 import json
-import re
 import shlex
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     }
     cause = root_cause(run_dir, raw)
     report["root_cause"] = cause.to_json() if cause is not None else None
-    report["scenario"] = _scenario(report.get("reproduce"))
+    report["scenario"] = _scenario(raw.spec, report.get("reproduce"))
     report["totals"] = _totals(report)
     report["angles"] = interview_angles(report)
     report["headline"] = headline(report)
@@ -121,22 +121,21 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _scenario(reproduce: str | None) -> dict[str, Any] | None:
-    """The built-in scenario a run came from: the word after `trainwreck run` in its reproduce command."""
-    if not reproduce:
-        return None
+def _scenario(spec: dict[str, Any], reproduce: str | None) -> dict[str, Any] | None:
+    """The scenario the run came from, as the harness recorded it in run.json; for a run
+    directory written before it did, just the name from its reproduce command."""
+    scenario = spec.get("scenario")
+    if isinstance(scenario, dict) and isinstance(scenario.get("name"), str):
+        return {"name": scenario["name"], "summary": str(scenario.get("summary") or ""),
+                "question": str(scenario.get("question") or ""),
+                "threatens": [t for t in scenario.get("threatens") or [] if isinstance(t, str)]}
     try:
-        words = shlex.split(reproduce)
+        words = shlex.split(reproduce or "")
     except ValueError:
         return None
     if len(words) < 3 or words[:2] != ["trainwreck", "run"] or words[2].startswith("-"):
         return None
-    try:
-        from trainwreck.harness.scenarios import get_scenario  # light: no torch
-        s = get_scenario(words[2])
-    except (KeyError, ImportError):
-        return {"name": words[2], "summary": "", "question": ""}
-    return {"name": s.name, "summary": s.summary, "question": s.question, "threatens": list(s.threatens)}
+    return {"name": words[2], "summary": "", "question": "", "threatens": []}
 
 
 def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
