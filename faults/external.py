@@ -2,12 +2,13 @@
 
 Kinds (other kinds in a plan belong to in-rank injectors and are ignored here):
 
-``signal``     {id, kind, rank, signal: SIGKILL|SIGSTOP|SIGTERM, step | at_s, [attempt], [expect]}
-``node_loss``  {id, kind, ranks: [..], [signal: default SIGKILL], step | at_s, [attempt]}
+``signal``     {id, kind, rank, signal: SIGKILL|SIGSTOP|SIGTERM, step | at_s, [from_attempt], [expect]}
+``node_loss``  {id, kind, ranks: [..], [signal: default SIGKILL], step | at_s, [from_attempt]}
 
 ``step`` fires once the rank's progress board reports step >= N (any phase; for a
 node loss, once any of its ranks does); ``at_s`` fires that many seconds after the
-attempt started. ``attempt`` (default 0) is the first attempt allowed to fire it.
+attempt started. ``from_attempt`` (default 0) is the first attempt allowed to fire it (an
+in-rank fault's ``attempt`` means exactly that attempt; a signal can only wait for one).
 Each fault fires at most once per run. This module is pure: it decides what is
 due, the supervisor records the ``fault`` event and sends the signal.
 """
@@ -18,14 +19,13 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from trainwreck.trainer.config import InputError
+from trainwreck.faults.errors import PlanError
 
 EXTERNAL_KINDS = ("signal", "node_loss")
+"""The kinds the harness applies from outside the ranks (faults/plan.py's HARNESS kinds are these)."""
 SIGNALS = {"SIGKILL": _signal.SIGKILL, "SIGSTOP": _signal.SIGSTOP, "SIGTERM": _signal.SIGTERM}
-
-
-class FaultError(InputError):
-    """A fault in the plan is malformed; the message names the fault id and the field."""
+FaultError = PlanError
+"""The same error as every other plan check raises (kept as a name for the harness's own callers)."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class ExternalFault:
     """Fire when a target rank reports step >= this (None: use at_s)."""
     at_s: float | None
     """Fire this many seconds after the attempt started (None: use step)."""
-    attempt: int
-    """First attempt in which the fault may fire."""
+    from_attempt: int
+    """First attempt in which the fault may fire (it fires at most once per run)."""
 
     @property
     def signum(self) -> int:
@@ -89,8 +89,12 @@ def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
         if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
             raise FaultError(f"fault {fid!r}: at_s={at_s!r} must be a number of seconds >= 0")
         at_s = float(at_s)
-    attempt = _int_field(raw, "attempt", fid) if "attempt" in raw else 0
-    return ExternalFault(id=fid, kind=kind, ranks=ranks, signal=name, step=step, at_s=at_s, attempt=attempt)
+    if "attempt" in raw:
+        raise FaultError(f"fault {fid!r}: field 'attempt' means 'exactly this attempt', which the harness cannot "
+                         "promise for a signal; use 'from_attempt' (the first attempt that may fire it)")
+    from_attempt = _int_field(raw, "from_attempt", fid) if "from_attempt" in raw else 0
+    return ExternalFault(id=fid, kind=kind, ranks=ranks, signal=name, step=step, at_s=at_s,
+                         from_attempt=from_attempt)
 
 
 class ExternalFaults:
@@ -121,7 +125,7 @@ class ExternalFaults:
         """Faults to fire now, marked fired. `steps_by_rank`: latest published step per rank."""
         out = []
         for fault in self.pending():
-            if attempt < fault.attempt or any(r >= world_size for r in fault.ranks):
+            if attempt < fault.from_attempt or any(r >= world_size for r in fault.ranks):
                 continue  # not yet, or this attempt has no such rank (it may in a later one)
             if fault.at_s is not None:
                 ready = elapsed_s >= fault.at_s

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
+from trainwreck.faults.errors import PlanError
+from trainwreck.faults.external import EXTERNAL_KINDS, parse_fault
 from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
 
 PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
@@ -26,8 +28,6 @@ PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
 IN_RANK, STORAGE, BETWEEN, HARNESS = "in-rank", "in-rank storage", "between attempts", "harness"
 
 
-class PlanError(InputError):
-    """A plan is unusable; the message names the fault id, the field, the bad value and the fix."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ def _step(required: bool = True, default: int | None = None, doc: str = "") -> F
 
 _ATTEMPT = Field(INT, default=0, minimum=0,
                  doc="the attempt it fires in (redo work after a restart does not fire it again)")
+_FROM_ATTEMPT = Field(INT, default=0, minimum=0,
+                      doc="the first attempt that may fire it: the harness waits for an attempt that has its "
+                          "ranks and reaches its step; it fires at most once per run")
 _POINT = Field(STR, default=fp.STEP_START, choices=fp.ALL_POINTS, doc="the fault point it fires at")
 _EXPECT = Field(STR, choices=("hang",), doc='"hang": the harness must detect a hang')
 _SECONDS = Field(NUM, required=True, minimum=0, doc="seconds")
@@ -150,13 +153,15 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("signal", HARNESS, "the harness sends a signal to one rank", ("progress", "hang", "atomicity"),
           rank=_rank(), signal=Field(STR, required=True, choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
-          attempt=_ATTEMPT, expect=_EXPECT),
+          from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
     _kind("node_loss", HARNESS, "the harness kills a group of ranks at once", ("progress", "atomicity"),
           ranks=Field((list,), required=True, doc="a non-empty list of ranks"),
           signal=Field(STR, default="SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
-          attempt=_ATTEMPT, expect=_EXPECT),
+          from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
 )}
+# One list of the kinds the harness applies: faults/external.py's, which this table describes.
+assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)
 
 # Corruption is applied when attempt 1 starts unless the plan says otherwise.
 _KIND_DEFAULTS = {"corrupt": {"attempt": 1}}
@@ -197,7 +202,9 @@ def check_fault(raw: Any, index: int = 0) -> dict[str, Any]:
             raise PlanError(f"fault {fid}: kind {kind_name!r} needs field {name!r} ({spec.describe_type()})")
     for name, value in raw.items():
         if name not in kind.fields:
-            raise PlanError(f"fault {fid}: field {name!r} is not a field of kind {kind_name!r}; "
+            hint = (" ('attempt' means exactly that attempt, which a signal cannot promise: use 'from_attempt')"
+                    if name == "attempt" and "from_attempt" in kind.fields else "")
+            raise PlanError(f"fault {fid}: field {name!r} is not a field of kind {kind_name!r}{hint}; "
                             f"its fields: {', '.join(kind.fields)}")
         _check_value(fid, name, value, kind.fields[name])
     _check_kind_rules(fid, kind, raw)
@@ -235,16 +242,11 @@ def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
 
 def _check_external(fid: str, raw: Mapping[str, Any]) -> None:
     """The harness's own parser decides; its message already names id and field."""
-    from trainwreck.faults.external import FaultError, parse_fault
-
     if raw["kind"] == "node_loss":
         for r in raw["ranks"]:
             if not isinstance(r, int) or isinstance(r, bool) or r < 0:
                 raise PlanError(f"fault {fid}: field 'ranks' holds {r!r}; it must list integers >= 0")
-    try:
-        parse_fault(raw)
-    except FaultError as exc:
-        raise PlanError(str(exc)) from None
+    parse_fault(raw)
 
 
 # ----- the plan ----------------------------------------------------------------------
@@ -392,7 +394,7 @@ def validate_plan(plan: str | Sequence[Mapping[str, Any]] | Plan, cfg: TrainConf
 
 def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]) -> None:
     fid, kind = repr(fault["id"]), KINDS[fault["kind"]]
-    attempt = fault.get("attempt", 0)
+    attempt = fault.get("from_attempt" if kind.where == HARNESS else "attempt", 0)
     if kind.where == HARNESS:
         # The harness waits for an attempt that has the rank, so any later one will do.
         largest = max(sizes[min(attempt, len(sizes) - 1):])

@@ -17,11 +17,11 @@ import signal
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from trainwreck.faults.external import EXTERNAL_KINDS  # applied by the harness, not by in-rank hooks
 from trainwreck.harness.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDir, read_run_json
 
-EXTERNAL_KINDS = ("signal", "node_loss")  # applied by the harness, not by in-rank hooks
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
 
 

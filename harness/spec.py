@@ -110,13 +110,13 @@ class JobSpec:
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
         # Every fault is checked against this job (kinds, fields, ranks, steps) before any
         # process starts; the external ones also by the injector the harness will run.
-        from trainwreck.faults.external import ExternalFaults, FaultError
+        from trainwreck.faults.external import ExternalFaults
         from trainwreck.faults.plan import PlanError, validate_plan
         try:
             ExternalFaults(self.plan)
             if self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
                 validate_plan(self.plan, self.config, sizes)
-        except (FaultError, PlanError) as exc:
+        except PlanError as exc:
             raise SpecError(str(exc)) from None
         if self.run_dir is not None:
             object.__setattr__(self, "run_dir", Path(self.run_dir))

@@ -29,10 +29,10 @@ def random_kill_plan(rng: random.Random, attempts: int) -> list[dict]:
     for i in range(attempts):
         at_s = round(rng.uniform(0.0, 0.4), 3)
         if rng.random() < 0.3:
-            plan.append({"id": f"n{i}", "kind": "node_loss", "ranks": [0, 1], "at_s": at_s, "attempt": i})
+            plan.append({"id": f"n{i}", "kind": "node_loss", "ranks": [0, 1], "at_s": at_s, "from_attempt": i})
         else:
             plan.append({"id": f"k{i}", "kind": "signal", "rank": rng.randrange(2),
-                         "signal": rng.choice(["SIGKILL", "SIGTERM"]), "at_s": at_s, "attempt": i})
+                         "signal": rng.choice(["SIGKILL", "SIGTERM"]), "at_s": at_s, "from_attempt": i})
     return plan
 
 

@@ -71,7 +71,7 @@ def test_a_malformed_external_fault_names_its_id_and_field(fault: dict, message:
 def test_external_faults_fire_once_at_their_step_or_time_and_not_before_their_attempt() -> None:
     faults = ExternalFaults([
         {"id": "k", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 5},
-        {"id": "t", "kind": "node_loss", "ranks": [0, 1], "at_s": 2.0, "attempt": 1},
+        {"id": "t", "kind": "node_loss", "ranks": [0, 1], "at_s": 2.0, "from_attempt": 1},
         {"id": "x", "kind": "kill", "rank": 0, "step": 1},  # in-rank: not the harness's
         {"id": "big", "kind": "signal", "rank": 3, "signal": "SIGTERM", "step": 1},
     ])

@@ -82,7 +82,7 @@ def test_a_rank_three_times_slower_than_the_others_is_not_reported_as_hung(tmp_p
 def test_restarts_that_do_not_advance_the_checkpoint_stop_as_no_progress(tmp_path: Path) -> None:
     run = tmp_path / "run"
     # Every attempt is killed before its first checkpoint (step 4), so restarts go nowhere.
-    plan = [{"id": f"k{i}", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 2, "attempt": i}
+    plan = [{"id": f"k{i}", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 2, "from_attempt": i}
             for i in range(4)]
     record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=12), world_sizes=(2,), plan=plan,
                              max_restarts=5, run_dir=run))
@@ -95,7 +95,7 @@ def test_restarts_that_do_not_advance_the_checkpoint_stop_as_no_progress(tmp_pat
 def test_the_restart_budget_ends_a_job_whose_every_attempt_fails(tmp_path: Path) -> None:
     run = tmp_path / "run"
     plan = [{"id": "k0", "kind": "signal", "rank": 0, "signal": "SIGTERM", "step": 5},
-            {"id": "k1", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 10, "attempt": 1}]
+            {"id": "k1", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 10, "from_attempt": 1}]
     record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=12), world_sizes=(2,), plan=plan,
                              max_restarts=1, run_dir=run))
     assert (record.status, record.outcome, record.attempts) == ("failed", "budget_exhausted", 2)

@@ -1,0 +1,8 @@
+"""The one error a fault plan raises, whichever part of faults/ checks it."""
+from __future__ import annotations
+
+from trainwreck.trainer.config import InputError
+
+
+class PlanError(InputError):
+    """A plan is unusable; the message names the fault id, the field, the bad value and the fix."""
