@@ -72,3 +72,16 @@ def test_a_torn_deeply_nested_last_line_is_skipped_not_fatal(builder, capsys):
     b.raw_line(b.attempts[0].file(0), '{"kind": "step", "t": ' + "[" * 100_000)
     code, _ = check(b.write(), capsys)
     assert code == 0
+
+
+def test_a_golden_run_missing_steps_makes_the_verdict_unknown(builder, tmp_path, capsys):
+    run_dir = valid_run(builder(total_steps=4)).write()
+    whole = valid_run(HistoryBuilder(tmp_path / "whole", total_steps=4)).write()
+    assert check(run_dir, capsys, "--golden", str(whole))[0] == 0  # the same golden, complete, passes
+    short = HistoryBuilder(tmp_path / "short", total_steps=4)
+    short.attempt(2).train(2, save_every=2)
+    short.end(final_step=2)
+    code = main([str(run_dir), "--golden", str(short.write()), "--json"])
+    verdicts = json.loads(capsys.readouterr().out)["verdicts"]
+    assert code == 2
+    assert verdicts["continuity"]["valid"] == "unknown" and verdicts["coverage"]["valid"] == "unknown"
