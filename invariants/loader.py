@@ -40,15 +40,18 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "save": (("attempt", _INT), ("step", _INT), ("checkpoint", _STR)),
     # run.json's fault ids are strings, so an event naming one is too; a list
     # or object here could not be matched to a planned fault (or hashed).
-    "fault": (("attempt", _INT), ("fault_id", _STR)),
+    "fault": (("fault_id", _STR),),
     "prune": (("attempt", _INT), ("checkpoint", _STR)),
-    "hang": (("attempt", _INT), ("ranks", _INTS)),
+    "hang": (("ranks", _INTS),),
     "exit": (),
     "end": (("status", _STR), ("final_step", _INT)),
     # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
     "attempt": (),
 }
 _DENSE = frozenset(["step", "batch"])
+# Harness events: DESIGN.md asks no `attempt` of them; one without it is
+# placed by its time `t` (see _place_by_time).
+_HARNESS = frozenset(["fault", "hang", "exit", "end"])
 
 def _reject_constant(name: str) -> Any:
     # Python's json accepts NaN and Infinity; JSON does not, and a non-finite
@@ -96,7 +99,35 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
+    _place_by_time(history)
     return history
+
+
+def _place_by_time(history: History) -> None:
+    """Give each harness event without `attempt` the attempt its time puts it in.
+
+    An attempt begins at its first rank event. A hang, an exit or a fault on a
+    rank belongs to the latest attempt begun by its time; damage the harness
+    did to a checkpoint (rank null) belongs to no running attempt, so it is
+    placed before the next one to begin - the first that could restore it -
+    and atomicity carries it to every later attempt that considers it."""
+    starts: dict[int, float] = {}
+    for ev in history.events:
+        if ev["kind"] not in _HARNESS and "attempt" in ev:
+            starts[ev["attempt"]] = min(starts.get(ev["attempt"], ev["t"]), ev["t"])
+    for (attempt, _), log in history.logs.items():
+        if log.first_pos is not None:
+            starts[attempt] = min(starts.get(attempt, log.first_pos[0]), log.first_pos[0])
+    order = sorted(starts, key=lambda a: (starts[a], a))
+    for ev in history.events:
+        if ev["kind"] not in _HARNESS or "attempt" in ev or not order:
+            continue
+        begun = [a for a in order if starts[a] <= ev["t"]]
+        if ev["kind"] == "fault" and ev.get("rank") is None and isinstance(ev.get("checkpoint"), str):
+            later = [a for a in order if starts[a] > ev["t"]]
+            ev["attempt"] = later[0] if later else order[-1]
+        else:
+            ev["attempt"] = begun[-1] if begun else order[0]
 
 
 # ---------------------------------------------------------------- run.json
@@ -267,6 +298,8 @@ def _validate(ev: Any, src: str, line: int) -> str:
     t = ev["t"]
     if type(t) not in _TIME_TYPES or not -_T_LIMIT < t < _T_LIMIT:  # exact for huge ints; false for NaN
         raise _bad(src, line, f"field 't' must be a finite number of seconds, got {str(t)[:40]!r}")
+    if kind in _HARNESS and "attempt" in ev and not (type(ev["attempt"]) is int and ev["attempt"] >= 0):
+        raise _bad(src, line, f"{kind} event: field 'attempt' must be {_INT}, got {ev['attempt']!r} (or leave it out: the time places it)")
     for name, what in REQUIRED.get(kind, ()):
         if name not in ev:
             raise _bad(src, line, f"{kind} event: missing field {name!r}")
