@@ -40,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
                 golden = load_history(args.golden)
             except InputError as exc:
                 raise InputError(f"golden run: {exc}") from None
+        judgement = judge(history, golden)
     except InputError as exc:
         return _unusable(str(exc), args.json)
-    judgement = judge(history, golden)
+    except (RecursionError, TypeError, ValueError, OverflowError, KeyError, AttributeError) as exc:
+        # Last guard: a shape the loader let through that a checker could not
+        # use is still unusable input (exit 2, one line), never a traceback.
+        return _unusable(f"{args.run_dir}: input the checker could not use ({type(exc).__name__}: {str(exc)[:200]})", args.json)
     if args.json:
         payload: dict[str, Any] = {"run_dir": args.run_dir, **judgement.to_json()}
         if args.golden:

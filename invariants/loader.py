@@ -38,17 +38,31 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "batch": (("attempt", _INT), ("rank", _INT), ("world_size", _INT), ("step", _INT), ("epoch", _INT), ("samples", _INTS)),
     "step": (("attempt", _INT), ("rank", _INT), ("world_size", _INT), ("step", _INT)),
     "save": (("attempt", _INT), ("step", _INT), ("checkpoint", _STR)),
-    "fault": (("attempt", _INT), ("fault_id", _ANY)),
+    # run.json's fault ids are strings, so an event naming one is too; a list
+    # or object here could not be matched to a planned fault (or hashed).
+    "fault": (("fault_id", _STR),),
     "prune": (("attempt", _INT), ("checkpoint", _STR)),
-    "hang": (("attempt", _INT), ("ranks", _INTS)),
+    "hang": (("ranks", _INTS),),
     "exit": (),
     "end": (("status", _STR), ("final_step", _INT)),
     # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
     "attempt": (),
 }
 _DENSE = frozenset(["step", "batch"])
+# Harness events: DESIGN.md asks no `attempt` of them; one without it is
+# placed by its time `t` (see _place_by_time).
+_HARNESS = frozenset(["fault", "hang", "exit", "end"])
 
-_DECODER = json.JSONDecoder()
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not, and a non-finite
+    # time or step would compare false with everything and judge silently.
+    raise ValueError(f"{name} is not a JSON number; write a finite number")
+
+
+# Called only for the literals NaN/Infinity/-Infinity, so the fast path keeps its speed.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+# A time beyond this is no clock reading; it also keeps float(t) from overflowing.
+_T_LIMIT = 1e300
 _SCAN = json.scanner.make_scanner(_DECODER)  # type: ignore[attr-defined]
 _TIME_TYPES = frozenset([int, float])
 _INT_TYPE = frozenset([int])
@@ -85,7 +99,35 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
+    _place_by_time(history)
     return history
+
+
+def _place_by_time(history: History) -> None:
+    """Give each harness event without `attempt` the attempt its time puts it in.
+
+    An attempt begins at its first rank event. A hang, an exit or a fault on a
+    rank belongs to the latest attempt begun by its time; damage the harness
+    did to a checkpoint (rank null) belongs to no running attempt, so it is
+    placed before the next one to begin - the first that could restore it -
+    and atomicity carries it to every later attempt that considers it."""
+    starts: dict[int, float] = {}
+    for ev in history.events:
+        if ev["kind"] not in _HARNESS and "attempt" in ev:
+            starts[ev["attempt"]] = min(starts.get(ev["attempt"], ev["t"]), ev["t"])
+    for (attempt, _), log in history.logs.items():
+        if log.first_pos is not None:
+            starts[attempt] = min(starts.get(attempt, log.first_pos[0]), log.first_pos[0])
+    order = sorted(starts, key=lambda a: (starts[a], a))
+    for ev in history.events:
+        if ev["kind"] not in _HARNESS or "attempt" in ev or not order:
+            continue
+        begun = [a for a in order if starts[a] <= ev["t"]]
+        if ev["kind"] == "fault" and ev.get("rank") is None and isinstance(ev.get("checkpoint"), str):
+            later = [a for a in order if starts[a] > ev["t"]]
+            ev["attempt"] = later[0] if later else order[-1]
+        else:
+            ev["attempt"] = begun[-1] if begun else order[0]
 
 
 # ---------------------------------------------------------------- run.json
@@ -104,9 +146,11 @@ def load_spec(run_dir: str) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     try:
-        spec = json.loads(raw)
+        spec = _DECODER.decode(raw if isinstance(raw, str) else raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply to read; run.json holds a flat spec") from None
     except ValueError as exc:  # not UTF-8
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(spec, dict):
@@ -191,8 +235,8 @@ def _parse(history: History, data: bytes, src: str) -> tuple[list[Any], Sequence
     if text[0] == "{" and text[-1] == "}" and text.count("}\n") == breaks and text.count("\n{") == breaks:
         try:
             parsed = _SCAN("[" + text.replace("\n", ",") + "]", 0)[0]
-        except (ValueError, StopIteration):
-            parsed = None
+        except (ValueError, StopIteration, RecursionError):
+            parsed = None  # the line-by-line pass names the line
         if parsed is not None and len(parsed) == breaks + 1:
             return parsed, range(1, breaks + 2)
     return _parse_lines(text.split("\n"), src)
@@ -216,7 +260,7 @@ def _decode(history: History, data: bytes, src: str) -> str:
 def _parses(line: str) -> bool:
     try:
         _DECODER.decode(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -232,6 +276,8 @@ def _parse_lines(lines: list[str], src: str) -> tuple[list[Any], list[int]]:
             parsed.append(decode(line))
         except ValueError as exc:
             raise _bad(src, index + 1, f"not valid JSON ({exc}); only a file's last line may be torn") from None
+        except RecursionError:
+            raise _bad(src, index + 1, "JSON nested too deeply to read; an event is a flat object") from None
         numbers.append(index + 1)
     return parsed, numbers
 
@@ -249,8 +295,11 @@ def _validate(ev: Any, src: str, line: int) -> str:
     kind = ev["kind"]
     if type(kind) is not str:
         raise _bad(src, line, f"field 'kind' must be a string, got {kind!r}")
-    if type(ev["t"]) not in _TIME_TYPES:
-        raise _bad(src, line, f"field 't' must be a number, got {ev['t']!r}")
+    t = ev["t"]
+    if type(t) not in _TIME_TYPES or not -_T_LIMIT < t < _T_LIMIT:  # exact for huge ints; false for NaN
+        raise _bad(src, line, f"field 't' must be a finite number of seconds, got {str(t)[:40]!r}")
+    if kind in _HARNESS and "attempt" in ev and not (type(ev["attempt"]) is int and ev["attempt"] >= 0):
+        raise _bad(src, line, f"{kind} event: field 'attempt' must be {_INT}, got {ev['attempt']!r} (or leave it out: the time places it)")
     for name, what in REQUIRED.get(kind, ()):
         if name not in ev:
             raise _bad(src, line, f"{kind} event: missing field {name!r}")
