@@ -32,7 +32,6 @@ import hashlib
 import itertools
 import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -495,42 +494,16 @@ def materialise(state: CrashState | Tree, root: Path) -> Path:
 
 def record_save(writer: str = "reference", step: int | None = None) -> OpLog:
     """The low-level ops of the writer's save at `step` (faults/sweep.py CRASH_STEP), after
-    the job's earlier saves, which form the durable state before it. In-process, like
-    faults/sweep.py `record_save_ops` (the same trainer state and the same order of saves)."""
-    import torch
+    the job's earlier saves, which form the durable state before it: the same replay as the
+    crash-point sweep's recording, through a PowerLossRecorder."""
+    from trainwreck.faults.sweep import CRASH_STEP, replay_saves
 
-    from trainwreck.faults.plan import save_steps
-    from trainwreck.faults.sweep import CRASH_STEP, SWEEP_CONFIG, WORLD_SIZES
-    from trainwreck.trainer.config import TrainConfig
-    from trainwreck.trainer.entry import trainer_class
-    from trainwreck.trainer.events import EventLog
-    from trainwreck.trainer.hooks import NoHooks
-    from trainwreck.trainer.loop import lr_factor
-    from trainwreck.trainer.model import MLP
-    from trainwreck.trainer.sampler import ElasticSampler
-    from trainwreck.trainer.state import TrainState, capture_rng, state_digest, training_files
-    from trainwreck.trainer.storage import LocalStorage
+    recorders: list[PowerLossRecorder] = []
 
-    step = CRASH_STEP if step is None else step
-    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
-    torch.manual_seed(cfg.seed)
-    model = MLP(cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
-    state = TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=None)
-    sampler = ElasticSampler(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
-    with tempfile.TemporaryDirectory(prefix="trainwreck-powerloss-record-") as tmp:
-        root = Path(tmp) / "checkpoints"
-        root.mkdir()
-        events = EventLog(Path(tmp) / "events" / "record.jsonl", attempt=0, rank=0, world_size=1)
-        recorder = PowerLossRecorder(LocalStorage(root), root)
-        store = trainer_class(writer).store_class(recorder, events, NoHooks(), cfg.keep_last)
-        for s in [s for s in save_steps(cfg) if s <= step]:
-            state.step = s
-            files = training_files(state, sampler.state_dict(), [capture_rng()] * WORLD_SIZES[0], cfg.identity())
-            meta = {"world_size": WORLD_SIZES[0], "config_identity": cfg.identity(),
-                    "digest": state_digest(state), "attempt": 0}
-            recorder.start()  # what the earlier saves left is the durable state before this one
-            store.save(s, files, meta)
-        events.close()
-        return recorder.log
+    def wrap(inner: Storage, root: Path) -> Storage:
+        recorders.append(PowerLossRecorder(inner, root))
+        return recorders[-1]
+
+    # What the earlier saves left is the durable state before the recorded one.
+    replay_saves(writer, wrap, lambda storage: storage.start(), CRASH_STEP if step is None else step)  # type: ignore[attr-defined]
+    return recorders[0].log

@@ -9,6 +9,7 @@ Events that other processes or the judge must see even if this process dies next
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -31,7 +32,11 @@ class EventLog:
 
     def emit(self, kind: str, **fields: Any) -> None:
         event = {"kind": kind, "t": time.time(), **self._base, **fields}
-        self._buffer.append(json.dumps(event, separators=(",", ":")))
+        try:
+            line = json.dumps(event, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a NaN loss is evidence, but NaN is not JSON: write null and say so
+            line = json.dumps(_finite(event), separators=(",", ":"), allow_nan=False)
+        self._buffer.append(line)
         if kind in URGENT_KINDS:
             self.flush()
 
@@ -47,3 +52,19 @@ class EventLog:
             self.flush()
             os.close(self._fd)
             self._fd = -1
+
+
+def _finite(event: dict[str, Any]) -> dict[str, Any]:
+    """The event with every non-finite number (NaN, +-inf) as null, and `nonfinite` naming
+    the fields that held one (a diverged loss must stay visible, as valid JSON)."""
+    out: dict[str, Any] = {}
+    bad: list[str] = []
+    for key, value in event.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key], bad = None, bad + [key]
+        elif isinstance(value, dict):
+            out[key] = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in value.items()}
+            bad += [f"{key}.{k}" for k, v in value.items() if isinstance(v, float) and not math.isfinite(v)]
+        else:
+            out[key] = value
+    return {**out, "nonfinite": bad}

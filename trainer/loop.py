@@ -7,8 +7,6 @@ everything a judge needs is in the event log.
 """
 from __future__ import annotations
 
-import math
-import random
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -27,11 +25,12 @@ from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.model import MLP, draw_noise_key
+from trainwreck.trainer.model import draw_noise_key
 from trainwreck.trainer.progress import ProgressBoard
 from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
-from trainwreck.trainer.state import TrainState, capture_rng, restore_rng, state_digest, training_files
+from trainwreck.trainer.state import (TrainState, capture_rng, checkpoint_meta, fresh_state, restore_rng, state_digest,
+                                     training_files)
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 
@@ -39,14 +38,6 @@ def resolve_backend(cfg: TrainConfig, device: torch.device) -> str:
     if cfg.backend != "auto":
         return cfg.backend
     return "nccl" if device.type == "cuda" else "gloo"
-
-
-def lr_factor(cfg: TrainConfig, done: int) -> float:
-    """LR multiplier for update done+1: linear warmup, then cosine down to min_lr_ratio."""
-    if done < cfg.warmup_steps:
-        return (done + 1) / (cfg.warmup_steps + 1)
-    progress = (done - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
-    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
@@ -94,13 +85,7 @@ class Trainer:
         self._digest, self._digest_step = "", -1
 
     def _fresh_state(self) -> TrainState:
-        random.seed(self.cfg.seed)
-        torch.manual_seed(self.cfg.seed)  # same init and same RNG stream on every rank
-        model = MLP(self.cfg).to(self.device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(self.cfg, done))
-        scaler = torch.amp.GradScaler(self.device.type) if self.amp == torch.float16 else None
-        return TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+        return fresh_state(self.cfg, self.device, grad_scaler=self.amp == torch.float16)
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -207,8 +192,7 @@ class Trainer:
         if self.rank == 0:
             self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
-            meta = {"world_size": self.world_size, "config_identity": self.identity,
-                    "digest": self.digest(), "attempt": self.ctx.attempt}
+            meta = checkpoint_meta(self.world_size, self.identity, self.digest(), self.ctx.attempt)
             self.checkpoints.save(step, files, meta)
             self.progress.publish(step, "checkpoint_wait")
         self.hooks.point(fp.SAVE_WAIT, step)

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.model import MLP
 
 
 @dataclass
@@ -22,6 +26,31 @@ class TrainState:
     scaler: torch.amp.GradScaler | None
     step: int = 0
     """Updates applied so far: the state is 'after update `step`'."""
+
+
+def lr_factor(cfg: TrainConfig, done: int) -> float:
+    """LR multiplier for update done+1: linear warmup, then cosine down to min_lr_ratio."""
+    if done < cfg.warmup_steps:
+        return (done + 1) / (cfg.warmup_steps + 1)
+    progress = (done - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def fresh_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool = False) -> TrainState:
+    """The state before update 1: the same on every rank, and wherever it is built (the trainer,
+    the crash-point sweep's recording of a save), because both seed the same way first."""
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # same init and same RNG stream on every rank
+    model = MLP(cfg).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
+    scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
+    return TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+
+
+def checkpoint_meta(world_size: int, identity: str, digest: str, attempt: int) -> dict[str, Any]:
+    """What a checkpoint's manifest records beside its files (the loader and the judge read it)."""
+    return {"world_size": world_size, "config_identity": identity, "digest": digest, "attempt": attempt}
 
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:

@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from trainwreck.faults.plan import CRASH_WHEN
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.trainer.config import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,10 +22,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="trainer variant whose save is swept: reference (default) or naive_writer")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
+    parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn)")
+
+
+def parse_points(text: str | None) -> list[tuple[int, str]] | None:
+    """--points 12:after,2:torn -> [(12, 'after'), (2, 'torn')]; None: every crash point."""
+    if text is None:
+        return None
+    points = []
+    for item in text.split(","):
+        index, _, when = item.strip().partition(":")
+        if not index.isdigit() or when not in CRASH_WHEN:
+            raise InputError(f"--points {item!r}: expected OP_INDEX:WHEN with WHEN one of {', '.join(CRASH_WHEN)}, "
+                             "e.g. --points 12:after")
+        points.append((int(index), when))
+    return points
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.faults.sweep import run_sweep
+    from trainwreck.harness.sweep import run_sweep
     from trainwreck.trainer.entry import trainer_class
 
     try:
@@ -33,7 +50,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     out = args.out or Path("trainwreck-out") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.perf_counter()
-    result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                       points=parse_points(args.points))
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.faults.sweep import SweepResult, run_sweep
+from trainwreck.harness.sweep import SweepResult, run_sweep
 
 # The reference save's mutating ops (tests/faults/test_injectors.py checks the recording):
 # 2 = write(.tmp-step-00000016-PID/model.pt), 9 = rename(.tmp..., step-00000016),
@@ -41,6 +41,16 @@ def test_a_crash_right_after_the_commit_pointer_is_renamed_is_judged_valid(tmp_p
     recovered = [line for p in Path(result.rows[0].run_dir, "events").glob("a001-r000-*.jsonl")
                  for line in p.read_text().splitlines() if '"recovered":true' in line]
     assert len(recovered) == 1 and '"attempt":0' in recovered[0], "the commit was not announced by attempt 1"
+
+
+def test_every_crash_point_is_judged_through_run_and_judge_with_its_verdicts_and_report(tmp_path: Path) -> None:
+    result = run_sweep("reference", out=tmp_path, points=[(12, "before")])
+    run_dir = Path(result.rows[0].run_dir)
+    verdicts = json.loads((run_dir / "verdicts.json").read_text())
+    assert verdicts["valid"] is True and verdicts["reproduce"] == "trainwreck sweep --writer reference --points 12:before"
+    assert (run_dir / "report" / "report.html").is_file()
+    report = json.loads((run_dir / "report" / "report.json").read_text())
+    assert [f["id"] for f in report["faults"]] == ["crash-before-op12"], "the crash never fired"
 
 
 @pytest.fixture(scope="module")
