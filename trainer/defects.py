@@ -19,6 +19,7 @@ from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Ve
     from_bytes, sha256, to_bytes
 from trainwreck.trainer.loop import Trainer
 from trainwreck.trainer.sampler import ElasticSampler
+from trainwreck.trainer.storage import Storage
 
 DEFECTS: dict[str, type[Trainer]] = {}
 """The planted defects by name; trainer/entry.py lists them beside the reference."""
@@ -287,47 +288,32 @@ class SigtermExitsCleanTrainer(Trainer):
 # ----- durability (the power-loss model, faults/powerloss.py) ---------------------------
 
 
+class NeverSynced:
+    """A Storage that makes nothing durable: writes skip their fsync, directory fsyncs do
+    nothing. Everything else goes to the storage it wraps, unchanged."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.inner.write(path, data, durable=False)
+
+    def fsync_dir(self, path: str) -> None:
+        pass
+
+
 class RenameNoFsyncStore(CheckpointStore):
-    """The common "write a temporary, rename it over" with no fsync at all: not of the
-    files, not of the temporary directory, not of the parent after the renames. A process
-    crash never shows it (the OS still writes everything out); a power cut can persist
-    the rename of step-N while its files' data is lost, behind a pointer naming it."""
+    """The common "write a temporary, rename it over" with no fsync at all: the reference
+    save's every step, minus every fsync of a file, of the temporary directory and of the
+    parent after the renames. A process crash never shows it (the OS still writes
+    everything out); a power cut can persist the rename of step-N while its files' data is
+    lost, behind a pointer naming it."""
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
-        import os
-
-        from trainwreck.trainer import hooks as fp
-
-        name = checkpoint_name(step)
-        tmp = f".tmp-{name}-{os.getpid()}"
-        self.storage.remove(tmp)
-        self.storage.mkdir(tmp)
-        entries = {}
-        for file_name, data in files.items():
-            self._write_file_no_fsync(step, name, f"{tmp}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
-        manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
-        self._write_file_no_fsync(step, name, f"{tmp}/{MANIFEST}", MANIFEST,
-                                  json.dumps(manifest, indent=1, sort_keys=True).encode())
-        self._move_aside(name)
-        self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
-        self.storage.rename(tmp, name)  # no fsync_dir: the rename may not survive a power cut
-        self.hooks.point(fp.SAVE_AFTER_RENAME, step, checkpoint=name)
-        self.hooks.point(fp.SAVE_BEFORE_POINTER, step, checkpoint=name)
-        self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode(),
-                           durable=False)
-        self.storage.rename(f"{POINTER}.tmp", POINTER)
-        self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
-        self.hooks.point(fp.SAVE_AFTER_POINTER, step, checkpoint=name)
-        self.retain()
-        return name
-
-    def _write_file_no_fsync(self, step: int, name: str, path: str, file_name: str, data: bytes) -> None:
-        from trainwreck.trainer import hooks as fp
-
-        self.hooks.point(fp.SAVE_BEFORE_FILE, step, checkpoint=name, file=file_name)
-        self.storage.write(path, data, durable=False)
-        self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
+    def __init__(self, storage: Storage, *args: Any, **kwargs: Any) -> None:
+        super().__init__(NeverSynced(storage), *args, **kwargs)
 
 
 @register_variant("rename_no_fsync")
