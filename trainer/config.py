@@ -69,8 +69,35 @@ def load_json_arg(text: str, flag: str, example: str) -> Any:
     return loads_strict(text, flag, example)
 
 
+MAX_JSON_DEPTH = 64
+"""Deeper than any plan or config can be (they are 3 levels); refused before parsing, because
+how deep Python's parser can go before a RecursionError differs between versions."""
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of JSON text (strings skipped), counting no further than limit + 1."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def loads_strict(text: str | bytes, what: str, example: str) -> Any:
     """json.loads that refuses NaN/Infinity and deep nesting with an InputError naming `what`."""
+    if json_depth(text.decode(errors="replace") if isinstance(text, bytes) else text) > MAX_JSON_DEPTH:
+        raise InputError(f"{what} is nested too deeply to be a plausible value (over {MAX_JSON_DEPTH} "
+                         f"levels); e.g. {example}")
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except InputError as exc:
@@ -141,7 +168,7 @@ class TrainConfig:
     backend: str = "auto"
     """Process-group backend: auto (nccl with CUDA, else gloo), gloo or nccl."""
     device: str = "auto"
-    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda."""
+    """auto (cuda:LOCAL_RANK when this host has a GPU for every local rank, else cpu), cpu or cuda."""
     amp_dtype: str = "auto"
     """Autocast dtype: auto (bf16 on CUDA, none on CPU), none, bf16, or fp16 (with a GradScaler)."""
     instrument: bool = True

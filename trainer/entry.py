@@ -31,7 +31,7 @@ def trainer_class(name: str) -> type[Trainer]:
 def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> None:
     """Train one rank of one attempt to cfg.total_steps (raises on any failure)."""
     cfg.check_world_size(ctx.world_size)
-    device = pick_device(cfg.device, ctx.local_rank)
+    device = pick_device(cfg.device, ctx.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)))
     if device.type == "cpu":
         torch.set_num_threads(1)  # every rank shares the same few cores
     hooks = hooks or NoHooks()

@@ -149,8 +149,11 @@ def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: 
     raise RuntimeError(f"could not start a TCPStore on {host}:{port}: {last}")
 
 
-def pick_device(device: str, local_rank: int) -> torch.device:
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+def pick_device(device: str, local_rank: int, local_world_size: int = 1) -> torch.device:
+    """cpu, or cuda:LOCAL_RANK. 'auto' takes CUDA only when there is a GPU for every rank on
+    this host: nccl cannot share one, and ranks split between GPU and CPU would disagree."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cpu" or (device == "auto" and gpus < local_world_size):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but CUDA is not available; use device='cpu'")
