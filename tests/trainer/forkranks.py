@@ -12,7 +12,7 @@ import os
 import signal
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
@@ -62,6 +62,10 @@ def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
 def run_attempt(run_dir: Path, cfg: TrainConfig, world_size: int, attempt: int,
                 hooks: Callable[[], Hooks] = NoHooks, timeout_s: float = 120.0) -> dict[int, int]:
     """One attempt of `world_size` ranks; returns rank → exit code (negative: signal)."""
+    if cfg.device != "cpu":
+        # A forked child cannot use CUDA once this (pytest) process has touched it, as the GPU
+        # tests in the same worker do: these trainer-level tests run the CPU path on every host.
+        cfg = replace(cfg, device="cpu")
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
     fork = multiprocessing.get_context("fork")
     prefix = f"{uuid.uuid4().hex}/{attempt}"  # one fresh namespace shared by the attempt's ranks
