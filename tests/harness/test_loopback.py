@@ -70,15 +70,17 @@ def test_the_listening_socket_check_flags_a_socket_on_every_interface() -> None:
         assert ("127.0.0.1", narrow.getsockname()[1]) in found - non_loopback(found)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["warm", "spawn", "torchrun"])
+# The warm launcher runs in the default selection (its ranks are forked: a short hang
+# timeout is enough); fresh interpreters import torch first, so those run nightly.
+@pytest.mark.parametrize("launcher", ["warm", pytest.param("spawn", marks=pytest.mark.slow),
+                                      pytest.param("torchrun", marks=pytest.mark.slow)])
 def test_a_live_run_listens_on_loopback_only_with_every_launcher(launcher: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     plan = [{"id": "hold", "kind": "hang", "rank": 1, "step": HELD_AT, "expect": "hang"}]
     scanner = HeldRunScanner(run, world_size=2)
     scanner.start()
     run_job(JobSpec(config=TrainConfig.tiny(total_steps=10), world_sizes=(2,), plan=plan, launcher=launcher,
-                    run_dir=run, max_restarts=0, hang_timeout_s=15.0))
+                    run_dir=run, max_restarts=0, hang_timeout_s=3.0 if launcher == "warm" else 15.0))
     scanner.join()
     assert scanner.addresses is not None, "the ranks never reached the held step"
     assert scanner.addresses, "no listening socket found: the check would pass vacuously"
