@@ -103,7 +103,7 @@ class Evidence:
     derived: list[dict[str, Any]] = field(default_factory=list)
 
     def get(self, run: str, *path: str | int) -> Any:
-        """A report.json value, recorded as a claim of the chapter being built."""
+        """A report.json value, recorded as a claim of the chapter being built (so the text must show it)."""
         value: Any = self.reports[run]
         for part in path:
             value = value[part]
@@ -366,7 +366,8 @@ def paging(ev: Evidence) -> list[str]:
          + ev.derive("slowdown", ratio, "slowest mean_step_s / median_step_s",
                      {"mean_step_s": straggler["ranks"][slow]["mean_step_s"],
                       "median_step_s": straggler["median_step_s"]}, "×")
-         + f" the median, threshold {PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN),
+         + f" the median update ({ev.q('straggler', 'phases', 'median_step_s', unit=' s')}), threshold "
+         f"{PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN),
     ]
     items = "".join(f"<li><strong>{escape(what)}</strong> ({escape(run)}): {detail} → "
                     f"<span class=\"page {'yes' if fire else 'no'}\">{'PAGE' if fire else 'no page'}</span></li>"

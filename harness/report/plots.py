@@ -125,12 +125,12 @@ class Frame:
                           f'<text x="{self.x(v) + 3}" y="{T + 11}" font-size="10" fill="{color}">{escape(label)}</text>')
 
     def legend(self, items: list[tuple[str, str]]) -> None:
-        x = W - R - 4
+        x = W - R - 4  # inside the plot's top-right corner, clear of the title above it
         for text, color in reversed(items):
             width = 10 + 6 * len(text)
             x -= width
-            self.parts.append(f'<rect x="{x}" y="9" width="8" height="8" fill="{color}"/>'
-                              f'<text x="{x + 11}" y="17" font-size="10" fill="{INK}">{escape(text)}</text>')
+            self.parts.append(f'<rect x="{x}" y="{T + 5}" width="8" height="8" fill="{color}"/>'
+                              f'<text x="{x + 11}" y="{T + 13}" font-size="10" fill="{INK}">{escape(text)}</text>')
             x -= 8
 
     def svg(self, label: str) -> str:
@@ -204,8 +204,9 @@ def coverage_svg(run_dir: Path) -> str:
     cell_w = max(4, min(24, (W - L - R) // max(len(grid) + 1, 1)))
     cell_h = max(2, min(6, 300 // max(size, 1)))
     height = T + size * cell_h + B
-    parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">sample ids used per update '
-             f"(red: seen twice in its epoch; amber: never seen in a finished epoch)</text>"]
+    parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">sample ids used per update</text>'
+             f'<text x="{W - R}" y="18" font-size="10" text-anchor="end" fill="{MUTED}">red: seen twice in its epoch; '
+             "amber: never used by a finished epoch</text>"]
     seen: dict[int, dict[int, int]] = {}  # epoch -> id -> times used
     twice = never = 0
     last_epoch = max((e for _, e, _ in grid), default=0)
