@@ -84,6 +84,7 @@ class Frame:
         self.x0, self.x1 = x_range[0], x_range[1] if x_range[1] > x_range[0] else x_range[0] + 1
         self.y0, self.y1 = y_range[0], y_range[1] if y_range[1] > y_range[0] else y_range[0] + 1
         self.parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">{escape(title)}</text>']
+        self._marks = 0
         self._axes(x_label, y_label)
 
     def x(self, v: float) -> float:
@@ -110,19 +111,23 @@ class Frame:
                           f'{escape(y_label)}</text>')
 
     def polyline(self, points: Iterable[tuple[float, float]], color: str, label: str, dash: str = "",
-                 step: bool = False) -> None:
+                 step: bool = False, width: float = 1.8) -> None:
         pts = list(points)
         if step:  # a value that holds until the next point: draw the stair, not the slope
             pts = [p for i, p in enumerate(pts) for p in ([(p[0], pts[i - 1][1]), p] if i else [p])]
         coords = " ".join(f"{self.x(a)},{self.y(b)}" for a, b in pts)
         extra = f' stroke-dasharray="{dash}"' if dash else ""
-        self.parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.8"{extra}>'
+        self.parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="{width}"{extra}>'
                           f"<title>{escape(label)}</title></polyline>")
 
     def vline(self, v: float, color: str, label: str) -> None:
+        right = self.x(v) < (L + W - R) / 2  # the label goes on the side with room
         self.parts.append(f'<line x1="{self.x(v)}" y1="{T}" x2="{self.x(v)}" y2="{self.height - B}" stroke="{color}" '
                           f'stroke-width="1.5" stroke-dasharray="4 2"><title>{escape(label)}</title></line>'
-                          f'<text x="{self.x(v) + 3}" y="{T + 11}" font-size="10" fill="{color}">{escape(label)}</text>')
+                          f'<text x="{self.x(v) + (3 if right else -3)}" y="{self.height - B - 5 - 12 * (self._marks % 3)}"'
+                          f' font-size="10" fill="{color}" text-anchor="{"start" if right else "end"}">'
+                          f"{escape(label)}</text>")
+        self._marks += 1  # stagger the labels upwards from the x axis, clear of the legend at the top
 
     def legend(self, items: list[tuple[str, str]]) -> None:
         x = W - R - 4  # inside the plot's top-right corner, clear of the title above it
@@ -248,7 +253,9 @@ def progress_svg(run_dir: Path) -> str:
     frame = Frame("forward progress: the newest update each rank applied, over time", (0, t_end), (0, top),
                   "seconds since the run started", "update")
     for (attempt, rank), pts in sorted(lanes.items()):
-        frame.polyline(sorted(pts), RANK_COLORS[rank % len(RANK_COLORS)], f"attempt {attempt} rank {rank}", step=True)
+        # Ranks in step draw on top of each other: lower ranks wider, so every rank stays visible.
+        frame.polyline(sorted(pts), RANK_COLORS[rank % len(RANK_COLORS)], f"attempt {attempt} rank {rank}", step=True,
+                       width=max(1.2, 4.5 - 1.5 * rank))
     for f in ev.faults:
         frame.vline(f["t"] - ev.t0, WARN, f"fault {f.get('fault_id', '?')}")
     for h in ev.hangs:
