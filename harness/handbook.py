@@ -530,8 +530,10 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
             "trainer that trainwreck catches is the suite passing.</p></header>",
             "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a></li>'
                                                for c in chapters) + "</ol>"]
+    # The caught broken trainers come first, in their own table: a failure shown as what it is.
+    body.append(_caught_table(caught, links) + _reference_table(reference, links))
     body += [_chapter_html(c, results, links, plots) for c in chapters]
-    body.append(_caught_table(caught, links) + _reference_table(reference, links) + _not_answered_html())
+    body.append(_not_answered_html())
     html = out / "index.html"
     html.write_text(f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
                     f'content="width=device-width, initial-scale=1"><title>trainwreck handbook</title><style>{CSS}'
