@@ -98,7 +98,8 @@ class Frame:
         self.parts.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{bottom - T}" fill="#fff" '
                           f'stroke="{GRID}"/>')
         for v in _ticks(self.x0, self.x1):
-            self.parts.append(f'<line x1="{self.x(v)}" y1="{bottom}" x2="{self.x(v)}" y2="{bottom + 4}" stroke="{MUTED}"/>'
+            self.parts.append(f'<line x1="{self.x(v)}" y1="{bottom}" x2="{self.x(v)}" y2="{bottom + 4}" '
+                              f'stroke="{MUTED}"/>'
                               f'<text x="{self.x(v)}" y="{bottom + 15}" font-size="10" text-anchor="middle" '
                               f'fill="{MUTED}">{_fmt(v)}</text>')
         for v in _ticks(self.y0, self.y1):
@@ -124,7 +125,8 @@ class Frame:
         right = self.x(v) < (L + W - R) / 2  # the label goes on the side with room
         self.parts.append(f'<line x1="{self.x(v)}" y1="{T}" x2="{self.x(v)}" y2="{self.height - B}" stroke="{color}" '
                           f'stroke-width="1.5" stroke-dasharray="4 2"><title>{escape(label)}</title></line>'
-                          f'<text x="{self.x(v) + (3 if right else -3)}" y="{self.height - B - 5 - 12 * (self._marks % 3)}"'
+                          f'<text x="{self.x(v) + (3 if right else -3)}" '
+                          f'y="{self.height - B - 5 - 12 * (self._marks % 3)}"'
                           f' font-size="10" fill="{color}" text-anchor="{"start" if right else "end"}">'
                           f"{escape(label)}</text>")
         self._marks += 1  # stagger the labels upwards from the x axis, clear of the legend at the top
@@ -181,7 +183,8 @@ def loss_svg(run_dir: Path, golden_dir: Path | None) -> str:
         frame.vline(diverged, BAD, f"diverges at step {diverged}")
     frame.legend([("this run", RUN_COLOR), ("golden", GOLDEN_COLOR)] + ([("divergence", BAD)] if diverged else []))
     verdict = "no golden run to compare" if not golden else (
-        f"first diverges from the golden run at step {diverged}" if diverged else "matches the golden run at every step")
+        f"first diverges from the golden run at step {diverged}" if diverged
+        else "matches the golden run at every step")
     return frame.svg(f"Loss per update; {verdict}")
 
 

@@ -11,6 +11,7 @@ import math
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.handbook import CHAPTERS, MTBF_ASSUMED_S, fmt
+from trainwreck.harness.defects import Row, get_defect
+from trainwreck.harness.handbook import CHAPTERS, MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
 from trainwreck.harness.report.plots import coverage_svg, loss_svg
 
 MIN_CAUGHT = 3
@@ -197,3 +199,42 @@ def test_the_command_ends_by_printing_the_casebook_path(handbook: dict[str, Any]
     shutil.rmtree(out, ignore_errors=True)
     assert cli(["handbook", "--out", str(out), "--chapters", "resume"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"casebook: {out / 'index.html'}"
+
+
+class _Judged:
+    """Stands in for a JudgedRun: CaseResult reads only judgement.valid of a reference run."""
+
+    class judgement:  # noqa: N801 - mirrors JudgedRun.judgement
+        valid = True
+
+
+def test_a_defect_the_suite_misses_is_shown_as_missed_and_fails_the_handbook(tmp_path: Path) -> None:
+    row = Row(get_defect("sampler_not_saved"), True, False, "", True, tmp_path / "d", tmp_path / "c", 0.0)
+    control = CaseResult(get_case("resume"), tmp_path / "c", _Judged())  # type: ignore[arg-type]
+    caught = CaseResult(get_case("sampler_not_saved"), tmp_path / "d", _Judged(), row=row)  # type: ignore[arg-type]
+    missed = CaseResult(caught.case, caught.run_dir, _Judged(),  # type: ignore[arg-type]
+                        row=replace(row, caught=False))
+    bad_control = CaseResult(caught.case, caught.run_dir, _Judged(),  # type: ignore[arg-type]
+                             row=replace(row, control_valid=False))
+    answered = [{"answered": True}]
+    assert caught.status == "CAUGHT" and handbook_word({"a": control, "b": caught}, answered) == "VALID"
+    assert missed.status == "MISSED" and handbook_word({"a": control, "b": missed}, answered) == "INVALID"
+    assert not bad_control.passed  # caught, but beside a failing control it proves nothing
+    assert handbook_word({"a": control, "b": bad_control}, answered) == "INVALID"
+    assert handbook_word({"a": control, "b": caught}, [{"answered": False}]) == "UNKNOWN"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="chromium is not installed (CI: apt-get install -y --no-install-recommends chromium)")
+def test_in_a_real_browser_the_caught_badges_and_the_plots_are_drawn(handbook: dict[str, Any], tmp_path: Path) -> None:
+    from tests.report.test_report_browser import chromium, colours, near, read_png
+
+    index = handbook["out"] / "index.html"
+    dom = chromium(tmp_path, "--dump-dom", index.as_uri())
+    assert dom.count('class="badge CAUGHT"') >= MIN_CAUGHT and dom.count("<svg") >= len(CHAPTERS)
+    shot = tmp_path / "shot.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1100,1900", index.as_uri())
+    _, _, rows = read_png(shot)
+    page = colours(rows)
+    assert near(page, (0x7C, 0x3A, 0xED)) > 500  # the purple CAUGHT badges, near the top of the page
+    assert near(page, (0x15, 0x80, 0x3D)) > 200  # the green VALID badges of the reference runs
