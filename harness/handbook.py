@@ -40,16 +40,31 @@ PAGE_ATTEMPTS = 3
 # ----- the runs -------------------------------------------------------------------------------
 
 
+RESTART_LOOP = Scenario(
+    name="restart-loop",
+    summary="rank 1 is SIGKILLed before update 3 in every attempt, before any checkpoint exists",
+    question="What should page someone?",
+    threatens=("progress",),
+    plan=tuple({"id": f"kill-a{a}", "kind": "kill", "rank": 1, "step": 3, "attempt": a} for a in (0, 1)))
+"""A correct trainer that can never get past update 3: the supervisor must stop restarting it.
+Default config, so its `trainwreck run --plan ...` reproduce line is exact."""
+PLANS = {s.name: s for s in (RESTART_LOOP,)}
+
+
 @dataclass(frozen=True)
 class Case:
-    """One run of the handbook. kind: scenario (a built-in scenario), defect (a planted defect
-    on its scenario) or control (the reference trainer on the scenario of defect `name`)."""
+    """One run of the handbook. kind: scenario (a built-in scenario), plan (a handbook plan from
+    PLANS), defect (a planted defect on its scenario) or control (the reference trainer on the
+    scenario of defect `name`). `expect` is the verdict a correct suite gives it."""
 
     key: str
     kind: str
     name: str
+    expect: str = "VALID"
 
     def scenario(self) -> Scenario:
+        if self.kind == "plan":
+            return PLANS[self.name]
         return get_scenario(self.name) if self.kind == "scenario" else get_defect(self.name).scenario
 
     def summary(self) -> str:
@@ -64,7 +79,8 @@ class Case:
         if self.kind == "control":  # `trainwreck defects` reruns this control beside the defect
             return run_judged(spec_for(self.scenario(), run_dir), golden_cache=golden_cache,
                               reproduce=f"trainwreck defects --only {self.name} --out DIR")
-        return run_judged(spec_for(self.scenario(), run_dir), self.name, golden_cache=golden_cache)
+        named = self.name if self.kind == "scenario" else None  # a handbook plan is not a built-in name
+        return run_judged(spec_for(self.scenario(), run_dir), named, golden_cache=golden_cache)
 
 
 CASES: tuple[Case, ...] = (
@@ -81,6 +97,7 @@ CASES: tuple[Case, ...] = (
     Case("hang-holding-gil", "scenario", "hang-holding-gil"),
     Case("straggler", "scenario", "straggler"),
     Case("slow-disk", "scenario", "slow-disk"),
+    Case("restart-loop", "plan", "restart-loop", expect="INVALID"),
 )
 
 
@@ -123,7 +140,9 @@ class Evidence:
 
 def fmt(value: Any) -> str:
     """One spelling of a quoted value, used by the text and by the tests that find it there."""
-    if isinstance(value, bool) or value is None:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
         return verdict_word(value)
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1 else f"{value:,.1f}"
@@ -319,6 +338,16 @@ def ckpt_interval(ev: Evidence) -> list[str]:
     ]
 
 
+def _suspect_stack(ev: Evidence, run: str) -> str:
+    """Where the first suspect stood, from its stack dump; a rank that never ran Python again may leave none."""
+    hang = ev.reports[run]["hangs"][0]
+    found = [i for i, st in enumerate(hang["stacks"]) if st.get("rank") in hang["ranks"] and st.get("frame")]
+    if not found:
+        return "no stack of a suspect could be dumped"
+    return (f"rank {ev.q(run, 'hangs', 0, 'stacks', found[0], 'rank')}'s stack at "
+            f"{ev.q(run, 'hangs', 0, 'stacks', found[0], 'frame')}")
+
+
 def which_rank_hangs(ev: Evidence) -> list[str]:
     stop = ev.get("hang-sigstop", "hangs", 0, "detected_after_s")
     gil = ev.get("hang-holding-gil", "hangs", 0, "detected_after_s")
@@ -328,8 +357,7 @@ def which_rank_hangs(ev: Evidence) -> list[str]:
         "error names the collective that timed out on the waiting rank, not the rank that stopped. trainwreck's "
         "watchdog watches progress files from outside and names the rank furthest behind.",
         f"SIGSTOP on rank 1: rank(s) {ev.q('hang-sigstop', 'hangs', 0, 'ranks')} named after "
-        f"{ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')}, stack at "
-        f"{ev.q('hang-sigstop', 'hangs', 0, 'stacks', 0, 'frame')}; "
+        f"{ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')}, {_suspect_stack(ev, 'hang-sigstop')}; "
         + ev.derive("sigstop_speedup", GLOO_DEFAULT_TIMEOUT_S / stop, "gloo_timeout_s / detected_after_s",
                     {"gloo_timeout_s": GLOO_DEFAULT_TIMEOUT_S, "detected_after_s": stop}, "×")
         + " sooner than gloo. A hang that holds the GIL (no Python thread of the rank runs again, so an in-process "
@@ -337,45 +365,75 @@ def which_rank_hangs(ev: Evidence) -> list[str]:
         f"{ev.q('hang-holding-gil', 'hangs', 0, 'detected_after_s', unit=' s')} ("
         + ev.derive("gil_speedup", GLOO_DEFAULT_TIMEOUT_S / gil, "gloo_timeout_s / detected_after_s",
                     {"gloo_timeout_s": GLOO_DEFAULT_TIMEOUT_S, "detected_after_s": gil}, "×")
-        + f" sooner), stack at {ev.q('hang-holding-gil', 'hangs', 0, 'stacks', 0, 'frame')}.",
+        + f" sooner), {_suspect_stack(ev, 'hang-holding-gil')}.",
         "With the watchdog disabled (CAUGHT by the hang invariant): "
         f"{ev.q('watchdog_disabled', 'verdicts', 'hang', 'summary')}",
     ]
 
 
+PageRule = tuple[str, str, str, bool]
+"""(symptom, run, the numbers, whether it pages)."""
+
+
+def _page_no_progress(ev: Evidence) -> PageRule:
+    stalled = ev.get("hang-sigstop", "hangs", 0, "detected_after_s")
+    window = ev.get("hang-sigstop", "spec", "hang_timeout_s")
+    return ("no forward progress for a window", "hang-sigstop",
+            f"no update for {ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')}, window "
+            f"{ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')}", stalled >= window)
+
+
+def _page_ckpt_age(ev: Evidence) -> PageRule:
+    run = "hang-holding-gil"
+    at_fail, found = ev.get(run, "recovery", 0, "checkpoint_age_s"), ev.get(run, "recovery", 0, "detected_after_s")
+    interval, step = ev.get(run, "spec", "ckpt_interval"), ev.get(run, "phases", "median_step_s")
+    age = at_fail + found
+    limit = PAGE_CKPT_AGE_INTERVALS * interval * step
+    return ("checkpoint age over a threshold", run,
+            f"{ev.q(run, 'recovery', 0, 'checkpoint_age_s', unit=' s')} old at the hang + "
+            f"{ev.q(run, 'recovery', 0, 'detected_after_s', unit=' s')} until it was found = "
+            + ev.derive("checkpoint_age_s", age, "checkpoint_age_s + detected_after_s",
+                        {"checkpoint_age_s": at_fail, "detected_after_s": found}, " s")
+            + f"; threshold {PAGE_CKPT_AGE_INTERVALS} intervals × {ev.q(run, 'spec', 'ckpt_interval')} updates × "
+            f"{ev.q(run, 'phases', 'median_step_s', unit=' s')} = "
+            + ev.derive("checkpoint_age_threshold_s", limit, "intervals * ckpt_interval * median_step_s",
+                        {"intervals": PAGE_CKPT_AGE_INTERVALS, "ckpt_interval": interval, "median_step_s": step},
+                        " s"), age > limit)
+
+
+def _page_restart_loop(ev: Evidence, run: str) -> PageRule:
+    outcome, attempts = ev.get(run, "outcome"), ev.get(run, "totals", "attempts")
+    return ("a restart loop", run,
+            f"{ev.q(run, 'totals', 'attempts')} attempt(s), ended {ev.q(run, 'outcome')} at step "
+            f"{ev.q(run, 'totals', 'final_step')} (page on no_progress or more than {PAGE_ATTEMPTS} attempts)",
+            outcome == "no_progress" or attempts > PAGE_ATTEMPTS)
+
+
+def _page_throughput(ev: Evidence) -> PageRule:
+    phases = ev.reports["straggler"]["phases"]
+    slow = next(i for i, r in enumerate(phases["ranks"]) if r["rank"] == phases["slowest_rank"])
+    mean, median = (ev.get("straggler", "phases", "ranks", slow, "mean_step_s"),
+                    ev.get("straggler", "phases", "median_step_s"))
+    ratio = mean / median
+    return ("throughput collapse", "straggler",
+            f"slowest rank's mean update {ev.q('straggler', 'phases', 'ranks', slow, 'mean_step_s', unit=' s')} is "
+            + ev.derive("slowdown", ratio, "mean_step_s / median_step_s",
+                        {"mean_step_s": mean, "median_step_s": median}, "×")
+            + f" the median update ({ev.q('straggler', 'phases', 'median_step_s', unit=' s')}), threshold "
+            f"{PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN)
+
+
 def paging(ev: Evidence) -> list[str]:
-    ckpt_steps = ev.get("hang-holding-gil", "spec", "ckpt_interval")
-    age = ev.get("hang-holding-gil", "recovery", 0, "checkpoint_age_steps")
-    straggler = ev.reports["straggler"]["phases"]
-    slow = next(i for i, r in enumerate(straggler["ranks"]) if r["rank"] == straggler["slowest_rank"])
-    ratio = ev.get("straggler", "phases", "ranks", slow, "mean_step_s") / ev.get("straggler", "phases", "median_step_s")
-    attempts = ev.get("resume", "totals", "attempts")
-    rows = [
-        ("no forward progress for a window", "hang-sigstop",
-         f"no update for {ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')} ≥ the "
-         f"{ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')} window", True),
-        ("checkpoint age over a threshold", "hang-holding-gil",
-         f"{ev.q('hang-holding-gil', 'recovery', 0, 'checkpoint_age_steps')} update(s) past the newest checkpoint at "
-         f"the failure, threshold {PAGE_CKPT_AGE_INTERVALS} × {ev.q('hang-holding-gil', 'spec', 'ckpt_interval')}",
-         age > PAGE_CKPT_AGE_INTERVALS * ckpt_steps),
-        ("a restart loop", "resume",
-         f"{ev.q('resume', 'totals', 'attempts')} attempt(s) against a threshold of {PAGE_ATTEMPTS}",
-         attempts > PAGE_ATTEMPTS),
-        ("throughput collapse", "straggler",
-         f"slowest rank's mean update {ev.q('straggler', 'phases', 'ranks', slow, 'mean_step_s', unit=' s')} is "
-         + ev.derive("slowdown", ratio, "slowest mean_step_s / median_step_s",
-                     {"mean_step_s": straggler["ranks"][slow]["mean_step_s"],
-                      "median_step_s": straggler["median_step_s"]}, "×")
-         + f" the median update ({ev.q('straggler', 'phases', 'median_step_s', unit=' s')}), threshold "
-         f"{PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN),
-    ]
+    rows = [_page_no_progress(ev), _page_ckpt_age(ev), _page_restart_loop(ev, "restart-loop"),
+            _page_restart_loop(ev, "resume"), _page_throughput(ev)]
     items = "".join(f"<li><strong>{escape(what)}</strong> ({escape(run)}): {detail} → "
                     f"<span class=\"page {'yes' if fire else 'no'}\">{'PAGE' if fire else 'no page'}</span></li>"
                     for what, run, detail, fire in rows)
     return ["Page on symptoms a human must act on, each a rule over numbers every run already reports. "
             "Computed on this handbook's runs:", f"<ul>{items}</ul>",
-            "None of these runs is stuck in a restart loop (each recovered at its first restart), so that rule "
-            "is shown not firing; a rule that never fires on a healthy run is the point."]
+            "The restart-loop run is the correct trainer killed before update 3 in every attempt, before any "
+            "checkpoint exists: the supervisor stops restarting it, and its INVALID progress verdict is the "
+            "expected one. The resumed run restarted once and finished: one restart is recovery, not a loop."]
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -401,8 +459,9 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("hang", "Which rank hangs, and why does gloo not tell you?",
             ("hang-sigstop", "hang-holding-gil", "watchdog_disabled"), which_rank_hangs,
             (("hang-holding-gil", "progress"),)),
-    Chapter("paging", "What should page someone?", ("hang-sigstop", "hang-holding-gil", "resume", "straggler"),
-            paging, (("hang-holding-gil", "ckpt_age"),)),
+    Chapter("paging", "What should page someone?",
+            ("hang-sigstop", "hang-holding-gil", "restart-loop", "resume", "straggler"),
+            paging, (("hang-holding-gil", "ckpt_age"), ("restart-loop", "progress"))),
 )
 
 NOT_ANSWERED = (
@@ -447,10 +506,11 @@ class CaseResult:
 
     @property
     def passed(self) -> bool:
-        """The suite's view: a reference run is VALID, a planted defect is CAUGHT beside a valid control."""
+        """The suite's view: a planted defect is CAUGHT beside a valid control; any other run gets the
+        verdict it is there to show (VALID, or INVALID for a job that must be failed, a restart loop)."""
         if self.case.kind == "defect":
             return self.row is not None and self.row.caught and self.row.control_valid
-        return self.status == "VALID"
+        return self.status == self.case.expect
 
 
 def cases_for(chapters: tuple[Chapter, ...] | list[Chapter]) -> list[Case]:
@@ -525,7 +585,9 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
     reference = [r for r in results.values() if r.case.kind != "defect"]
     body = [f'<header><span class="badge {word}">{word}</span><h1>trainwreck handbook</h1>'
             f'<p class="headline {word}">{len(chapters)} questions answered by {len(results)} runs made on the spot in '
-            f"{wall_s:.0f} s: {sum(r.status == 'VALID' for r in reference)}/{len(reference)} reference runs valid, "
+            f"{wall_s:.0f} s: {sum(r.passed for r in reference)}/{len(reference)} reference-trainer runs judged as "
+            f"expected ({sum(r.status == 'VALID' for r in reference)} VALID, "
+            f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design), "
             f"{sum(r.status == 'CAUGHT' for r in caught)}/{len(caught)} planted broken trainers caught. A broken "
             "trainer that trainwreck catches is the suite passing.</p></header>",
             "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a></li>'
@@ -540,7 +602,8 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
                     f'{EXTRA_CSS}</style></head>\n<body><main data-verdict="{word}">' + "\n".join(body)
                     + "</main></body></html>\n", encoding="utf-8")
     record = {"format": "trainwreck-handbook/1", "valid": word, "wall_s": round(wall_s, 2), "chapters": chapters,
-              "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "run_dir": str(r.run_dir),
+              "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "expect": r.case.expect,
+                           "passed": r.passed, "run_dir": str(r.run_dir),
                            "report": str(r.run_dir / "report" / "report.json"), "reproduce": _reproduce(r),
                            "control_valid": r.row.control_valid if r.row else None,
                            "invariant": r.row.defect.invariant if r.row else None}
@@ -609,10 +672,13 @@ def _caught_table(caught: list[CaseResult], links: dict[str, str]) -> str:
 
 def _reference_table(reference: list[CaseResult], links: dict[str, str]) -> str:
     rows = "".join(f'<tr><td><a href="{escape(links[r.case.key])}">{escape(r.case.key)}</a></td>'
-                   f'<td><span class="badge {r.status}">{r.status}</span></td><td>{escape(r.case.summary())}</td>'
+                   f'<td><span class="badge {r.status}">{r.status}</span></td><td>{r.case.expect}'
+                   f'{"" if r.passed else " (NOT as expected)"}</td><td>{escape(r.case.summary())}</td>'
                    f"<td><code class=repro>{escape(_reproduce(r))}</code></td></tr>" for r in reference)
-    return ("<h2>Reference runs</h2><table><thead><tr><th>run</th><th>verdict</th><th>what happens</th>"
-            f"<th>reproduce</th></tr></thead><tbody>{rows}</tbody></table>")
+    return ("<h2>Reference runs</h2><p>The correct trainer under faults. A job that cannot make progress must be "
+            "judged INVALID: that verdict is the expected one for it.</p><table><thead><tr><th>run</th><th>verdict"
+            "</th><th>expected</th><th>what happens</th><th>reproduce</th></tr></thead><tbody>"
+            f"{rows}</tbody></table>")
 
 
 def _not_answered_html() -> str:

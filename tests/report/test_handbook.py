@@ -126,7 +126,11 @@ def test_at_least_three_broken_trainers_are_caught_beside_valid_controls(handboo
         report = json.loads(Path(run["report"]).read_text())
         assert report["verdicts"][run["invariant"]]["valid"] is False, key  # caught by the named invariant
         assert report["unfired_faults"] == [] and report["faults"], f"{key}: its fault did not fire"
-    assert all(r["status"] == "VALID" for r in runs.values() if r["kind"] != "defect")
+    others = {k: r for k, r in runs.items() if r["kind"] != "defect"}
+    assert all(r["passed"] and r["status"] == r["expect"] for r in others.values())
+    assert {r["expect"] for r in others.values()} == {"VALID", "INVALID"}  # a restart loop must be failed
+    loop = json.loads(Path(runs["restart-loop"]["report"]).read_text())
+    assert loop["verdicts"]["progress"]["valid"] is False and loop["outcome"] == "no_progress"
 
 
 def test_a_caught_broken_trainer_is_never_shown_among_the_valid_runs(handbook: dict[str, Any]) -> None:
