@@ -602,7 +602,7 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
                     f'{EXTRA_CSS}</style></head>\n<body><main data-verdict="{word}">' + "\n".join(body)
                     + "</main></body></html>\n", encoding="utf-8")
     record = {"format": "trainwreck-handbook/1", "valid": word, "wall_s": round(wall_s, 2), "chapters": chapters,
-              "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "expect": r.case.expect,
+              "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "expect": "CAUGHT" if r.case.kind == "defect" else r.case.expect,
                            "passed": r.passed, "run_dir": str(r.run_dir),
                            "report": str(r.run_dir / "report" / "report.json"), "reproduce": _reproduce(r),
                            "control_valid": r.row.control_valid if r.row else None,

@@ -122,7 +122,7 @@ def test_at_least_three_broken_trainers_are_caught_beside_valid_controls(handboo
     caught = {k: r for k, r in runs.items() if r["status"] == "CAUGHT"}
     assert len(caught) >= MIN_CAUGHT
     for key, run in caught.items():
-        assert run["kind"] == "defect" and run["control_valid"] is True
+        assert run["kind"] == "defect" and run["control_valid"] is True and run["expect"] == "CAUGHT"
         report = json.loads(Path(run["report"]).read_text())
         assert report["verdicts"][run["invariant"]]["valid"] is False, key  # caught by the named invariant
         assert report["unfired_faults"] == [] and report["faults"], f"{key}: its fault did not fire"
