@@ -23,6 +23,7 @@ from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.scenarios import Scenario, get_scenario
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.trainer.rundir import RunDir
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
 """torch.distributed's default process-group timeout for gloo (30 minutes): how long a collective
@@ -579,7 +580,7 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
     from trainwreck.harness.report.html import CSS  # the reports' look, so a click feels like one site
 
     out.mkdir(parents=True, exist_ok=True)
-    links = {k: _rel(out, r.run_dir / "report" / "report.html") for k, r in results.items()}
+    links = {k: _rel(out, RunDir(r.run_dir).report_file("report.html")) for k, r in results.items()}
     word = handbook_word(results, chapters)
     caught = [r for r in results.values() if r.case.kind == "defect"]
     reference = [r for r in results.values() if r.case.kind != "defect"]
@@ -604,7 +605,7 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
     record = {"format": "trainwreck-handbook/1", "valid": word, "wall_s": round(wall_s, 2), "chapters": chapters,
               "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "expect": "CAUGHT" if r.case.kind == "defect" else r.case.expect,
                            "passed": r.passed, "run_dir": str(r.run_dir),
-                           "report": str(r.run_dir / "report" / "report.json"), "reproduce": _reproduce(r),
+                           "report": str(RunDir(r.run_dir).report_file("report.json")), "reproduce": _reproduce(r),
                            "control_valid": r.row.control_valid if r.row else None,
                            "invariant": r.row.defect.invariant if r.row else None}
                        for k, r in results.items()},

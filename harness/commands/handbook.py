@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from trainwreck.harness.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
+    from trainwreck.trainer.rundir import RunDir
 
     try:
         chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \
@@ -36,8 +37,9 @@ def main(args: argparse.Namespace) -> int:
         if not done:
             print(f"[{i + 1}/{total}] {item.key}: {item.summary()}", flush=True)
             return
-        detail = item.error or (f"{item.judged.record.outcome} after {item.judged.record.attempts} attempt(s), "
-                                f"{item.judged.record.wall_s:.1f} s → {item.run_dir / 'report' / 'report.html'}")
+        record = item.judged.record if item.judged else None
+        detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
+                                f"{RunDir(item.run_dir).report_file('report.html')}")
         print(f"[{i + 1}/{total}] {item.status:<8} {item.case.key}: {detail}", flush=True)
 
     started = time.monotonic()
