@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chaos": ("trainwreck.harness.commands.chaos", "random fault plans until the time budget is spent"),
     "sweep": ("trainwreck.harness.commands.sweep", "crash at every file operation of a checkpoint save"),
     "defects": ("trainwreck.harness.commands.defects", "run the planted-defect self-test table"),
+    "handbook": ("trainwreck.harness.commands.handbook", "interview questions answered by runs made on the spot"),
     "report": ("trainwreck.harness.commands.report", "(re)render the report of a run directory"),
     "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios"),
 }

@@ -1,0 +1,50 @@
+"""trainwreck handbook [--out DIR] [--chapters A,B]: interview questions answered by runs made on the spot.
+
+Every chapter's runs are executed now (the golden runs built on first use), judged, reported
+and plotted; the casebook (OUT/index.html, with the claims in OUT/handbook.json) quotes their
+numbers. Exit 0 when every reference run is valid and every planted defect caught, else 1
+(2: bad input or a run that could not be judged).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from trainwreck.invariants.verdict import EXIT_UNKNOWN, exit_code, word_validity
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, help="casebook directory (default: ./trainwreck-out/handbook-TIMESTAMP)")
+    parser.add_argument("--chapters", help="comma-separated chapter names instead of all of them")
+
+
+def main(args: argparse.Namespace) -> int:
+    from trainwreck.harness.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
+    from trainwreck.trainer.rundir import RunDir
+
+    try:
+        chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \
+            else list(CHAPTERS)
+    except KeyError as exc:
+        print(f"trainwreck handbook: error: --chapters: {exc.args[0]}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    out = args.out or Path("trainwreck-out") / f"handbook-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"trainwreck handbook: {len(chapters)} chapters → {out}", flush=True)
+
+    def progress(i: int, total: int, item: Case | CaseResult, done: bool) -> None:
+        if not done:
+            print(f"[{i + 1}/{total}] {item.key}: {item.summary()}", flush=True)
+            return
+        record = item.judged.record if item.judged else None
+        detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
+                                f"{RunDir(item.run_dir).report_file('report.html')}")
+        print(f"[{i + 1}/{total}] {item.status:<8} {item.case.key}: {detail}", flush=True)
+
+    started = time.monotonic()
+    index, word = run_handbook(out, chapters, progress=progress)
+    print(f"\n{word}: handbook of {len(chapters)} chapters in {time.monotonic() - started:.0f} s "
+          "(a CAUGHT broken trainer counts as passing)")
+    print(f"casebook: {index}")
+    return exit_code(word_validity(word))

@@ -1,0 +1,313 @@
+"""Self-contained SVG plots of one run, drawn from its run directory (standard library only).
+
+Four pictures a reader would rather look at than read:
+
+- loss_svg:     the run's loss per lineage step against its golden run, the first divergence marked;
+- coverage_svg: which sample ids each update used, ids seen twice in an epoch in red, ids a
+                finished epoch never used in amber;
+- progress_svg: the furthest update each rank reached, over wall-clock time (a flat line is no
+                forward progress; a gentler slope is a straggler);
+- ckpt_age_svg: seconds since the newest committed checkpoint, over wall-clock time.
+
+Each function returns an SVG string (no script, no external reference); every mark has a
+<title> so a browser shows its value as a tooltip. The data comes from the event logs through
+trainer.rundir.iter_events, the same events the invariants judge.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainwreck.trainer.rundir import RunDir, iter_events
+
+W, H = 640, 240
+L, R, T, B = 56, 16, 28, 36  # margins: axis labels left and below, the title above
+INK, MUTED, GRID = "#1f2937", "#6b7280", "#d5dbe3"
+RUN_COLOR, GOLDEN_COLOR, BAD, WARN, OK = "#2563eb", "#9ca3af", "#dc2626", "#d97706", "#16a34a"
+RANK_COLORS = ("#2563eb", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be123c", "#4d7c0f", "#7c2d12")
+LOSS_RTOL = 1e-6
+"""Relative loss difference above which a step counts as diverged: float noise is far below it."""
+
+
+@dataclass(frozen=True)
+class RunEvents:
+    """The events of one run that the plots need, read once."""
+
+    steps: list[dict[str, Any]]
+    batches: list[dict[str, Any]]
+    saves: list[dict[str, Any]]
+    hangs: list[dict[str, Any]]
+    faults: list[dict[str, Any]]
+    t0: float
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunEvents:
+        events = [ev for ev in iter_events(Path(run_dir)) if isinstance(ev.get("t"), (int, float))]
+        of = {k: [ev for ev in events if ev.get("kind") == k] for k in ("step", "batch", "save", "hang", "fault")}
+        t0 = min((ev["t"] for ev in events), default=0.0)
+        return cls(of["step"], of["batch"], of["save"], of["hang"], of["fault"], t0)
+
+
+def lineage_losses(run_dir: Path) -> dict[int, float]:
+    """Step -> rank 0's loss in the attempt that last applied it (the one whose state lives on)."""
+    best: dict[int, tuple[int, float]] = {}
+    for ev in RunEvents.read(run_dir).steps:
+        step, loss, attempt = ev.get("step"), ev.get("loss"), ev.get("attempt", 0)
+        if ev.get("rank", 0) != 0 or type(step) is not int or not isinstance(loss, (int, float)):
+            continue
+        if step not in best or attempt >= best[step][0]:
+            best[step] = (attempt, float(loss))
+    return {k: v for k, (_, v) in sorted(best.items())}
+
+
+def first_divergence(run: dict[int, float], golden: dict[int, float]) -> int | None:
+    """The first step whose loss differs from the golden run's by more than LOSS_RTOL (relative)."""
+    for step in sorted(set(run) & set(golden)):
+        if abs(run[step] - golden[step]) > LOSS_RTOL * max(abs(golden[step]), 1e-12):
+            return step
+    return None
+
+
+# ----- drawing helpers ----------------------------------------------------------------------
+
+
+class Frame:
+    """One plot's axes: data coordinates to pixels, and the SVG parts drawn so far."""
+
+    def __init__(self, title: str, x_range: tuple[float, float], y_range: tuple[float, float],
+                 x_label: str, y_label: str, height: int = H) -> None:
+        self.height = height
+        self.x0, self.x1 = x_range[0], x_range[1] if x_range[1] > x_range[0] else x_range[0] + 1
+        self.y0, self.y1 = y_range[0], y_range[1] if y_range[1] > y_range[0] else y_range[0] + 1
+        self.parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">{escape(title)}</text>']
+        self._marks = 0
+        self._axes(x_label, y_label)
+
+    def x(self, v: float) -> float:
+        return round(L + (v - self.x0) / (self.x1 - self.x0) * (W - L - R), 2)
+
+    def y(self, v: float) -> float:
+        return round(self.height - B - (v - self.y0) / (self.y1 - self.y0) * (self.height - T - B), 2)
+
+    def _axes(self, x_label: str, y_label: str) -> None:
+        bottom = self.height - B
+        self.parts.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{bottom - T}" fill="#fff" '
+                          f'stroke="{GRID}"/>')
+        for v in _ticks(self.x0, self.x1):
+            self.parts.append(f'<line x1="{self.x(v)}" y1="{bottom}" x2="{self.x(v)}" y2="{bottom + 4}" '
+                              f'stroke="{MUTED}"/>'
+                              f'<text x="{self.x(v)}" y="{bottom + 15}" font-size="10" text-anchor="middle" '
+                              f'fill="{MUTED}">{_fmt(v)}</text>')
+        for v in _ticks(self.y0, self.y1):
+            self.parts.append(f'<line x1="{L}" y1="{self.y(v)}" x2="{W - R}" y2="{self.y(v)}" stroke="{GRID}" '
+                              f'stroke-dasharray="2 3"/><text x="{L - 4}" y="{self.y(v) + 3}" font-size="10" '
+                              f'text-anchor="end" fill="{MUTED}">{_fmt(v)}</text>')
+        self.parts.append(f'<text x="{(L + W - R) / 2}" y="{self.height - 6}" font-size="11" text-anchor="middle" '
+                          f'fill="{INK}">{escape(x_label)}</text><text x="12" y="{(T + bottom) / 2}" font-size="11" '
+                          f'text-anchor="middle" fill="{INK}" transform="rotate(-90 12 {(T + bottom) / 2})">'
+                          f'{escape(y_label)}</text>')
+
+    def polyline(self, points: Iterable[tuple[float, float]], color: str, label: str, dash: str = "",
+                 step: bool = False, width: float = 1.8) -> None:
+        pts = list(points)
+        if step:  # a value that holds until the next point: draw the stair, not the slope
+            pts = [p for i, p in enumerate(pts) for p in ([(p[0], pts[i - 1][1]), p] if i else [p])]
+        coords = " ".join(f"{self.x(a)},{self.y(b)}" for a, b in pts)
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        self.parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="{width}"{extra}>'
+                          f"<title>{escape(label)}</title></polyline>")
+
+    def vline(self, v: float, color: str, label: str) -> None:
+        right = self.x(v) < (L + W - R) / 2  # the label goes on the side with room
+        self.parts.append(f'<line x1="{self.x(v)}" y1="{T}" x2="{self.x(v)}" y2="{self.height - B}" stroke="{color}" '
+                          f'stroke-width="1.5" stroke-dasharray="4 2"><title>{escape(label)}</title></line>'
+                          f'<text x="{self.x(v) + (3 if right else -3)}" '
+                          f'y="{self.height - B - 5 - 12 * (self._marks % 3)}"'
+                          f' font-size="10" fill="{color}" text-anchor="{"start" if right else "end"}">'
+                          f"{escape(label)}</text>")
+        self._marks += 1  # stagger the labels upwards from the x axis, clear of the legend at the top
+
+    def legend(self, items: list[tuple[str, str]]) -> None:
+        x = W - R - 4  # inside the plot's top-right corner, clear of the title above it
+        for text, color in reversed(items):
+            width = 10 + 6 * len(text)
+            x -= width
+            self.parts.append(f'<rect x="{x}" y="{T + 5}" width="8" height="8" fill="{color}"/>'
+                              f'<text x="{x + 11}" y="{T + 13}" font-size="10" fill="{INK}">{escape(text)}</text>')
+            x -= 8
+
+    def svg(self, label: str) -> str:
+        return svg_document(label, self.height, "".join(self.parts))
+
+
+def svg_document(label: str, height: int, body: str, width: int = W) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+            f'height="{height}" role="img" aria-label="{escape(label)}" font-family="system-ui, sans-serif">'
+            f"<title>{escape(label)}</title>{body}</svg>")
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step) + 1)]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}" if abs(v) >= 0.01 or v == 0 else f"{v:.1e}"
+
+
+# ----- the four plots -----------------------------------------------------------------------
+
+
+def loss_svg(run_dir: Path, golden_dir: Path | None) -> str:
+    run = lineage_losses(run_dir)
+    golden = lineage_losses(golden_dir) if golden_dir is not None and Path(golden_dir).is_dir() else {}
+    values = list(run.values()) + list(golden.values()) or [0.0]
+    steps = list(run) + list(golden) or [1]
+    frame = Frame("loss per update: this run against the golden run", (min(steps), max(steps)),
+                  (min(values), max(values)), "update (lineage step)", "loss")
+    if golden:
+        frame.polyline(golden.items(), GOLDEN_COLOR, "golden run", dash="5 3")
+    frame.polyline(run.items(), RUN_COLOR, "this run")
+    diverged = first_divergence(run, golden)
+    if diverged is not None:
+        frame.vline(diverged, BAD, f"diverges at step {diverged}")
+    frame.legend([("this run", RUN_COLOR), ("golden", GOLDEN_COLOR)] + ([("divergence", BAD)] if diverged else []))
+    verdict = "no golden run to compare" if not golden else (
+        f"first diverges from the golden run at step {diverged}" if diverged
+        else "matches the golden run at every step")
+    return frame.svg(f"Loss per update; {verdict}")
+
+
+def coverage_grid(run_dir: Path) -> tuple[list[tuple[int, int, list[int]]], int]:
+    """[(step, epoch, ids)] for the lineage's updates (the last attempt to apply each step), and the dataset size."""
+    spec = _spec(run_dir)
+    size = int(spec.get("dataset_size") or (spec.get("config") or {}).get("dataset_size") or 0)
+    by_step: dict[int, tuple[int, int, list[int]]] = {}  # step -> (attempt, epoch, ids)
+    for ev in RunEvents.read(run_dir).batches:
+        step, attempt, ids = ev.get("step"), ev.get("attempt", 0), ev.get("samples") or []
+        if type(step) is not int:
+            continue
+        held = by_step.get(step)
+        if held is None or attempt > held[0]:
+            by_step[step] = (attempt, int(ev.get("epoch", 0)), list(ids))
+        elif attempt == held[0]:
+            held[2].extend(ids)  # another rank's share of the same update
+    grid = [(k, e, ids) for k, (_, e, ids) in sorted(by_step.items())]
+    size = max([size] + [i + 1 for _, _, ids in grid for i in ids if isinstance(i, int)])
+    return grid, size
+
+
+def coverage_svg(run_dir: Path) -> str:
+    grid, size = coverage_grid(run_dir)
+    cell_w = max(4, min(24, (W - L - R) // max(len(grid) + 1, 1)))
+    cell_h = max(2, min(6, 300 // max(size, 1)))
+    height = T + size * cell_h + B
+    parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">sample ids used per update</text>'
+             f'<text x="{W - R}" y="18" font-size="10" text-anchor="end" fill="{MUTED}">red: seen twice in its epoch; '
+             "amber: never used by a finished epoch</text>"]
+    seen: dict[int, dict[int, int]] = {}  # epoch -> id -> times used
+    twice = never = 0
+    last_epoch = max((e for _, e, _ in grid), default=0)
+    for col, (step, epoch, ids) in enumerate(grid):
+        counts = seen.setdefault(epoch, {})
+        x = L + col * cell_w
+        for i in ids:
+            counts[i] = counts.get(i, 0) + 1
+            dup = counts[i] > 1
+            twice += dup
+            parts.append(f'<rect x="{x}" y="{T + i * cell_h}" width="{cell_w - 1}" height="{cell_h}" '
+                         f'fill="{BAD if dup else RUN_COLOR}"><title>step {step} epoch {epoch}: id {i}'
+                         f'{" seen twice this epoch" if dup else ""}</title></rect>')
+        if col == len(grid) - 1 or grid[col + 1][1] != epoch:  # the epoch ends here
+            missing = [i for i in range(size) if i not in counts] if epoch < last_epoch else []
+            never += len(missing)
+            parts.extend(f'<rect x="{x + cell_w}" y="{T + i * cell_h}" width="3" height="{cell_h}" fill="{WARN}">'
+                         f"<title>epoch {epoch} ended without id {i}</title></rect>" for i in missing)
+            parts.append(f'<line x1="{x + cell_w - 0.5}" y1="{T}" x2="{x + cell_w - 0.5}" y2="{T + size * cell_h}" '
+                         f'stroke="{INK}" stroke-width="1"><title>end of epoch {epoch}</title></line>')
+    bottom = T + size * cell_h
+    parts.append(f'<text x="{L - 4}" y="{T + 8}" font-size="10" text-anchor="end" fill="{MUTED}">id 0</text>'
+                 f'<text x="{L - 4}" y="{bottom}" font-size="10" text-anchor="end" fill="{MUTED}">id {size - 1}</text>'
+                 f'<text x="{L}" y="{bottom + 15}" font-size="10" fill="{MUTED}">updates {grid[0][0] if grid else "-"}'
+                 f'–{grid[-1][0] if grid else "-"}, one column each; black lines end an epoch</text>'
+                 f'<text x="{L}" y="{bottom + 29}" font-size="11" fill="{BAD if twice or never else OK}">'
+                 f"{twice} use(s) of an id already seen in its epoch; {never} id(s) a finished epoch never used</text>")
+    return svg_document(f"Sample coverage: {twice} repeated use(s), {never} id(s) never used", height, "".join(parts))
+
+
+def progress_svg(run_dir: Path) -> str:
+    ev = RunEvents.read(run_dir)
+    lanes: dict[tuple[int, int], list[tuple[float, int]]] = {}
+    for s in ev.steps:
+        if type(s.get("step")) is int:
+            lanes.setdefault((s.get("attempt", 0), s.get("rank", 0)), []).append((s["t"] - ev.t0, s["step"]))
+    t_end = max([t for pts in lanes.values() for t, _ in pts] + [h["t"] - ev.t0 for h in ev.hangs] + [0.001])
+    top = max([k for pts in lanes.values() for _, k in pts] + [1])
+    frame = Frame("forward progress: the newest update each rank applied, over time", (0, t_end), (0, top),
+                  "seconds since the run started", "update")
+    for (attempt, rank), pts in sorted(lanes.items()):
+        # Ranks in step draw on top of each other: lower ranks wider, so every rank stays visible.
+        frame.polyline(sorted(pts), RANK_COLORS[rank % len(RANK_COLORS)], f"attempt {attempt} rank {rank}", step=True,
+                       width=max(1.2, 4.5 - 1.5 * rank))
+    for f in ev.faults:
+        frame.vline(f["t"] - ev.t0, WARN, f"fault {f.get('fault_id', '?')}")
+    for h in ev.hangs:
+        frame.vline(h["t"] - ev.t0, BAD, f"hang declared: rank(s) {','.join(map(str, h.get('ranks', [])))}")
+    ranks = sorted({r for _, r in lanes})
+    frame.legend([(f"rank {r}", RANK_COLORS[r % len(RANK_COLORS)]) for r in ranks[:6]])
+    return frame.svg(f"Forward progress of {len(ranks)} rank(s) over {t_end:.2f} s; {len(ev.hangs)} hang(s) declared")
+
+
+def ckpt_age_svg(run_dir: Path) -> str:
+    """Seconds since the newest committed save, sampled at every event; a reset is a save."""
+    ev = RunEvents.read(run_dir)
+    times = sorted({round(e["t"] - ev.t0, 6) for e in ev.steps + ev.saves + ev.hangs + ev.faults})
+    saves = sorted(s["t"] - ev.t0 for s in ev.saves)
+    points, last = [], 0.0  # no save yet: the age is the run's age (a restart would redo everything)
+    for t in times:
+        last = max([last] + [s for s in saves if s <= t])
+        points.append((t, t - last))
+    peak = max([a for _, a in points] + [0.001])
+    frame = Frame("checkpoint age: seconds since the newest committed save", (0, times[-1] if times else 1),
+                  (0, peak), "seconds since the run started", "age (s)")
+    if points:
+        frame.polyline(points, WARN, "checkpoint age")
+    for s in ev.saves:
+        frame.parts.append(f'<circle cx="{frame.x(s["t"] - ev.t0)}" cy="{frame.y(0)}" r="3" fill="{OK}">'
+                           f'<title>save of step {s.get("step")} ({s.get("checkpoint")})</title></circle>')
+    frame.legend([("age", WARN), ("save", OK)])
+    return frame.svg(f"Checkpoint age over time; {len(ev.saves)} save(s); oldest {peak:.3f} s")
+
+
+def _spec(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads(RunDir(Path(run_dir)).run_json.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+PLOTS = {"loss": loss_svg, "coverage": coverage_svg, "progress": progress_svg, "ckpt_age": ckpt_age_svg}
+"""Plot name -> function; loss takes the golden run's directory as well."""
+
+
+def write_plots(run_dir: Path, golden_dir: Path | None, names: Iterable[str] = PLOTS) -> dict[str, Path]:
+    """Write RUN_DIR/report/NAME.svg for each plot (beside report.html); name -> path."""
+    out = RunDir(Path(run_dir)).report
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name in names:
+        svg = loss_svg(run_dir, golden_dir) if name == "loss" else PLOTS[name](run_dir)
+        path = out / f"{name}.svg"
+        path.write_text(svg, encoding="utf-8")
+        written[name] = path
+    return written

@@ -1,0 +1,244 @@
+"""trainwreck handbook: every chapter a question, every quoted number the number in its run's report.json.
+
+One real handbook (all chapters, about 20 s on 2 idle cores from an empty golden cache) is
+made once per module; the tests read what it wrote. The claim checker is also run on a
+tampered report, so a check that could not fail would show.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.harness.cli import main as cli
+from trainwreck.harness.defects import Row, get_defect
+from trainwreck.harness.handbook import CHAPTERS, MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
+from trainwreck.harness.report.plots import coverage_svg, loss_svg
+
+MIN_CAUGHT = 3
+
+
+@pytest.fixture(scope="module")
+def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("handbook")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRAINWRECK_GOLDEN_CACHE", str(root / "golden"))  # cold, as on a fresh machine
+    try:
+        out = root / "hb"
+        code = cli(["handbook", "--out", str(out)])
+    finally:
+        mp.undo()
+    return {"out": out, "code": code, "json": json.loads((out / "handbook.json").read_text()),
+            "html": (out / "index.html").read_text(encoding="utf-8")}
+
+
+def resolve(report: dict[str, Any], path: list[Any]) -> Any:
+    value: Any = report
+    for part in path:
+        value = value[part]
+    return value
+
+
+def mismatched_claims(record: dict[str, Any]) -> list[str]:
+    """Claims whose value is not the value at their path in their run's report.json."""
+    bad = []
+    for chapter in record["chapters"]:
+        for claim in chapter["claims"]:
+            report = json.loads(Path(record["runs"][claim["run"]]["report"]).read_text())
+            try:
+                actual = resolve(report, claim["path"])
+            except (KeyError, IndexError):
+                actual = "<missing>"
+            if actual != claim["value"]:
+                bad.append(f"{chapter['slug']}: {claim['run']} {claim['path']}: quoted {claim['value']!r}, "
+                           f"report.json has {actual!r}")
+    return bad
+
+
+def chapter_text(html: str, slug: str) -> str:
+    section = re.search(rf'<section class="chapter" id="{re.escape(slug)}">(.*?)</section>', html, re.S)
+    assert section, f"chapter {slug} is not on the page"
+    return unescape(re.sub(r"<svg.*?</svg>", "", section.group(1), flags=re.S))
+
+
+def test_the_handbook_passes_and_answers_at_least_ten_questions(handbook: dict[str, Any]) -> None:
+    assert handbook["code"] == 0
+    assert handbook["json"]["valid"] == "VALID"
+    answered = [c for c in handbook["json"]["chapters"] if c["answered"]]
+    assert len(answered) >= 10 and len(answered) == len(CHAPTERS)
+
+
+def test_every_chapter_title_is_a_question(handbook: dict[str, Any]) -> None:
+    for chapter in handbook["json"]["chapters"]:
+        assert chapter["question"].endswith("?"), chapter["question"]
+        assert f"<h2>{chapter['question']}</h2>" in handbook["html"].replace("&#x27;", "'")
+
+
+def test_every_quoted_number_is_the_number_in_its_runs_report_json(handbook: dict[str, Any]) -> None:
+    record = handbook["json"]
+    assert all(c["claims"] for c in record["chapters"]), "a chapter quotes nothing from its runs"
+    assert mismatched_claims(record) == []
+    for chapter in record["chapters"]:
+        text = chapter_text(handbook["html"], chapter["slug"])
+        for claim in chapter["claims"]:
+            if not isinstance(claim["value"], (dict,)):
+                assert fmt(claim["value"]) in text, f"{chapter['slug']}: {claim} is not in the chapter's text"
+
+
+def test_the_claim_check_fails_on_a_report_that_says_something_else(handbook: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    record = json.loads(json.dumps(handbook["json"]))
+    claim = next(c for ch in record["chapters"] for c in ch["claims"] if isinstance(c["value"], (int, float))
+                 and not isinstance(c["value"], bool))
+    tampered = tmp_path / "report.json"
+    report = json.loads(Path(record["runs"][claim["run"]]["report"]).read_text())
+    holder = resolve(report, claim["path"][:-1])
+    holder[claim["path"][-1]] = claim["value"] + 1
+    tampered.write_text(json.dumps(report))
+    record["runs"][claim["run"]]["report"] = str(tampered)
+    assert any(claim["run"] in line for line in mismatched_claims(record))
+
+
+def test_derived_numbers_are_computed_from_quoted_ones(handbook: dict[str, Any]) -> None:
+    chapters = {c["slug"]: c for c in handbook["json"]["chapters"]}
+    interval = next(d for d in chapters["interval"]["derived"] if d["label"] == "young_daly_interval_s")
+    quoted = {tuple(c["path"]): c["value"] for c in chapters["interval"]["claims"] if c["run"] == "resume"}
+    cost = quoted[("phases", "save_seconds", "mean")]
+    assert interval["inputs"] == {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}
+    assert math.isclose(interval["value"], math.sqrt(2 * cost * MTBF_ASSUMED_S))
+    assert fmt(interval["value"]) in chapter_text(handbook["html"], "interval")
+
+
+def test_at_least_three_broken_trainers_are_caught_beside_valid_controls(handbook: dict[str, Any]) -> None:
+    runs = handbook["json"]["runs"]
+    caught = {k: r for k, r in runs.items() if r["status"] == "CAUGHT"}
+    assert len(caught) >= MIN_CAUGHT
+    for key, run in caught.items():
+        assert run["kind"] == "defect" and run["control_valid"] is True and run["expect"] == "CAUGHT"
+        report = json.loads(Path(run["report"]).read_text())
+        assert report["verdicts"][run["invariant"]]["valid"] is False, key  # caught by the named invariant
+        assert report["unfired_faults"] == [] and report["faults"], f"{key}: its fault did not fire"
+    others = {k: r for k, r in runs.items() if r["kind"] != "defect"}
+    assert all(r["passed"] and r["status"] == r["expect"] for r in others.values())
+    assert {r["expect"] for r in others.values()} == {"VALID", "INVALID"}  # a restart loop must be failed
+    loop = json.loads(Path(runs["restart-loop"]["report"]).read_text())
+    assert loop["verdicts"]["progress"]["valid"] is False and loop["outcome"] == "no_progress"
+
+
+def test_a_caught_broken_trainer_is_never_shown_among_the_valid_runs(handbook: dict[str, Any]) -> None:
+    html = handbook["html"]
+    reference = html.split("<h2>Reference runs</h2>")[1].split("</table>")[0]
+    caught = html.split("<h2>Broken trainers, caught</h2>")[1].split("</table>")[0]
+    for key, run in handbook["json"]["runs"].items():
+        if run["kind"] == "defect":
+            assert f">{key}</a>" not in reference and 'badge VALID' not in caught
+            assert f">{run['name']}</a>" in caught
+    assert caught.count("badge CAUGHT") >= MIN_CAUGHT
+
+
+def test_every_run_has_its_reproduce_command_on_the_page(handbook: dict[str, Any]) -> None:
+    for key, run in handbook["json"]["runs"].items():
+        assert run["reproduce"].startswith("trainwreck "), key
+        assert run["reproduce"].replace("'", "&#x27;").replace('"', "&quot;") in handbook["html"], key
+
+
+def test_every_svg_parses_as_xml_and_each_report_gets_its_plots(handbook: dict[str, Any]) -> None:
+    out = handbook["out"]
+    files = sorted(out.rglob("*.svg"))
+    assert len(files) >= 4 * len(handbook["json"]["runs"])
+    for path in files:
+        assert ET.parse(path).getroot().tag == "{http://www.w3.org/2000/svg}svg", path
+    inline = re.findall(r"<svg.*?</svg>", handbook["html"], re.S)
+    assert len(inline) >= len(CHAPTERS)
+    for svg in inline:
+        ET.fromstring(svg)
+
+
+def test_the_coverage_plot_counts_what_the_coverage_invariant_counts(handbook: dict[str, Any]) -> None:
+    runs = handbook["json"]["runs"]
+    for key in ("resume", "sampler_not_saved"):
+        counts = json.loads(Path(runs[key]["report"]).read_text())["verdicts"]["coverage"]["counts"]
+        label = ET.fromstring(coverage_svg(Path(runs[key]["run_dir"]))).get("aria-label")
+        assert label.startswith(f"Sample coverage: {counts['duplicated_ids']} repeated use(s)"), (key, label)
+    assert counts["duplicated_ids"] > 0  # the defect's plot has red in it: the plot can show a failure
+
+
+def test_the_loss_plot_marks_a_divergence_only_where_the_trajectory_left_the_golden_run(
+        handbook: dict[str, Any]) -> None:
+    runs = handbook["json"]["runs"]
+    golden = {k: Path(json.loads(Path(r["report"]).read_text())["golden"]) for k, r in runs.items()}
+    good = ET.fromstring(loss_svg(Path(runs["resume"]["run_dir"]), golden["resume"])).get("aria-label")
+    bad = ET.fromstring(loss_svg(Path(runs["optimizer_not_saved"]["run_dir"]), golden["optimizer_not_saved"]))
+    assert "matches the golden run at every step" in good
+    assert "first diverges from the golden run at step" in bad.get("aria-label")
+
+
+def test_an_unknown_chapter_is_refused_with_exit_2_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["handbook", "--out", str(tmp_path / "h"), "--chapters", "step,nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown chapter 'nope'" in err and "chapters: step," in err
+    assert not (tmp_path / "h").exists()
+
+
+def test_a_non_empty_out_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    assert cli(["handbook", "--out", str(tmp_path)]) == 2
+    assert "pick another --out" in capsys.readouterr().err
+
+
+def test_the_command_ends_by_printing_the_casebook_path(handbook: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # The module fixture's output is gone by now; a one-chapter handbook prints the same way.
+    monkeypatch.setenv("TRAINWRECK_GOLDEN_CACHE", str(handbook["out"].parent / "golden"))  # already warm
+    out = handbook["out"].parent / "one"
+    shutil.rmtree(out, ignore_errors=True)
+    assert cli(["handbook", "--out", str(out), "--chapters", "resume"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"casebook: {out / 'index.html'}"
+
+
+class _Judged:
+    """Stands in for a JudgedRun: CaseResult reads only judgement.valid of a reference run."""
+
+    class judgement:  # noqa: N801 - mirrors JudgedRun.judgement
+        valid = True
+
+
+def test_a_defect_the_suite_misses_is_shown_as_missed_and_fails_the_handbook(tmp_path: Path) -> None:
+    row = Row(get_defect("sampler_not_saved"), True, False, "", True, tmp_path / "d", tmp_path / "c", 0.0)
+    control = CaseResult(get_case("resume"), tmp_path / "c", _Judged())  # type: ignore[arg-type]
+    caught = CaseResult(get_case("sampler_not_saved"), tmp_path / "d", _Judged(), row=row)  # type: ignore[arg-type]
+    missed = CaseResult(caught.case, caught.run_dir, _Judged(),  # type: ignore[arg-type]
+                        row=replace(row, caught=False))
+    bad_control = CaseResult(caught.case, caught.run_dir, _Judged(),  # type: ignore[arg-type]
+                             row=replace(row, control_valid=False))
+    answered = [{"answered": True}]
+    assert caught.status == "CAUGHT" and handbook_word({"a": control, "b": caught}, answered) == "VALID"
+    assert missed.status == "MISSED" and handbook_word({"a": control, "b": missed}, answered) == "INVALID"
+    assert not bad_control.passed  # caught, but beside a failing control it proves nothing
+    assert handbook_word({"a": control, "b": bad_control}, answered) == "INVALID"
+    assert handbook_word({"a": control, "b": caught}, [{"answered": False}]) == "UNKNOWN"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="chromium is not installed (CI: apt-get install -y --no-install-recommends chromium)")
+def test_in_a_real_browser_the_caught_badges_and_the_plots_are_drawn(handbook: dict[str, Any], tmp_path: Path) -> None:
+    from tests.report.test_report_browser import chromium, colours, near, read_png
+
+    index = handbook["out"] / "index.html"
+    dom = chromium(tmp_path, "--dump-dom", index.as_uri())
+    assert dom.count('class="badge CAUGHT"') >= MIN_CAUGHT and dom.count("<svg") >= len(CHAPTERS)
+    shot = tmp_path / "shot.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1100,1900", index.as_uri())
+    _, _, rows = read_png(shot)
+    page = colours(rows)
+    assert near(page, (0x7C, 0x3A, 0xED)) > 500  # the purple CAUGHT badges, near the top of the page
+    assert near(page, (0x15, 0x80, 0x3D)) > 200  # the green VALID badges of the reference runs
