@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.harness.report.plots import PLOTS
 from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
 from trainwreck.trainer.rundir import RunDir
 
@@ -59,6 +60,7 @@ def render_html(report: dict[str, Any]) -> str:
         _nav(),
         _verdicts(report),
         _timeline(report),
+        _plots(report),
         _recovery(report),
         _phases(report),
         _angles(report),
@@ -113,7 +115,7 @@ def _root_cause(report: dict[str, Any]) -> str:
 
 
 def _nav() -> str:
-    links = [("verdicts", "Verdicts"), ("timeline", "Timeline"), ("recovery", "Recovery"), ("phases", "Step phases"),
+    links = [("verdicts", "Verdicts"), ("timeline", "Timeline"), ("plots", "Plots"), ("recovery", "Recovery"), ("phases", "Step phases"),
              ("angle", "Interview angle"), ("reproduce", "Reproduce"), ("files", "Files")]
     return "<nav>" + "".join(f'<a href="#{k}">{v}</a>' for k, v in links) + "</nav>"
 
@@ -160,6 +162,29 @@ def _timeline(report: dict[str, Any]) -> str:
         "<figcaption>The same run on the wall clock: start-up, training, and the time between a failure and the "
         "end of its attempt (a hang costs the watchdog's timeout here).</figcaption></figure>",
         "</section>"])
+
+
+PLOT_CAPTIONS = {
+    "loss": "The loss at every lineage update against the golden run (an uninterrupted run of the same "
+            "spec); a marker where the trajectory first leaves it.",
+    "coverage": "Sample coverage per update: ids seen twice in an epoch and ids an epoch never saw.",
+    "progress": "Forward progress over wall-clock time, per rank: a flat line is a rank making none.",
+    "ckpt_age": "Checkpoint age over time: the work a failure at that moment would cost.",
+}
+
+
+def _plots(report: dict[str, Any]) -> str:
+    """The single-run plots (docs/REPORTS.md explains each); a plot that cannot be drawn is left out."""
+    run_dir = Path(report["run_dir"])
+    golden = Path(report["golden"]) if isinstance(report.get("golden"), str) else None
+    figures = []
+    for name, draw in PLOTS.items():
+        try:
+            svg = draw(run_dir, golden) if name == "loss" else draw(run_dir)
+        except Exception:  # noqa: BLE001 - a picture must never cost the report
+            continue
+        figures.append(f"<figure>{svg}<figcaption>{escape(PLOT_CAPTIONS[name])}</figcaption></figure>")
+    return '<section id="plots"><h2>Plots</h2>' + "".join(figures) + "</section>" if figures else ""
 
 
 RECOVERY_COLUMNS = [

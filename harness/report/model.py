@@ -18,7 +18,6 @@ from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read
 from trainwreck.harness.report.rootcause import root_cause
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import restore_point
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
 from trainwreck.trainer.rundir import RunDir

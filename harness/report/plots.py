@@ -15,14 +15,13 @@ trainer.rundir.iter_events, the same events the invariants judge.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
 
 W, H = 640, 240
 L, R, T, B = 56, 16, 28, 36  # margins: axis labels left and below, the title above
@@ -291,8 +290,8 @@ def ckpt_age_svg(run_dir: Path) -> str:
 
 def _spec(run_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads(RunDir(Path(run_dir)).run_json.read_text())
-    except (OSError, ValueError):
+        return read_run_json(Path(run_dir), check_format=False)
+    except RunDirError:
         return {}
 
 
