@@ -11,7 +11,7 @@ from bisect import bisect_left, bisect_right
 
 from trainwreck.invariants.history import History, RankLog
 from trainwreck.invariants.lineage import Lineage, Segment, walk_lineage
-from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, intervals
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, absent_intervals, intervals
 
 NAME = "coverage"
 
@@ -53,7 +53,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
             if lost > allowed:
                 uncovered += lost
                 rule = f"drop_last allows fewer than {history.spec['global_batch']}" if history.spec["drop_last"] else "drop_last is false"
-                evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {intervals(set(range(size)) - seen)}")
+                evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {absent_intervals(seen, size)}")
     mismatched = _compare_golden(history, lineage, golden, evidence, missing) if golden is not None else 0
     counts.update(duplicated_ids=duplicated, ids_outside_dataset=outside_total, ids_not_covered=uncovered, golden_mismatched_steps=mismatched)
     redo = sum(lineage.redo.values())

@@ -25,6 +25,11 @@ from typing import Any, Sequence
 from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
 
 _INT = "a non-negative integer"
+# Bounds no real run comes near. A number past them (a flipped or forged field) would make
+# a checker allocate a range that size; it is refused as input instead.
+MAX_COUNT = 2**40
+MAX_STEPS = 10**9
+MAX_RANKS = 2**20
 _STR = "a string"
 _INTS = "a list of integers"
 _ANY = "present"
@@ -99,8 +104,23 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
+    _check_steps(history)
     _place_by_time(history)
     return history
+
+
+def _check_steps(history: History) -> None:
+    """No update is numbered beyond total_steps (docs/DESIGN.md, step numbering)."""
+    total = history.spec["total_steps"]
+    for log in history.logs.values():
+        for steps, kind in ((log.steps, "step"), (log.batch_steps, "batch")):
+            if steps and steps[-1] > total:
+                raise InputError(f"attempt {log.attempt} rank {log.rank}: a {kind} event names update {steps[-1]}, "
+                                 f"beyond total_steps={total} in run.json; the run directory is inconsistent")
+    for ev in history.events:
+        if type(ev.get("step")) is int and ev["step"] > total:
+            raise InputError(f"{ev.get('_src', 'an event')}: {ev.get('kind')} event names update {ev['step']}, "
+                             f"beyond total_steps={total} in run.json; the run directory is inconsistent")
 
 
 def _place_by_time(history: History) -> None:
@@ -157,17 +177,19 @@ def load_spec(run_dir: str) -> dict[str, Any]:
         raise InputError(f"{path}: line 1: expected a JSON object, got {type(spec).__name__}")
     if spec.get("format") != FORMAT:
         raise InputError(f"{path}: field 'format' is {spec.get('format')!r}; this checker reads {FORMAT!r} only")
-    pos_int = (lambda v: type(v) is int and v > 0, "a positive integer")
-    nonneg_int = (lambda v: type(v) is int and v >= 0, "a non-negative integer")
+    pos_int = (lambda v: type(v) is int and 0 < v <= MAX_COUNT, f"a positive integer up to {MAX_COUNT}")
+    nonneg_int = (lambda v: type(v) is int and 0 <= v <= MAX_COUNT, f"a non-negative integer up to {MAX_COUNT}")
     nonneg_num = (lambda v: type(v) in (int, float) and v >= 0, "a non-negative number")
     rules: list[tuple[str, bool, Any]] = [
         ("dataset_size", True, pos_int),
         ("global_batch", True, pos_int),
         ("drop_last", True, (lambda v: isinstance(v, bool), "true or false")),
-        ("total_steps", True, nonneg_int),
+        ("total_steps", True, (lambda v: type(v) is int and 0 <= v <= MAX_STEPS,
+                               f"a non-negative integer up to {MAX_STEPS}")),
         ("hang_timeout_s", True, (lambda v: type(v) in (int, float) and v > 0, "a positive number")),
         ("faults", True, (lambda v: isinstance(v, list), "a list")),
-        ("world_sizes", False, (lambda v: isinstance(v, list) and all(type(x) is int and x > 0 for x in v), "a list of positive integers")),
+        ("world_sizes", False, (lambda v: isinstance(v, list) and all(type(x) is int and 0 < x <= MAX_RANKS for x in v),
+                                f"a list of positive integers up to {MAX_RANKS}")),
         ("max_restarts", False, nonneg_int),
         ("hang_slack_s", False, nonneg_num),
         ("loss_tolerance", False, nonneg_num),
@@ -305,7 +327,7 @@ def _validate(ev: Any, src: str, line: int) -> str:
             raise _bad(src, line, f"{kind} event: missing field {name!r}")
         value = ev[name]
         if what == _INT:
-            ok = type(value) is int and value >= 0
+            ok = type(value) is int and 0 <= value <= (MAX_RANKS if name in ("rank", "world_size") else MAX_COUNT)
         elif what == _STR:
             ok = type(value) is str
         elif what == _INTS:

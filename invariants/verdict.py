@@ -113,6 +113,22 @@ def intervals(ids: Iterable[int], limit: int = 20) -> str:
     return text
 
 
+def absent_intervals(present: Iterable[int], size: int, limit: int = 20) -> str:
+    """The ids of 0..size-1 not in `present`, as intervals ("0-2,7"), in time and memory
+    proportional to `present`, not to `size` (a dataset can be huge)."""
+    parts: list[str] = []
+    missing = 0
+    nxt = 0
+    for x in sorted(x for x in set(present) if 0 <= x < size) + [size]:
+        if x > nxt:
+            missing += x - nxt
+            if len(parts) < limit:
+                parts.append(str(nxt) if x - nxt == 1 else f"{nxt}-{x - 1}")
+        nxt = x + 1
+    shown = sum(1 if "-" not in p else int(p.split("-")[1]) - int(p.split("-")[0]) + 1 for p in parts)
+    return ",".join(parts) + (f" (+{missing - shown} more ids)" if missing > shown else "")
+
+
 class Evidence:
     """Collects evidence lines, keeping the first MAX_EVIDENCE and counting all."""
 

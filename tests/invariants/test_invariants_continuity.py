@@ -56,7 +56,7 @@ def test_run_without_restores_is_valid_and_says_so(builder):
 
 
 def test_no_digests_at_all_is_unknown(builder):
-    b = builder(total_steps=4)
+    b = builder(total_steps=5)  # steps are numbered 1..total_steps (DESIGN.md)
     b.attempt(2).train(5, digests=lambda k: None).crash(1)
     verdict = check_continuity(b.load())
     assert verdict.valid == "unknown"

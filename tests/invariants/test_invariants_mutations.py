@@ -25,6 +25,9 @@ from trainwreck.invariants.loader import REQUIRED
 GUARD_S = 10.0  # a hang guard only; real answers take milliseconds
 DEEP = "[" * 50_000 + "]" * 50_000
 # Values of another JSON type (or not JSON at all) for a field.
+# The run.json fields a checker cannot do without (docs/DESIGN.md); the others, such as
+# world_sizes or the trainer's config, may be absent (null) without hiding anything.
+RUN_JSON_REQUIRED = {"format", "dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "faults"}
 SWAPS = ["\"x\"", "[1]", "{\"a\": 1}", "null", "NaN", "Infinity", "-Infinity", DEEP]
 _BASE: dict[str, Path] = {}
 
@@ -68,8 +71,9 @@ def readable(run_dir: Path) -> bool:
         if not isinstance(_strict((run_dir / "run.json").read_bytes().decode()), dict):
             return False
         for path in (run_dir / "events").glob("*.jsonl"):
-            lines = [ln for ln in path.read_bytes().decode().rstrip().split("\n") if ln.strip()]
-            if not all(isinstance(_strict(ln), dict) for ln in lines[:-1]):
+            # Split before decoding: a byte that is not UTF-8 may sit in the (torn) last line.
+            lines = [ln for ln in path.read_bytes().rstrip().split(b"\n") if ln.strip()]
+            if not all(isinstance(_strict(ln.decode()), dict) for ln in lines[:-1]):
                 return False
     except (ValueError, RecursionError, FileNotFoundError):
         return False
@@ -103,11 +107,15 @@ def mutate(run_dir: Path, data: st.DataObject) -> bool:
         ev = json.loads(lines[i])
         key = data.draw(st.sampled_from(sorted(ev)))
         value = data.draw(st.sampled_from(SWAPS + ["1" + "0" * 400]))
+        original = ev[key]
         ev[key] = "__SWAP__"
         lines[i] = json.dumps(ev).replace('"__SWAP__"', value)
-        required = path.name == "run.json" or key in ("kind", "t") or key in dict(REQUIRED.get(ev.get("kind"), ()))
+        required = (key in RUN_JSON_REQUIRED if path.name == "run.json"
+                    else key in ("kind", "t") or key in dict(REQUIRED.get(ev.get("kind"), ())))
         last = path.name != "run.json" and i == len(lines) - 1
-        damaged = not last and (value in SWAPS[4:] or (required and value in SWAPS[:4]))
+        # A value of the field's own JSON type (world_sizes [2] -> [1]) is readable evidence, not damage.
+        retyped = value in SWAPS[:4] and type(json.loads(value)) is not type(original)
+        damaged = not last and (value in SWAPS[4:] or (required and retyped))
     path.write_text("\n".join(lines) + "\n")
     return damaged
 
@@ -123,7 +131,8 @@ def _mutation_case(data: st.DataObject) -> None:
             assert code != 0, "VALID on evidence the checker could not read"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomised in the default run so CI is repeatable; the nightly one below explores anew.
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_mutated_run_directory_never_crashes_and_is_never_valid_when_unreadable(data):
     _mutation_case(data)
