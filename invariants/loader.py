@@ -411,6 +411,8 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         ((attempt,), (rank,), (ws,)) = attempts, ranks, sizes
         if type(attempt) is not int or type(rank) is not int or type(ws) is not int or attempt < 0 or rank < 0:
             return False
+        if max(attempt, 0) > MAX_COUNT or rank > MAX_RANKS or not 0 <= ws <= MAX_RANKS:
+            return False  # the slow path names the field that is out of bounds
         if not (
             set(map(type, steps)) <= _INT_TYPE
             and set(map(type, batch_steps)) <= _INT_TYPE
