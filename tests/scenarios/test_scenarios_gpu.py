@@ -70,6 +70,15 @@ def test_on_one_gpu_a_resume_under_amp_matches_the_uninterrupted_run(run_scenari
 
 @pytest.mark.gpu(devices=1)
 def test_the_cuda_rng_and_grad_scaler_survive_a_checkpoint_round_trip() -> None:
+    # In a spawned child: CUDA autograd in this pytest worker would make every later
+    # fork-based test in it fail ("Unable to handle autograd's threading ... fork").
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(_cuda_rng_and_grad_scaler_round_trip)  # re-raises the child's AssertionError
+
+
+def _cuda_rng_and_grad_scaler_round_trip() -> None:
     import torch
 
     from trainwreck.trainer.checkpoint import from_bytes, to_bytes
