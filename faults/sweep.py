@@ -69,7 +69,7 @@ def replay_saves(writer: str, wrap: Callable[[Storage, Path], Storage], before_e
         store = trainer_class(writer).store_class(storage, events, NoHooks(), cfg.keep_last)
         for s in [s for s in cfg.save_steps() if s <= step]:
             state.step = s
-            files = training_files(state, sampler.state_dict(), [capture_rng()] * world, cfg.identity())
+            files = training_files(state, sampler.state_dict(), [capture_rng(cuda=False)] * world, cfg.identity())
             before_each(storage)
             store.save(s, files, checkpoint_meta(world, cfg.identity(), state_digest(state), 0))
         events.close()

@@ -188,7 +188,7 @@ class Trainer:
         started = time.perf_counter()
         self.progress.publish(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
-        dist.all_gather_object(rngs, capture_rng())
+        dist.all_gather_object(rngs, capture_rng(cuda=self.device.type == "cuda"))
         if self.rank == 0:
             self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)

@@ -76,9 +76,13 @@ def state_digest(state: TrainState) -> str:
     return h.hexdigest()[:16]
 
 
-def capture_rng() -> dict[str, Any]:
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return {"python": random.getstate(), "torch": torch.get_rng_state(), "cuda": cuda}
+def capture_rng(cuda: bool | None = None) -> dict[str, Any]:
+    """The RNG streams a resume must continue. `cuda` (default: whether CUDA is available)
+    says whether this process trains on CUDA: asking a CPU rank on a GPU host, or the
+    sweep's recorder, for CUDA RNG state would initialise CUDA in it for nothing."""
+    use_cuda = torch.cuda.is_available() if cuda is None else cuda
+    states = torch.cuda.get_rng_state_all() if use_cuda else []
+    return {"python": random.getstate(), "torch": torch.get_rng_state(), "cuda": states}
 
 
 def restore_rng(saved: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 
 import trainwreck.trainer.entry  # noqa: F401  forked ranks inherit DDP's lazy imports already done
@@ -67,7 +68,9 @@ def run_attempt(run_dir: Path, cfg: TrainConfig, world_size: int, attempt: int,
         # tests in the same worker do: these trainer-level tests run the CPU path on every host.
         cfg = replace(cfg, device="cpu")
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
-    fork = multiprocessing.get_context("fork")
+    # A child forked from a process that has initialised CUDA cannot run even a CPU
+    # optimizer step on a GPU host; then fork from a clean server process instead.
+    fork = multiprocessing.get_context("forkserver" if torch.cuda.is_initialized() else "fork")
     prefix = f"{uuid.uuid4().hex}/{attempt}"  # one fresh namespace shared by the attempt's ranks
     procs = []
     for rank in range(world_size):
