@@ -68,9 +68,10 @@ def run_attempt(run_dir: Path, cfg: TrainConfig, world_size: int, attempt: int,
         # tests in the same worker do: these trainer-level tests run the CPU path on every host.
         cfg = replace(cfg, device="cpu")
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
-    # A child forked from a process that has initialised CUDA cannot run even a CPU
-    # optimizer step on a GPU host; then fork from a clean server process instead.
-    fork = multiprocessing.get_context("forkserver" if torch.cuda.is_initialized() else "fork")
+    # On a GPU host this process has likely initialised the CUDA driver (asking whether
+    # CUDA is available is enough), and a child forked from it cannot run even a CPU
+    # optimizer step ("CUDA error: initialization error"): fork from a clean server there.
+    fork = multiprocessing.get_context("forkserver" if torch.cuda.is_available() else "fork")
     prefix = f"{uuid.uuid4().hex}/{attempt}"  # one fresh namespace shared by the attempt's ranks
     procs = []
     for rank in range(world_size):
