@@ -36,6 +36,7 @@ from trainwreck.faults.corrupt import corrupt_run_dir
 from trainwreck.faults.plan import HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
+from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from trainwreck.trainer.storage import Storage
 
 POINT_KINDS = ("kill", "hang", "nan_grad")
+GATE_MAX_S = 5.0
+"""The longest a rank waits at a harness fault's step for the harness's signal."""
 COMM_KINDS = ("comm_delay", "comm_fail", "skip_collective")
 
 
@@ -55,7 +58,13 @@ class FaultHooks:
     """Fires the plan's in-rank faults in one rank (implements trainer.hooks.Hooks)."""
 
     def __init__(self, plan: list[dict[str, Any]]) -> None:
-        self.plan = [with_defaults(f) for f in parse_plan(plan).faults if KINDS[f["kind"]].where != HARNESS]
+        faults = [with_defaults(f) for f in parse_plan(plan).faults]
+        self.plan = [f for f in faults if KINDS[f["kind"]].where != HARNESS]
+        # The harness's faults at a step: the rank waits at that step's start for the signal,
+        # so it lands exactly there, not an update or two later (the harness polls boards).
+        self.harness_at_step = [f for f in faults if KINDS[f["kind"]].where == HARNESS and f.get("step") is not None]
+        self.gates: list[dict[str, Any]] = []
+        self.gate_s = 0.0
         self.events: EventLog | None = None
         self.rank, self.world_size, self.attempt = -1, 0, -1
         self.clock = StepClock()
@@ -70,6 +79,7 @@ class FaultHooks:
         self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
         for fault in self.of_kind("corrupt"):
             corrupt_run_dir(fault, events.path, self._record_corruption)
+        self._arm_gates(RunDir.of_events_file(events.path))
 
     def point(self, name: str, step: int, **ctx: Any) -> None:
         self.clock.step = step
@@ -81,6 +91,7 @@ class FaultHooks:
                 self.fired.add(fault["id"])
                 self._act(fault, name, step, ctx)
         if name == fp.STEP_START:
+            self._await_harness(step)
             self._straggle(step)
 
     def wrap_storage(self, storage: Storage) -> Storage:
@@ -115,6 +126,33 @@ class FaultHooks:
         self.fired.add(fault["id"])
         self.events.emit("fault", fault_id=fault["id"], rank=None, applied_by_rank=self.rank,
                          detail=detail, fault_kind="corrupt", **extra)
+
+    # ----- waiting for the harness's signal --------------------------------------------------
+
+    def _arm_gates(self, run: RunDir) -> None:
+        """The harness faults this rank must wait for in this attempt: aimed at it, allowed
+        from this attempt on, all their ranks present, and not fired in an earlier attempt."""
+        if not self.harness_at_step:
+            return
+        fired = {e.get("fault_id") for e in iter_events(run.root, batches=False) if e["kind"] == "fault"}
+        for fault in self.harness_at_step:
+            ranks = fault.get("ranks") or [fault["rank"]]
+            if (self.rank in ranks and self.attempt >= fault.get("from_attempt", 0)
+                    and max(ranks) < self.world_size and fault["id"] not in fired):
+                self.gates.append(fault)
+        # Well inside the watchdog's timeout: waiting must never look like a hang itself.
+        self.gate_s = min(GATE_MAX_S, 0.5 * float(read_run_json(run.root).get("hang_timeout_s") or 2 * GATE_MAX_S))
+
+    def _await_harness(self, step: int) -> None:
+        """At the start of a harness fault's step, give the harness (which polls the progress
+        boards) time to send its signal before this rank runs on. The signal ends the wait:
+        SIGKILL and SIGTERM end the process, SIGSTOP stops it. Should none come (the harness
+        decided otherwise), the rank carries on after gate_s."""
+        due = [f for f in self.gates if step >= f["step"]]
+        for fault in due:
+            self.gates.remove(fault)
+        if due:
+            time.sleep(self.gate_s)
 
     # ----- the point faults ---------------------------------------------------------------
 

@@ -17,7 +17,6 @@ import signal
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from trainwreck.faults.external import EXTERNAL_KINDS  # applied by the harness, not by in-rank hooks
 from trainwreck.harness.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDir, read_run_json
@@ -87,8 +86,8 @@ def build_hooks(plan: list[dict[str, Any]], factory: str | None) -> Any:
 
     if factory:
         return resolve(factory)(plan)
-    if not any(f.get("kind") not in EXTERNAL_KINDS for f in plan):
-        return NoHooks()
+    if not plan:
+        return NoHooks()  # even a plan of harness faults only has in-rank work: waiting for them
     if importlib.util.find_spec("trainwreck.faults.inrank") is None:
         raise RuntimeError("the plan has in-rank faults but faults.inrank is not installed")
     from trainwreck.faults.inrank import build_hooks as build  # written in faults/; imported only when needed

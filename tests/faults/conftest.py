@@ -49,9 +49,10 @@ class Outcome:
 
 
 def run_plan(plan: list[dict[str, Any]], run_dir: Path, golden: History | None, cfg: TrainConfig = CFG,
-             world_sizes: tuple[int, ...] = (2,), hang_timeout_s: float = HANG_TIMEOUT_S) -> Outcome:
+             world_sizes: tuple[int, ...] = (2,), hang_timeout_s: float = HANG_TIMEOUT_S,
+             poll_interval_s: float = 0.02) -> Outcome:
     record = run_job(JobSpec(config=cfg, world_sizes=world_sizes, plan=plan, hang_timeout_s=hang_timeout_s,
-                             run_dir=run_dir))
+                             run_dir=run_dir, poll_interval_s=poll_interval_s))
     assert_no_leftover_processes()
     return Outcome(record, run_dir, judge(load_history(run_dir), golden=golden))
 

@@ -38,3 +38,18 @@ def test_losing_a_whole_node_restarts_the_job_from_the_newest_checkpoint(tmp_pat
     assert event["ranks"] == [0, 1] and set(out.exit_codes(0).values()) == {-9}
     assert out.restores(1) == {4}
     assert out.judgement.valid is True, out.explain()
+
+
+def test_a_harness_signal_lands_exactly_at_its_step_because_the_rank_waits_for_it(tmp_path: Path,
+                                                                                    golden: History) -> None:
+    # The harness polls the progress boards; without the rank's wait at the step's start a
+    # fast rank ran an update or two past it, and a save in between changed the restore point.
+    # The slowest polling a job allows, so that without the wait the rank would run ahead.
+    out = run_plan(Plan().signal(rank=1, signal="SIGKILL", step=7).to_list(), tmp_path / "run", golden,
+                   poll_interval_s=0.1)
+    [event] = out.fired("signal-1")
+    assert "ranks were at steps {1: 7}" in event["detail"]
+    applied = {e["step"] for e in out.events("step") if e["attempt"] == 0 and e["rank"] == 1}
+    assert max(applied) == 6, "the killed rank applied updates past the fault's step"
+    assert out.restores(1) == {4}
+    assert out.judgement.valid is True, out.explain()
