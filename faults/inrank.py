@@ -36,7 +36,7 @@ from trainwreck.faults.corrupt import corrupt_run_dir
 from trainwreck.faults.plan import HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
+from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
 
 if TYPE_CHECKING:
     import torch
@@ -134,6 +134,10 @@ class FaultHooks:
         from this attempt on, all their ranks present, and not fired in an earlier attempt."""
         if not self.harness_at_step:
             return
+        try:
+            hang_timeout_s = read_run_json(run.root).get("hang_timeout_s")
+        except RunDirError:
+            return  # no run.json: no harness runs this plan, so no signal would ever come
         fired = {e.get("fault_id") for e in iter_events(run.root, batches=False) if e["kind"] == "fault"}
         for fault in self.harness_at_step:
             ranks = fault.get("ranks") or [fault["rank"]]
@@ -141,7 +145,8 @@ class FaultHooks:
                     and max(ranks) < self.world_size and fault["id"] not in fired):
                 self.gates.append(fault)
         # Well inside the watchdog's timeout: waiting must never look like a hang itself.
-        self.gate_s = min(GATE_MAX_S, 0.5 * float(read_run_json(run.root).get("hang_timeout_s") or 2 * GATE_MAX_S))
+        timeout = hang_timeout_s if isinstance(hang_timeout_s, (int, float)) and hang_timeout_s > 0 else 2 * GATE_MAX_S
+        self.gate_s = min(GATE_MAX_S, 0.5 * timeout)
 
     def _await_harness(self, step: int) -> None:
         """At the start of a harness fault's step, give the harness (which polls the progress
