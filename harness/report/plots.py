@@ -21,7 +21,8 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
+from trainwreck.harness.report.rawlog import read_spec
+from trainwreck.trainer.rundir import RunDir, iter_events
 
 W, H = 640, 240
 L, R, T, B = 56, 16, 28, 36  # margins: axis labels left and below, the title above
@@ -189,7 +190,7 @@ def loss_svg(run_dir: Path, golden_dir: Path | None) -> str:
 
 def coverage_grid(run_dir: Path) -> tuple[list[tuple[int, int, list[int]]], int]:
     """[(step, epoch, ids)] for the lineage's updates (the last attempt to apply each step), and the dataset size."""
-    spec = _spec(run_dir)
+    spec = read_spec(Path(run_dir))
     size = int(spec.get("dataset_size") or (spec.get("config") or {}).get("dataset_size") or 0)
     by_step: dict[int, tuple[int, int, list[int]]] = {}  # step -> (attempt, epoch, ids)
     for ev in RunEvents.read(run_dir).batches:
@@ -286,13 +287,6 @@ def ckpt_age_svg(run_dir: Path) -> str:
                            f'<title>save of step {s.get("step")} ({s.get("checkpoint")})</title></circle>')
     frame.legend([("age", WARN), ("save", OK)])
     return frame.svg(f"Checkpoint age over time; {len(ev.saves)} save(s); oldest {peak:.3f} s")
-
-
-def _spec(run_dir: Path) -> dict[str, Any]:
-    try:
-        return read_run_json(Path(run_dir), check_format=False)
-    except RunDirError:
-        return {}
 
 
 PLOTS = {"loss": loss_svg, "coverage": coverage_svg, "progress": progress_svg, "ckpt_age": ckpt_age_svg}
