@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.storage import Storage, check_relative
 
 BLOCK = 4096
@@ -66,6 +70,9 @@ class LowOp:
     dst_parent: int = -1
     dst_name: str = ""
     data: bytes = b""
+    t: float = 0.0
+    """Wall-clock time the op was issued (in-rank recordings; 0 for in-process ones): the
+    observer's event log is cut here when the power fails just before this op."""
 
     @property
     def group(self) -> int:
@@ -130,6 +137,8 @@ class PowerLossRecorder:
         self.ids: dict[str, int] = {".": ROOT}
         self.dirs: set[int] = {ROOT}
         self._next = 1
+        self._issued = 0.0
+        """When the current Storage call was issued (its ops carry this time)."""
 
     def start(self) -> None:
         """Snapshot the root as the durable state and start a fresh log."""
@@ -146,7 +155,12 @@ class PowerLossRecorder:
         return self._next - 1
 
     def _add(self, kind: str, path: str, **fields: object) -> None:
+        fields.setdefault("t", self._issued)
         self.log.ops.append(LowOp(len(self.log.ops), kind, path, **fields))  # type: ignore[arg-type]
+        self._logged(self.log.ops[-1])
+
+    def _logged(self, op: LowOp) -> None:
+        """Called with every op as it is recorded (a subclass ships it off the process)."""
 
     def _entry(self, path: str) -> dict[str, object]:
         return {"parent": self.ids[_parent_path(path)], "name": path.rsplit("/", 1)[-1]}
@@ -168,6 +182,7 @@ class PowerLossRecorder:
         return self.inner.list(path)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self._issued = time.time()
         self.inner.write(path, data, durable=durable)
         path = _norm(path)
         if path not in self.ids:
@@ -178,6 +193,7 @@ class PowerLossRecorder:
             self._add("fsync_file", path, inode=self.ids[path])
 
     def mkdir(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.mkdir(path)
         parts = _norm(path).split("/")
         for depth in range(1, len(parts) + 1):  # mkdir -p: each missing ancestor is created
@@ -187,6 +203,7 @@ class PowerLossRecorder:
                 self._add("mkdir", here, inode=self.ids[here], **self._entry(here))
 
     def rename(self, src: str, dst: str) -> None:
+        self._issued = time.time()
         self.inner.rename(src, dst)
         src, dst = _norm(src), _norm(dst)
         if src == dst:
@@ -201,15 +218,98 @@ class PowerLossRecorder:
             self.ids[dst + p[len(src):]] = self.ids.pop(p)
 
     def fsync_dir(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.fsync_dir(path)
         path = _norm(path)
         self._add("fsync_dir", path, inode=self.ids[path])
 
     def remove(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.remove(path)
         for p in self._subtree(_norm(path)):
             self._add("unlink", p, inode=self.ids[p], **self._entry(p))
             del self.ids[p]
+
+
+OPS_DIR = "powerloss"
+"""RUN_DIR/powerloss/: the in-rank recording (ops-aNNN.jsonl) and the written data (blobs/SHA256)."""
+
+
+class ShippedRecorder(PowerLossRecorder):
+    """A PowerLossRecorder that appends every op to a JSON-lines file as it happens, the
+    data kept once per content in a side file: a real job's saves, all of them, recorded
+    from inside the rank (through `recording_hooks`) for the power-loss sweep to replay."""
+
+    def __init__(self, inner: Storage, root: Path, out: Path) -> None:
+        super().__init__(inner, root)
+        self.out = Path(out)
+        self.blobs = self.out.parent / "blobs"
+
+    def start(self) -> None:
+        super().start()
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        before = {p: (None if c is None else self._blob(c)) for p, c in self.log.before.items()}
+        self._line({"before": before, "ids": self.log.ids})
+
+    def _blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.blobs / digest
+        if not target.exists():
+            target.write_bytes(data)
+        return digest
+
+    def _logged(self, op: LowOp) -> None:
+        fields = {k: v for k, v in vars(op).items() if k != "data"}
+        fields["data"] = self._blob(op.data) if op.kind == "data" else None
+        self._line(fields)
+
+    def _line(self, record: dict[str, Any]) -> None:
+        with self.out.open("a") as f:  # one line per op, written before the next op is issued
+            f.write(json.dumps(record) + "\n")
+
+
+class RecordingHooks(NoHooks):
+    """Hooks that only record rank 0's storage ops (the writer of every checkpoint) into
+    RUN_DIR/powerloss/ops-aNNN.jsonl; a JobSpec selects them with `hooks_factory`."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        if plan:
+            raise ValueError("recording_hooks records a clean run: give it an empty plan")
+        self.rank, self.attempt = -1, -1
+        self.run: RunDir | None = None
+
+    def bind(self, events: Any, rank: int, world_size: int, attempt: int) -> None:
+        self.rank, self.attempt, self.run = rank, attempt, RunDir.of_events_file(events.path)
+
+    def wrap_storage(self, storage: Storage) -> Storage:
+        if self.rank != 0 or self.run is None:
+            return storage
+        out = self.run.root / OPS_DIR / f"ops-a{self.attempt:03d}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        recorder = ShippedRecorder(storage, self.run.checkpoints, out)
+        recorder.start()
+        return recorder  # type: ignore[return-value]
+
+
+def recording_hooks(plan: list[dict[str, Any]]) -> RecordingHooks:
+    """The `hooks_factory` of the power-loss sweep's observed run."""
+    return RecordingHooks(plan)
+
+
+def load_oplog(path: Path) -> OpLog:
+    """Read a ShippedRecorder's file back into an OpLog (data from the blobs beside it)."""
+    blobs = Path(path).parent / "blobs"
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not lines or "before" not in lines[0]:
+        raise ValueError(f"{path} is not a power-loss recording: its first line must hold 'before'")
+    head = lines[0]
+    before = {p: (None if h is None else (blobs / h).read_bytes()) for p, h in head["before"].items()}
+    log = OpLog(before, dict(head["ids"]))
+    for record in lines[1:]:
+        digest = record.pop("data")
+        data = (blobs / digest).read_bytes() if digest else b""
+        log.ops.append(LowOp(**record, data=data))
+    return log
 
 
 # ----- 2. the crash states -----------------------------------------------------------------
