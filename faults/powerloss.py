@@ -328,6 +328,8 @@ class CrashState:
     """(data op index, blocks persisted) for data torn at block granularity."""
     tree: Tree
     digest: str
+    damage: tuple[str, ...] = ()
+    """What differs from the disk had every issued op persisted, path by path, in words."""
 
     @property
     def kept(self) -> list[str]:
@@ -348,6 +350,15 @@ class CrashState:
         lost = "; ".join(self.lost) or "nothing"
         torn = "; ".join(self.torn_ops) or "nothing"
         return f"power cut after op {self.point} ({last}): lost {lost}; torn {torn}"
+
+    def in_words(self) -> str:
+        """The state for a reader: where the power failed and what the disk holds that the
+        writer did not intend (not every lost op, only the files it changed)."""
+        last = self.ops[-1].describe() if self.ops else "before the first op"
+        where = f"the power failed right after op {self.point}, {last}"
+        if not self.damage:
+            return f"{where}; the disk holds everything issued so far"
+        return f"{where}; on disk " + "; ".join(self.damage)
 
 
 @dataclass
@@ -448,6 +459,31 @@ def _tree(visible: dict[str, int], contents: dict[int, bytes]) -> Tree:
     return {p: (None if i in dirs else contents[i]) for p, i in visible.items()}
 
 
+def _damage(intended: Tree, tree: Tree) -> tuple[str, ...]:
+    """Each path whose state differs from the intended tree, in words."""
+    out: list[str] = []
+    reported: list[str] = []  # a missing or leftover directory speaks for everything inside it
+    for path in sorted(set(intended) | set(tree)):
+        want, got = intended.get(path, b""), tree.get(path, b"")
+        if any(path.startswith(d + "/") for d in reported):
+            continue
+        if (path in tree) != (path in intended):
+            reported.append(path)
+        if path not in tree:
+            out.append(f"{path} is missing")
+        elif path not in intended:
+            out.append(f"{path} is still there (its unlink or rename was lost)")
+        elif want is None or got is None or want == got:
+            continue
+        elif not got:
+            out.append(f"{path} is empty (its {len(want)} bytes were never made durable)")
+        elif want.startswith(got):
+            out.append(f"{path} holds only its first {len(got)} of {len(want)} bytes")
+        else:
+            out.append(f"{path} holds content other than its last write ({len(got)} bytes)")
+    return tuple(out)
+
+
 def _digest(tree: Tree) -> str:
     h = hashlib.sha256()
     for path in sorted(tree):
@@ -494,7 +530,8 @@ class _Point:
                 dims.append((w, _data_options(w, renamed)))
         return dims
 
-    def state(self, entries: set[int], visible: dict[str, int], picks: list[tuple[LowOp, int]]) -> CrashState:
+    def state(self, entries: set[int], visible: dict[str, int], picks: list[tuple[LowOp, int]],
+              compare: bool = True) -> CrashState:
         contents = {i: c for p, i in self.log.ids.items() if (c := self.log.before.get(p)) is not None}
         persisted = set(entries)
         for w in self.writes.values():
@@ -512,7 +549,20 @@ class _Point:
             elif blocks > 0:
                 torn.append((w.index, blocks))
         tree = _tree(visible, contents)
-        return CrashState(self.n, self.ops, frozenset(persisted), tuple(torn), tree, _digest(tree))
+        return CrashState(self.n, self.ops, frozenset(persisted), tuple(torn), tree, _digest(tree),
+                          _damage(self.intended(), tree) if compare else ())
+
+    def all_entries(self) -> set[int]:
+        return {o.index for o in self.ops if o.kind in ENTRY_KINDS}
+
+    def intended(self) -> Tree:
+        """The tree had every issued op persisted (what the writer meant the disk to hold)."""
+        if not hasattr(self, "_intended"):
+            entries = self.all_entries()
+            visible = _namespace(self.log, self.ops, entries)
+            full = [(w, -1) for w, _ in self.data_dims(entries, visible)]
+            self._intended = self.state(entries, visible, full, compare=False).tree
+        return self._intended
 
     def every(self) -> Iterator[CrashState]:
         for prefixes in self.entry_choices():

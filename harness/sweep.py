@@ -227,9 +227,9 @@ def crash_run_dir(observed: Path, log: OpLog, state: CrashState, dest: Path) -> 
 
 def power_loss_row(n: int, state: CrashState, judged: JudgedRun) -> PowerLossRow:
     row = sweep_row(state.point, "", "power", judged)
-    return PowerLossRow(n, state.point, state.describe(), state.kept, state.lost, state.torn_ops, row.verdict,
-                        row.failing, row.unknown, row.run_dir, str(RunDir(judged.record.run_dir).report_file("report.html")),
-                        row.outcome, row.summary)
+    report = str(RunDir(judged.record.run_dir).report_file("report.html"))
+    return PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops, row.verdict,
+                        row.failing, row.unknown, row.run_dir, report, row.outcome, row.summary)
 
 
 def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
@@ -257,5 +257,6 @@ def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, pro
         row = power_loss_row(n, state, judged)
         result.rows.append(row)
         detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
-        say(f"[{k}/{len(picked)}] {writer}: state {n}, {state.describe()}: {verdict_word(row.verdict)}{detail}")
+        say(f"[{k}/{len(picked)}] {writer}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
+            f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
     return result
