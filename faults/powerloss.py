@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.rundir import RunDir
@@ -586,19 +586,27 @@ def states_at(log: OpLog, point: int, seed: int = 0, cap: int = 64) -> list[Cras
     return states
 
 
-def crash_states(log: OpLog, seed: int = 0, cap: int = 64) -> tuple[list[CrashState], Stats]:
+Epoch = Callable[[int], object]
+"""crash point -> what the observer had seen by then (e.g. how many events were logged):
+two states are the same only with the same tree *and* the same epoch, because one disk
+judged against a log that announced a save is not the state it is against one that did not."""
+
+
+def crash_states(log: OpLog, seed: int = 0, cap: int = 64,
+                 epoch: Epoch | None = None) -> tuple[list[CrashState], Stats]:
     """Every state the model allows at every crash point (after 0..len(ops) ops), deduplicated
     by the materialised tree; a crash point with more than `cap` combinations is sampled
     `cap` times with `seed` instead of enumerated."""
-    return _explore(log, range(len(log.ops) + 1), seed, cap)
+    return _explore(log, range(len(log.ops) + 1), seed, cap, epoch)
 
 
-def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[list[CrashState], Stats]:
+def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int,
+             epoch: Epoch | None = None) -> tuple[list[CrashState], Stats]:
     if cap < 1:
         raise ValueError(f"cap={cap} explores nothing: use a cap of at least 1")
     rng = random.Random(seed)
     stats = Stats()
-    seen: set[str] = set()
+    seen: set[tuple[str, object]] = set()
     out: list[CrashState] = []
     for n in points:
         point = _Point(log, n)
@@ -610,10 +618,11 @@ def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[li
             states = point.every()
         for state in states:
             stats.generated += 1
-            if state.digest in seen:
+            key = (state.digest, epoch(state.point) if epoch else None)
+            if key in seen:
                 stats.duplicates += 1
                 continue
-            seen.add(state.digest)
+            seen.add(key)
             out.append(state)
     stats.explored = len(out)
     return out, stats
@@ -657,3 +666,118 @@ def record_save(writer: str = "reference", step: int | None = None) -> OpLog:
     # What the earlier saves left is the durable state before the recorded one.
     replay_saves(writer, wrap, lambda storage: storage.start(), CRASH_STEP if step is None else step)  # type: ignore[attr-defined]
     return recorders[0].log
+
+
+# ----- DCP's own commit, recorded through the same recorder ------------------------------
+
+DCP_DIR = "dcp-step-00000016"
+DCP_EARLIER = "dcp-step-00000008"
+"""The recorded DCP save, and the earlier one already durable before it."""
+
+
+def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
+    """torch.distributed.checkpoint's FileSystem, every call routed through `storage`: DCP's
+    FileSystemWriter then writes through the same seam (and recorder) as our own stores.
+    Each written stream becomes one Storage.write, durable when DCP fsyncs its files
+    (sync_files=True, DCP's default; it fsyncs each file, never a directory)."""
+    import io
+    import tempfile
+    from contextlib import contextmanager
+
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    def rel(path: str | os.PathLike) -> str:
+        return os.path.relpath(Path(path), root).replace(os.sep, "/")
+
+    class StorageFS(FileSystem):
+        @contextmanager
+        def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
+            if "r" in mode:
+                yield io.BytesIO(storage.read(rel(path)))
+                return
+            # A real file, so DCP's os.fsync(stream.fileno()) works as it does on disk;
+            # read back by name because DCP closes the stream itself.
+            fd, scratch = tempfile.mkstemp(prefix="trainwreck-dcp-stream-")
+            os.close(fd)
+            try:
+                with open(scratch, "w+b") as stream:
+                    yield stream
+                storage.write(rel(path), Path(scratch).read_bytes(), durable=sync_files)
+            finally:
+                os.unlink(scratch)
+
+        def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
+            storage.rename(rel(path), rel(new_path))
+
+        def mkdir(self, path: str | os.PathLike) -> None:
+            if rel(path) != ".":
+                storage.mkdir(rel(path))
+
+        def exists(self, path: str | os.PathLike) -> bool:
+            return rel(path) == "." or storage.exists(rel(path))
+
+        def rm_file(self, path: str | os.PathLike) -> None:
+            storage.remove(rel(path))
+
+    return StorageFS()
+
+
+def dcp_state_dict(step: int) -> dict[str, Any]:
+    """A small model-and-optimizer-shaped state whose values name the step (a mix-up shows)."""
+    import torch
+
+    return {"model.weight": torch.full((64, 32), float(step)), "model.bias": torch.arange(32.0) + step,
+            "step": torch.tensor(step)}
+
+
+def dcp_save(storage: Storage, root: Path, name: str, step: int) -> None:
+    """DCP's own save (FileSystemWriter, commit by renaming .metadata.tmp), in-process, no_dist."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    writer = FileSystemWriter(str(Path(root) / name))
+    writer.fs = storage_fs(storage, Path(root), writer.sync_files)
+    dcp.save(dcp_state_dict(step), storage_writer=writer, no_dist=True)
+
+
+def record_dcp_save(root: Path) -> OpLog:
+    """The ops of DCP's save of DCP_DIR, after an earlier save (DCP_EARLIER) made durable."""
+    from trainwreck.trainer.storage import LocalStorage
+
+    local = LocalStorage(Path(root))
+    dcp_save(local, Path(root), DCP_EARLIER, 8)
+    os.sync()  # the earlier save is the durable state the recorded one starts from
+    recorder = PowerLossRecorder(local, Path(root))
+    recorder.start()
+    dcp_save(recorder, Path(root), DCP_DIR, 16)  # type: ignore[arg-type]
+    return recorder.log
+
+
+def dcp_loads(root: Path, name: str, step: int) -> str | None:
+    """None when checkpoint `name` under `root` loads with step's values; else why not."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    if not (Path(root) / name / ".metadata").is_file():
+        return f"{name}/.metadata is missing"
+    want = dcp_state_dict(step)
+    got = {k: torch.zeros_like(v) for k, v in want.items()}
+    try:
+        dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
+        return f"{name} does not load: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    wrong = [k for k in want if not torch.equal(want[k], got[k])]
+    return f"{name} loads other values for {', '.join(wrong)}" if wrong else None
+
+
+def judge_dcp_state(state: CrashState, complete: bool, scratch: Path) -> tuple[bool, str]:
+    """(valid, why) for one crash state of DCP's save: the earlier checkpoint always loads;
+    a checkpoint whose .metadata is present loads with its own values; and once dcp.save
+    returned (`complete`: the caller announces the checkpoint), the new one loads."""
+    root = materialise(state, scratch)
+    problem = dcp_loads(root, DCP_EARLIER, 8)
+    if problem is None and (complete or (root / DCP_DIR / ".metadata").exists()):
+        problem = dcp_loads(root, DCP_DIR, 16)
+        if problem and complete:
+            problem = f"dcp.save had returned, but {problem}"
+    return problem is None, problem or "both checkpoints load as written"

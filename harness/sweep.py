@@ -10,6 +10,7 @@ The fault side (recording the save, naming crash points, the crash plan) is faul
 """
 from __future__ import annotations
 
+import bisect
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ from typing import Any, Callable, Iterable
 
 from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, WORLD_SIZES, crash_plan, crash_points,
                                      mutating_ops, record_save_ops)
-from trainwreck.faults.powerloss import OPS_DIR, CrashState, OpLog, crash_states, load_oplog, materialise
+from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
+                                        materialise, record_dcp_save)
 from trainwreck.harness.runner import JudgedRun, run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import verdict_word
@@ -204,6 +206,15 @@ def cut_time(log: OpLog, point: int, observed: Path) -> float:
     return min(exits, default=float("inf"))
 
 
+def events_seen(log: OpLog, observed: Path) -> Callable[[int], int]:
+    """crash point -> how many events the observer had by then: states with one tree but a
+    different log (a save announced or not yet) are judged apart."""
+    times = sorted(e["t"] for path in RunDir(observed).events.glob("*.jsonl")
+                   for line in path.read_text().splitlines() if line.strip() and "t" in (e := json.loads(line)))
+    seen = [bisect.bisect_left(times, cut_time(log, point, observed)) for point in range(len(log.ops) + 1)]
+    return seen.__getitem__
+
+
 def cut_events(observed: Path, dest: Path, before: float) -> None:
     """Copy every event log, keeping the events written before the cut: the log was shipped
     off the machine as it was written, so the power cut takes nothing from it."""
@@ -241,7 +252,7 @@ def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, pro
     say = progress or (lambda _line: None)
     base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / writer
     observed, log = observe(writer, base / "observed")
-    states, stats = crash_states(log, seed=seed, cap=cap)
+    states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
     result = PowerLossResult(writer, len(log.ops), stats.describe(), len(states), str(observed))
     say(f"{writer}: {len(log.ops)} recorded ops over the job's saves; {stats.describe()}")
     picked = list(enumerate(states))
@@ -259,4 +270,37 @@ def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, pro
         detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
         say(f"[{k}/{len(picked)}] {writer}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
             f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
+    return result
+
+
+DCP_WRITER = "dcp"
+"""torch.distributed.checkpoint's own FileSystemWriter commit: not a trainer variant, so its
+states are judged by loading the checkpoints (faults/powerloss.py judge_dcp_state)."""
+
+
+def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, seed: int = POWER_LOSS_SEED,
+                       cap: int = POWER_LOSS_CAP, limit: int | None = None) -> PowerLossResult:
+    """DCP's save recorded in-process through the same recorder, every crash state judged by
+    loading: the earlier checkpoint always, the new one once dcp.save returned or its
+    .metadata is on disk. Each state's directory gets verdicts.json (the row's report)."""
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / DCP_WRITER
+    log = record_dcp_save(base / "observed")
+    returned = len(log.ops)
+    states, stats = crash_states(log, seed=seed, cap=cap, epoch=lambda point: point == returned)
+    result = PowerLossResult(DCP_WRITER, len(log.ops), stats.describe(), len(states), str(base / "observed"))
+    say(f"{DCP_WRITER}: {len(log.ops)} recorded ops of one dcp.save; {stats.describe()}")
+    picked = list(enumerate(states))
+    if limit is not None and limit < len(picked):
+        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    for k, (n, state) in enumerate(picked, 1):
+        run_dir = base / f"state{n:03d}"
+        valid, why = judge_dcp_state(state, state.point == returned, run_dir / "checkpoints")
+        report = run_dir / "verdicts.json"
+        report.write_text(json.dumps({"valid": valid, "why": why, "state": state.in_words()}, indent=1) + "\n")
+        result.rows.append(PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops,
+                                        valid, [] if valid else ["dcp_load"], [], str(run_dir), str(report),
+                                        "loaded" if valid else "load_failed", "" if valid else why))
+        say(f"[{k}/{len(picked)}] {DCP_WRITER}: state {n} (power cut after op {state.point}): "
+            f"{verdict_word(valid)}{'' if valid else f' ({why})'}")
     return result

@@ -24,7 +24,8 @@ from trainwreck.trainer.config import InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
-                        help="trainer variant whose save is swept: reference (default) or naive_writer")
+                        help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
+                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn)")
@@ -55,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     from trainwreck.trainer.entry import trainer_class
 
     try:
-        trainer_class(args.writer)
+        if not (args.power_loss and args.writer == "dcp"):  # DCP's own commit is no trainer variant
+            trainer_class(args.writer)
     except ValueError as exc:
         print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +90,7 @@ def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-u
 
 
 def power_loss_main(args: argparse.Namespace, out: Path) -> int:
-    from trainwreck.harness.sweep import run_power_loss_sweep
+    from trainwreck.harness.sweep import run_dcp_power_loss, run_power_loss_sweep
 
     if args.points is not None:
         print("trainwreck sweep: error: --points names process-crash points; with --power-loss use --limit N",
@@ -98,8 +100,11 @@ def power_loss_main(args: argparse.Namespace, out: Path) -> int:
         print(f"trainwreck sweep: error: --limit {args.limit} judges nothing; give --limit 1 or more", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    result = run_power_loss_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                  seed=args.seed, limit=args.limit)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - progress goes to stderr
+    if args.writer == "dcp":
+        result = run_dcp_power_loss(out, progress=say, seed=args.seed, limit=args.limit)
+    else:
+        result = run_power_loss_sweep(args.writer, out, progress=say, seed=args.seed, limit=args.limit)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
