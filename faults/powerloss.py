@@ -34,6 +34,7 @@ import json
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -737,7 +738,9 @@ def dcp_save(storage: Storage, root: Path, name: str, step: int) -> None:
 
     writer = FileSystemWriter(str(Path(root) / name))
     writer.fs = storage_fs(storage, Path(root), writer.sync_files)
-    dcp.save(dcp_state_dict(step), storage_writer=writer, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(dcp_state_dict(step), storage_writer=writer, no_dist=True)
 
 
 def record_dcp_save(root: Path) -> OpLog:
@@ -763,7 +766,9 @@ def dcp_loads(root: Path, name: str, step: int) -> str | None:
     want = dcp_state_dict(step)
     got = {k: torch.zeros_like(v) for k, v in want.items()}
     try:
-        dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
     except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
         return f"{name} does not load: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
     wrong = [k for k in want if not torch.equal(want[k], got[k])]

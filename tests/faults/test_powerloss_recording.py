@@ -54,3 +54,25 @@ def test_every_save_of_the_in_process_replay_is_in_the_durable_state_before_the_
     # ops of an in-process replay carry times too, so either can feed the sweep.
     log = record_save("reference")
     assert log.before and all(op.t > 0 for op in log.ops)
+
+
+def test_one_tree_under_two_different_event_logs_counts_as_two_states(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    materialise({}, root)
+    recorder = ShippedRecorder(LocalStorage(root), root, tmp_path / "ops.jsonl")
+    recorder.start()
+    recorder.mkdir("d")  # never made durable: after it, the disk may still hold nothing
+    by_tree = crash_states(recorder.log)[0]
+    by_tree_and_log = crash_states(recorder.log, epoch=lambda point: point)[0]
+    assert sorted(map(sorted, (s.tree for s in by_tree))) == [[], ["d"]]
+    assert sorted((s.point, sorted(s.tree)) for s in by_tree_and_log) == [(0, []), (1, []), (1, ["d"])]
+
+
+def test_dcp_commit_is_recorded_through_the_same_recorder_with_file_fsyncs_and_no_directory_fsync(
+        tmp_path: Path) -> None:
+    from trainwreck.faults.powerloss import DCP_DIR, record_dcp_save
+
+    log = record_dcp_save(tmp_path / "root")
+    kinds = [op.kind for op in log.ops]
+    assert kinds.count("fsync_file") == kinds.count("data") >= 2 and "fsync_dir" not in kinds
+    assert log.ops[-1].describe() == f"rename({DCP_DIR}/.metadata.tmp -> {DCP_DIR}/.metadata)"

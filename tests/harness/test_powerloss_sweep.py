@@ -103,3 +103,16 @@ def test_rename_without_fsync_fails_many_of_sixty_power_loss_states(tmp_path: Pa
     result = run_power_loss_sweep("rename_no_fsync", out=tmp_path, limit=60)
     assert len(result.rows) == 60 and len(result.failures) >= 1
     assert all(r.failing for r in result.failures), "a failing state must name its invariant"
+
+
+def test_dcp_commit_can_lose_a_checkpoint_that_dcp_save_returned_and_the_state_is_described(tmp_path: Path) -> None:
+    from trainwreck.faults.powerloss import DCP_DIR, DCP_EARLIER
+    from trainwreck.harness.sweep import run_dcp_power_loss
+
+    result = run_dcp_power_loss(out=tmp_path)
+    first = result.first_failure
+    assert first is not None and first.point == result.ops, "only a cut after dcp.save returned loses the commit"
+    assert f"{DCP_DIR} is missing" in first.description and "dcp.save had returned" in first.summary
+    assert any(r.verdict is True and r.point == result.ops for r in result.rows), "the check must also pass"
+    assert not any(DCP_EARLIER in r.summary for r in result.failures), "the durable earlier save was damaged"
+    assert json.loads(Path(first.report).read_text())["valid"] is False
