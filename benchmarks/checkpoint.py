@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainwreck.trainer.checkpoint import CheckpointStore, from_bytes, to_bytes
+from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes, to_bytes
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage
@@ -53,7 +53,7 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
     plain_path = root / "plain.pt"
 
     def atomic_save() -> None:
-        store.save(next(step), {"model.pt": to_bytes(state)}, {"config_identity": "bench", "digest": None})
+        store.save(next(step), {"model.pt": Payload(state)}, {"config_identity": "bench", "digest": None})
 
     def plain_save() -> None:
         torch.save(state, plain_path)

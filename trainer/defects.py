@@ -15,11 +15,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
-    from_bytes, sha256, to_bytes
+from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, FileContent, Payload, Verified, \
+    checkpoint_name, checkpoint_step, from_bytes, payload_object, to_bytes
 from trainwreck.trainer.loop import Trainer
 from trainwreck.trainer.sampler import ElasticSampler
-from trainwreck.trainer.storage import Storage
+from trainwreck.trainer.storage import Produce, Storage
 
 DEFECTS: dict[str, type[Trainer]] = {}
 """The planted defects by name; trainer/entry.py lists them beside the reference."""
@@ -123,7 +123,7 @@ class OptimizerNotSavedTrainer(Trainer):
     """The checkpoint holds the optimizer's hyperparameters but not its moments, so AdamW
     restarts cold after a resume (caught by: continuity, restore digest != save digest)."""
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         files = super().checkpoint_files(rngs)
         optimizer = self.state.optimizer.state_dict()
         files["optimizer.pt"] = to_bytes({"state": {}, "param_groups": optimizer["param_groups"]})
@@ -135,11 +135,11 @@ class SchedulerNotSavedTrainer(Trainer):
     """The checkpoint holds a fresh LR schedule, so a resume re-runs the warmup (caught by:
     continuity, against the golden digests; the digest itself does not cover the schedule)."""
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         files = super().checkpoint_files(rngs)
-        saved = from_bytes(files["scheduler.pt"])
-        saved["scheduler"] = {**saved["scheduler"], "last_epoch": 0, "_step_count": 1}
-        files["scheduler.pt"] = to_bytes(saved)
+        saved = payload_object(files["scheduler.pt"])
+        saved = {**saved, "scheduler": {**saved["scheduler"], "last_epoch": 0, "_step_count": 1}}
+        files["scheduler.pt"] = Payload(saved)
         return files
 
 
@@ -161,15 +161,14 @@ class InPlacePointerFirstStore(CheckpointStore):
     the parent. A crash anywhere after the pointer leaves a 'committed' checkpoint that
     is missing or torn."""
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         name = checkpoint_name(step)
         self.storage.write(POINTER, json.dumps({"step": step, "checkpoint": name}).encode())
         self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
         self.storage.mkdir(name)
         entries = {}
-        for file_name, data in files.items():
-            self._write_file(step, name, f"{name}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        for file_name, content in files.items():
+            entries[file_name] = self._write_file(step, name, f"{name}/{file_name}", file_name, content)
         manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
         self._write_file(step, name, f"{name}/{MANIFEST}", MANIFEST, json.dumps(manifest).encode())
         self.retain()
@@ -188,7 +187,7 @@ class PointerBeforeRenameStore(CheckpointStore):
     `save` event) before the directory is renamed into place and fsynced: a crash in
     between leaves a commit pointing at a checkpoint that does not exist."""
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         from trainwreck.trainer import hooks as fp
 
         name = checkpoint_name(step)
@@ -300,6 +299,9 @@ class NeverSynced:
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.inner.write(path, data, durable=False)
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        return self.inner.write_stream(path, produce, durable=False)
 
     def fsync_dir(self, path: str) -> None:
         pass
