@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from types import FrameType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from trainwreck.trainer.async_ckpt import AsyncCheckpointer
 from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, FileContent, Payload, Verified, \
     checkpoint_name, checkpoint_step, from_bytes, payload_object, to_bytes
 from trainwreck.trainer.loop import Trainer
@@ -324,3 +326,78 @@ class RenameNoFsyncTrainer(Trainer):
     identical to the reference on a clean run and under process crashes)."""
 
     store_class = RenameNoFsyncStore
+
+
+# ----- asynchronous checkpoints (trainer/async_ckpt.py) ---------------------------------
+
+
+class CommitFirstAsyncWriter(AsyncCheckpointer):
+    """Commits (advances `latest`, writes the `save` event) as soon as it has the snapshot,
+    then writes and renames the files in the background: the commit record runs ahead of
+    data that is not yet durable, so a crash during the persist leaves a commit naming a
+    checkpoint that does not exist."""
+
+    def submit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        self.wait()
+        snapshot = self.take_snapshot(files)
+        name = checkpoint_name(step)
+        self.store._write_pointer(step, name)
+        self.store.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
+        self._start(step, lambda: self._persist_after_commit(step, snapshot, meta))
+
+    def _persist_after_commit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        store, name = self.store, checkpoint_name(step)
+        tmp = store.stage(step, files, meta)
+        store._move_aside(name)
+        store.storage.rename(tmp, name)
+        store.storage.fsync_dir(".")
+        store.retain()
+
+
+@register_variant("async_commit_before_durable")
+class AsyncCommitBeforeDurableTrainer(Trainer):
+    """An async writer that commits before its data is durable (caught by: atomicity, when
+    a crash lands in the background persist)."""
+
+    async_writer_class = CommitFirstAsyncWriter
+
+
+class LiveStateAsyncWriter(AsyncCheckpointer):
+    """No snapshot: the background thread serializes the live tensors while training keeps
+    updating them in place. The persist starts once the next update has run, as it does
+    whenever writing takes longer than an update (any real model), so the checkpoint of
+    step S holds parameters of step S+1 beside the sampler and step counter of S."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        super().__init__(store)
+        self.next_update_ran = threading.Event()
+        self.updates_started = 0
+
+    def take_snapshot(self, files: dict[str, FileContent]) -> dict[str, FileContent]:
+        self.next_update_ran.clear()
+        self.updates_started = 0
+        return files  # the bug: references to the live state, not a copy
+
+    def persist(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        self.next_update_ran.wait()
+        super().persist(step, files, meta)
+
+    def raise_if_failed(self) -> None:
+        # Called at the start of every update: at the second one since the snapshot, the
+        # update after the save has run in full (its optimizer step included).
+        self.updates_started += 1
+        if self.updates_started >= 2:
+            self.next_update_ran.set()
+        super().raise_if_failed()
+
+    def wait(self) -> None:
+        self.next_update_ran.set()  # no further update is coming before this wait returns
+        super().wait()
+
+
+@register_variant("async_no_snapshot")
+class AsyncNoSnapshotTrainer(Trainer):
+    """An async writer that lets training mutate tensors while they are written (caught by:
+    continuity, the restored state's digest differs from the one its save recorded)."""
+
+    async_writer_class = LiveStateAsyncWriter
