@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 import torch
+import torch.serialization as torch_serialization_impl
 import torch.utils.serialization.config as torch_serialization
 
 from trainwreck.trainer import hooks as fp
@@ -72,7 +73,18 @@ def to_bytes(obj: Any) -> bytes:
 
 
 def from_bytes(data: bytes) -> Any:
-    # weights_only: a checkpoint is data, never code to run.
+    """Decode a payload weights-only (a checkpoint is data, never code to run).
+
+    A verified read returns a writable bytearray; its tensors are then views of that
+    buffer (what `torch.load(mmap=True)` does with a file, done with the bytes that were
+    hashed), so decoding copies nothing. This calls torch's own weights-only loader,
+    `torch.serialization._load`, with the buffer as the backing storage: private API,
+    pinned by the torch version and by tests/trainer/test_streaming_checkpoint.py."""
+    if isinstance(data, bytearray):
+        backing = torch.frombuffer(data, dtype=torch.uint8).untyped_storage() if data else None
+        with torch_serialization_impl._open_zipfile_reader(_ReadOnlyView(data)) as archive:
+            return torch_serialization_impl._load(archive, "cpu", torch_serialization_impl._weights_only_unpickler,
+                                                  overall_storage=backing, encoding="utf-8")
     return torch.load(_ReadOnlyView(data), map_location="cpu", weights_only=True)
 
 

@@ -149,3 +149,20 @@ def test_payload_object_reads_both_kinds_of_file_content() -> None:
     data = io.BytesIO()
     torch.save(obj, data)
     assert payload_object(Payload(obj)) == obj == payload_object(data.getvalue())
+
+
+class _RunsCode:
+    """Unpickling this would call a function: a weights-only load must refuse it."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.getenv, ("HOME",))
+
+
+def test_the_zero_copy_decode_of_a_verified_buffer_still_refuses_a_pickle_that_runs_code() -> None:
+    crafted = io.BytesIO()
+    torch.save({"w": torch.ones(2), "evil": _RunsCode()}, crafted)
+    with pytest.raises(Exception, match="(?i)weights.only|unsupported global"):
+        from_bytes(bytearray(crafted.getvalue()))
+    benign = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, benign)
+    assert torch.equal(from_bytes(bytearray(benign.getvalue()))["w"], torch.ones(2))
