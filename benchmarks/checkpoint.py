@@ -24,6 +24,11 @@ from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage
 
 SIZES_MB = {"1mb": 1, "100mb": 100, "1gb": 1024}
+MIN_ROUNDS = 5
+"""Rounds of the alternating save/load timings below 1 GB, whatever --quick asks: a 100 MB
+round takes well under a second, and fewer samples leave the median to the neighbours' load."""
+ASYNC_STALL_SAMPLES = 7
+"""A stall sample is a ~10 ms copy: take enough of them for a stable median even with --quick."""
 
 
 def _state(megabytes: int) -> dict[str, torch.Tensor]:
@@ -51,6 +56,21 @@ def _timed(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
     return statistics.median(samples)
 
 
+def _alternating(contenders: dict[str, Callable[[], Any]], rounds: int, warmup: dict[str, int]) -> dict[str, float]:
+    """Median seconds of each contender, timed in turn within every round (see _timed)."""
+    for name, fn in contenders.items():
+        for _ in range(warmup.get(name, 1)):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            os.sync()  # no dirty pages from the previous contender (see _timed)
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
     state = _state(megabytes)
     events = EventLog(root / "events.jsonl")
@@ -75,17 +95,18 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
             os.close(fd)
 
     parts = _breakdown(state, root, repeats)
-    plain_s = _timed(plain_save, repeats)
-    plain_durable_s = _timed(plain_durable_save, repeats)
-    # Steady state, as in a job that saves repeatedly: retention has started deleting old
-    # checkpoints, so new files reuse page cache (torch.save overwrites one path every time).
-    atomic_s = _timed(atomic_save, repeats, warmup=store.keep_last + 1)
-    verify_s = _timed(lambda: from_bytes(store.select("bench").files["model.pt"]), repeats)  # type: ignore[union-attr]
-    load_s = _timed(lambda: torch.load(plain_path, weights_only=True), repeats)
+    # Contenders alternate round by round, so a busy moment on the shared machine lands
+    # on all of them rather than on whichever was timed then. The atomic save warms up
+    # to steady state, as in a job that saves repeatedly: retention has started deleting
+    # old checkpoints, so new files reuse page cache (torch.save overwrites one path).
+    rounds = max(repeats, MIN_ROUNDS if megabytes < 1024 else 2)
+    saves = _alternating({"plain_save_s": plain_save, "plain_durable_save_s": plain_durable_save,
+                          "atomic_save_s": atomic_save}, rounds, {"atomic_save_s": store.keep_last + 1})
+    loads = _alternating({"verified_load_s": lambda: from_bytes(store.select("bench").files["model.pt"]),  # type: ignore[union-attr]
+                          "plain_load_s": lambda: torch.load(plain_path, weights_only=True)}, rounds, {})
     async_stall_s = _async_stall(store, state, step, repeats)
     events.close()
-    return {"plain_save_s": plain_s, "plain_durable_save_s": plain_durable_s, "atomic_save_s": atomic_s,
-            "verified_load_s": verify_s, "plain_load_s": load_s, "async_stall_s": async_stall_s, **parts}
+    return {**saves, **loads, "async_stall_s": async_stall_s, **parts}
 
 
 def _async_stall(store: CheckpointStore, state: dict[str, torch.Tensor], step: Any, repeats: int) -> float:
@@ -95,7 +116,7 @@ def _async_stall(store: CheckpointStore, state: dict[str, torch.Tensor], step: A
     meta = {"config_identity": "bench", "digest": None}
     writer.submit(next(step), {"model.pt": Payload(state)}, meta)  # allocates the host buffers
     samples = []
-    for _ in range(repeats):
+    for _ in range(max(repeats, ASYNC_STALL_SAMPLES)):
         writer.wait()
         os.sync()
         started = time.perf_counter()

@@ -19,6 +19,7 @@ says which save it persists (`current_save_step`).
 """
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any, Callable
 
@@ -70,7 +71,9 @@ class AsyncCheckpointer:
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
         self.snapshots = Snapshot()
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
+        self._jobs: queue.Queue[tuple[Callable[[], None], threading.Event]] = queue.Queue()
+        self._done: threading.Event | None = None
         self._error: BaseException | None = None
 
     def submit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
@@ -90,22 +93,31 @@ class AsyncCheckpointer:
         self.store.save(step, files, meta)
 
     def _start(self, step: int, work: Callable[[], None]) -> None:
-        def run() -> None:
+        # One long-lived worker, woken through a queue: starting a thread per save would
+        # hand it the GIL at once and make the training thread wait for it (up to the
+        # interpreter's 5 ms switch interval) before `submit` could return.
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._serve, name="ckpt-persist", daemon=True)
+            self._worker.start()
+        setattr(self._worker, SAVE_STEP_ATTR, step)  # the worker is idle: the previous save is done
+        self._done = threading.Event()
+        self._jobs.put((work, self._done))
+
+    def _serve(self) -> None:
+        while True:
+            work, done = self._jobs.get()
             try:
                 work()
             except BaseException as exc:  # noqa: BLE001  handed to the training thread, which dies of it
                 self._error = exc
-
-        thread = threading.Thread(target=run, name=f"ckpt-persist-{step}", daemon=True)
-        setattr(thread, SAVE_STEP_ATTR, step)
-        self._thread = thread
-        thread.start()
+            finally:
+                done.set()
 
     def wait(self) -> None:
         """Block until the save in flight is committed; re-raise its failure here."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._done is not None:
+            self._done.wait()
+            self._done = None
         self.raise_if_failed()
 
     def raise_if_failed(self) -> None:
