@@ -75,12 +75,12 @@ def to_bytes(obj: Any) -> bytes:
 def from_bytes(data: bytes) -> Any:
     """Decode a payload weights-only (a checkpoint is data, never code to run).
 
-    A verified read returns a writable bytearray; its tensors are then views of that
-    buffer (what `torch.load(mmap=True)` does with a file, done with the bytes that were
+    A verified read returns a writable buffer (a memoryview of an anonymous mapping); its
+    tensors are then views of that buffer (what `torch.load(mmap=True)` does with a file, done with the bytes that were
     hashed), so decoding copies nothing. This calls torch's own weights-only loader,
     `torch.serialization._load`, with the buffer as the backing storage: private API,
     pinned by the torch version and by tests/trainer/test_streaming_checkpoint.py."""
-    if isinstance(data, bytearray):
+    if isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
         backing = torch.frombuffer(data, dtype=torch.uint8).untyped_storage() if data else None
         with torch_serialization_impl._open_zipfile_reader(_ReadOnlyView(data)) as archive:
             return torch_serialization_impl._load(archive, "cpu", torch_serialization_impl._weights_only_unpickler,
@@ -89,9 +89,8 @@ def from_bytes(data: bytes) -> Any:
 
 
 class _ReadOnlyView(io.RawIOBase):
-    """A seekable file over bytes or a bytearray without copying it (io.BytesIO copies a
-    bytearray, which is what a verified read returns): torch.load reads each tensor's
-    bytes straight from the verified buffer into its storage."""
+    """A seekable file over any bytes-like buffer without copying it (io.BytesIO copies
+    anything but bytes): torch's zip reader reads the verified buffer in place."""
 
     def __init__(self, data: bytes) -> None:
         super().__init__()
@@ -192,7 +191,7 @@ class Verified:
     name: str
     manifest: dict[str, Any]
     files: dict[str, bytes]
-    """The verified bytes of each file (a bytearray for payloads: read once, never copied)."""
+    """The verified bytes of each file (a writable memoryview: read once, never copied)."""
     payloads: dict[str, Any] = field(default_factory=dict)
     """Decoded files, filled by the loader's `decode` before the choice is final."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import io
+import mmap
 import os
 import shutil
 from pathlib import Path, PurePosixPath
@@ -43,7 +44,7 @@ class Storage(Protocol):
     def exists(self, path: str) -> bool: ...
     def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
         """The whole file; `on_chunk` sees its bytes while they are read, so a verifier
-        hashes in the same pass (the result is then a bytearray: same bytes, no copy)."""
+        hashes in the same pass (the result is then a writable memoryview: same bytes, no copy)."""
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         """Create or replace the file with `data` and fsync it (durable on return);
         `durable=False` skips the fsync, as writers that forget it do (power-loss model)."""
@@ -212,11 +213,20 @@ def _write_all(sink: Sink, data: bytes) -> None:
 
 def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk) -> bytes:
     """Read the whole file into one buffer, handing each chunk to `on_chunk` as it lands.
-    The buffer cannot be resized while `on_chunk`'s consumer holds slices of it, so a file
-    whose size changed since fstat (never one of ours) is returned as a copy instead."""
-    buffer = bytearray(os.fstat(file.fileno()).st_size)
-    view, got = memoryview(buffer), 0
-    while got < len(buffer):
+
+    The buffer is an anonymous mapping, not a bytearray: a bytearray is zeroed (every page
+    touched) before the first byte is read, while a mapping's pages are touched by the
+    read itself, chunk by chunk, overlapping `on_chunk`'s hashing of the previous chunk.
+    The result is a writable memoryview of it. A file whose size changed since fstat
+    (never one of ours) is returned as a copy of what was read instead."""
+    size = os.fstat(file.fileno()).st_size
+    if size == 0:
+        rest = file.read()
+        if rest:
+            on_chunk(memoryview(rest))
+        return rest
+    view, got = memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)), 0
+    while got < size:
         count = file.readinto(view[got:got + READ_CHUNK])
         if not count:
             return bytes(view[:got])  # shorter than it was: the size check rejects it
@@ -225,8 +235,8 @@ def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk) -> bytes:
     rest = file.read()
     if rest:  # longer than it was
         on_chunk(memoryview(rest))
-        return bytes(buffer) + rest
-    return buffer  # type: ignore[return-value]  # a bytearray reads as bytes everywhere here
+        return bytes(view) + rest
+    return view  # type: ignore[return-value]  # a writable memoryview reads as bytes everywhere here
 
 
 def _ignore_missing(func, path, exc_info) -> None:  # type: ignore[no-untyped-def]
