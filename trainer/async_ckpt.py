@@ -75,6 +75,9 @@ class AsyncCheckpointer:
         self._jobs: queue.Queue[tuple[Callable[[], None], threading.Event]] = queue.Queue()
         self._done: threading.Event | None = None
         self._error: BaseException | None = None
+        self.waiting = False
+        """True while the training thread is blocked in `wait`: only then is the persist's
+        progress the rank's progress (the trainer's heartbeat asks)."""
 
     def submit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
         """Snapshot the checkpoint of `step` and persist it in the background. Waits for
@@ -116,7 +119,11 @@ class AsyncCheckpointer:
     def wait(self) -> None:
         """Block until the save in flight is committed; re-raise its failure here."""
         if self._done is not None:
-            self._done.wait()
+            self.waiting = True
+            try:
+                self._done.wait()
+            finally:
+                self.waiting = False
             self._done = None
         self.raise_if_failed()
 

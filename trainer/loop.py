@@ -83,12 +83,17 @@ class Trainer:
         raw_storage = hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints))
         storage = Heartbeat(raw_storage, lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
-        # The background writer's store has no heartbeat: its progress is not this thread's,
-        # and a training thread that hangs must not look alive because a persist is moving.
-        self.async_writer = (self.async_writer_class(self.store_class(raw_storage, events, hooks, cfg.keep_last))
+        # The background writer's progress is the rank's only while the training thread
+        # waits for it: a training thread that hangs must not look alive because a persist moves.
+        persist_storage = Heartbeat(raw_storage, self._beat_while_waiting_for_persist)
+        self.async_writer = (self.async_writer_class(self.store_class(persist_storage, events, hooks, cfg.keep_last))
                              if cfg.ckpt_mode == "async" else None)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
+
+    def _beat_while_waiting_for_persist(self) -> None:
+        if self.async_writer is not None and self.async_writer.waiting:
+            self.progress.publish(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
         return fresh_state(self.cfg, self.device, grad_scaler=self.amp == torch.float16)

@@ -6,6 +6,7 @@ holding) are in tests/trainer/test_async_scenarios.py."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from trainwreck.trainer.async_ckpt import AsyncCheckpointer, Snapshot, current_s
 from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes
 from trainwreck.trainer.config import ConfigError, TrainConfig
 from trainwreck.trainer.defects import CommitFirstAsyncWriter, LiveStateAsyncWriter
-from trainwreck.trainer.storage import LocalStorage
+from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 META = {"config_identity": IDENTITY, "digest": "d", "world_size": 1}
 
@@ -161,3 +162,30 @@ def test_ckpt_mode_accepts_sync_and_async_and_the_error_names_the_field_and_the_
     assert TrainConfig.tiny(ckpt_mode="async").identity() == TrainConfig.tiny().identity()
     with pytest.raises(ConfigError, match=r"ckpt_mode='later' is not one of sync, async; use 'sync'"):
         TrainConfig.tiny(ckpt_mode="later")
+
+
+def test_the_writer_says_it_is_waited_for_only_while_the_training_thread_blocks_on_it(tmp_path: Path) -> None:
+    # The trainer lets the persist's storage ops republish the rank's progress only then
+    # (trainer/loop.py), so a hung training thread never looks alive because a persist moves.
+    storage = GatedPointer(tmp_path / "checkpoints")
+    seen: list[bool] = []
+    writers: list[AsyncCheckpointer] = []
+    store = make_store(tmp_path, storage=Heartbeat(storage, lambda: seen.append(writers[0].waiting)))
+    writers.append(AsyncCheckpointer(store))
+    writers[0].submit(4, {"model.pt": Payload({"w": torch.ones(3)})}, META)
+    assert storage.reached.wait(30)
+    before_wait = list(seen)
+
+    def open_gate_once_waited_for() -> None:
+        deadline = time.monotonic() + 30
+        while not writers[0].waiting and time.monotonic() < deadline:
+            time.sleep(0.001)  # polls the condition; the gate opens only once it holds
+        storage.gate.set()
+
+    opener = threading.Thread(target=open_gate_once_waited_for)
+    opener.start()
+    writers[0].wait()
+    opener.join(30)
+    assert before_wait and not any(before_wait), "beats while nobody waited"
+    assert seen[len(before_wait):] and all(seen[len(before_wait):]), "no beats while the training thread waited"
+    assert writers[0].waiting is False
