@@ -31,7 +31,16 @@ from typing import Any, Callable, Union
 
 import torch
 import torch.serialization as torch_serialization_impl
-import torch.utils.serialization.config as torch_serialization
+
+try:  # torch >= 2.5; on older torch every save computes the crc32 (slower, same bytes kept)
+    import torch.utils.serialization.config as torch_serialization
+except ImportError:
+    torch_serialization = None  # type: ignore[assignment]
+
+# The zero-copy decode below uses torch's own weights-only loader, a private API; where a
+# torch lacks it (the code runs on torch >= 2.4), decoding takes the public, copying path.
+_ZERO_COPY_DECODE = all(hasattr(torch_serialization_impl, name) for name in
+                        ("_load", "_open_zipfile_reader", "_weights_only_unpickler"))
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import EventLog
@@ -80,7 +89,7 @@ def from_bytes(data: bytes) -> Any:
     hashed), so decoding copies nothing. This calls torch's own weights-only loader,
     `torch.serialization._load`, with the buffer as the backing storage: private API,
     pinned by the torch version and by tests/trainer/test_streaming_checkpoint.py."""
-    if isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
+    if _ZERO_COPY_DECODE and isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
         backing = torch.frombuffer(data, dtype=torch.uint8).untyped_storage() if data else None
         with torch_serialization_impl._open_zipfile_reader(_ReadOnlyView(data)) as archive:
             return torch_serialization_impl._load(archive, "cpu", torch_serialization_impl._weights_only_unpickler,
@@ -175,6 +184,9 @@ def save_payload(obj: Any, sink: Sink) -> None:
     is in the manifest and is checked before anything is unpickled, so the crc32 would be
     a second, weaker pass over the same bytes. (torch reads the flag when the writer is
     created; the lock keeps two saving threads from restoring each other's value.)"""
+    if torch_serialization is None:
+        torch.save(obj, sink)  # type: ignore[arg-type]
+        return
     with _CRC32_LOCK:
         previous = torch_serialization.save.compute_crc32
         torch_serialization.save.compute_crc32 = False
