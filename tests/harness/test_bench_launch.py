@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
+from trainwreck.benchmarks.scenarios import hang_latencies
 
 
 def test_the_launch_benchmark_reports_warm_launch_time_per_world_size() -> None:
@@ -20,3 +21,10 @@ def test_the_watchdog_cpu_benchmark_times_the_watchdog_the_supervisor_actually_r
     assert set(result) == {"watchdog_cpu_pct_per_rank", "watchdog_cpu_s_2"}
     # Zero would mean the supervisor never called the timed watchdog: the figure would measure nothing.
     assert result["watchdog_cpu_s_2"] > 0 and result["watchdog_cpu_pct_per_rank"] > 0
+
+
+def test_the_hang_benchmark_measures_from_the_fault_to_a_hang_event_after_the_timeout() -> None:
+    latencies, invalid = hang_latencies(hangs=1, timeout_s=0.5, world_size=2)
+    # A latency under the timeout would mean the hang event was not the watchdog's, or the wrong fault was used.
+    assert len(latencies) == 1 and latencies[0] >= 0.5
+    assert invalid == []
