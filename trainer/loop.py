@@ -24,6 +24,7 @@ from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, F
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.gradsync import per_parameter_allreduce
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
@@ -79,7 +80,7 @@ class Trainer:
         self.state = self._fresh_state()
         self.ddp = DistributedDataParallel(
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
-        hooks.on_model(self.ddp)
+        self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
         raw_storage = hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints))
         storage = Heartbeat(raw_storage, lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
