@@ -26,7 +26,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor")),
-    ("run-and-judge", ("harness.golden", "harness.runner")),
+    ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),
     ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )

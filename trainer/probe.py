@@ -78,20 +78,26 @@ class Probe:
     # ----- run.json -----------------------------------------------------------------------
 
     def write_run_json(self, **spec: Any) -> None:
-        """Rank 0 writes run.json when no harness did (a script run under plain torchrun).
-        `spec` holds the contract fields: dataset_size, global_batch, drop_last, total_steps."""
+        """Rank 0 records the fields only the trainer knows: dataset_size, global_batch,
+        drop_last, total_steps (plus any extras). Under plain torchrun it writes run.json;
+        under `trainwreck run --cmd` the harness wrote one without them and they are added
+        (the harness's own fields win). Rank > 0, a disabled probe, or fields already there:
+        nothing is written."""
         if self.run_dir is None or self.rank != 0:
             return
-        path = RunDir(self.run_dir).run_json
-        if path.exists():
-            return  # the harness (or an earlier attempt) wrote it; it describes the run
         from trainwreck.trainer.events import FORMAT
+        from trainwreck.trainer.rundir import read_run_json
 
         missing = [k for k in ("dataset_size", "global_batch", "drop_last", "total_steps") if k not in spec]
         if missing:
             raise ProbeError(f"write_run_json needs {', '.join(missing)}; pass them as keyword arguments")
-        write_json_atomic(path, {"format": FORMAT, "hang_timeout_s": None, "world_sizes": [self.world_size],
-                                 "faults": [], "launcher": "standalone", **spec})
+        path = RunDir(self.run_dir).run_json
+        existing = read_run_json(self.run_dir) if path.exists() else {}
+        if "dataset_size" in existing:
+            return  # an earlier attempt wrote them; it describes the run
+        defaults = {"format": FORMAT, "hang_timeout_s": None, "world_sizes": [self.world_size], "faults": [],
+                    "launcher": "standalone"}
+        write_json_atomic(path, {**defaults, **spec, **existing})
 
     # ----- events -------------------------------------------------------------------------
 
@@ -119,6 +125,7 @@ class Probe:
         """Update `step` is applied. Also tells the watchdog this rank is past it."""
         self.emit("step", step=step, loss=loss, digest=digest, **extra)
         self.flush()
+        self.phase(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
     def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool) -> bool:
         """Collective: every rank calls it with whether its own part of the checkpoint is
