@@ -75,8 +75,8 @@ def contract_problems(record: RunRecord) -> list[str]:
     rank_events = [e for e in iter_events(run_dir, batches=False) if "rank" in e and e.get("kind") != "exit"
                    and e.get("kind") != "fault"]
     if not rank_events:
-        codes = sorted({c for c in exits.values()}, key=str)
-        return [f"the command wrote no events (exit codes {codes}; see {RunDir(run_dir).logs}): "
+        codes = {f"a{a}r{r}": c for (a, r), c in sorted(exits.items())}
+        return [f"the command wrote no events (exit codes by attempt and rank {codes}; see {RunDir(run_dir).logs}): "
                 "call trainwreck.trainer.probe.Probe.from_env() in it (docs/FRAMEWORKS.md)"]
     problems = []
     missing = [f for f in CONTRACT_FIELDS if f not in spec]

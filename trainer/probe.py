@@ -136,6 +136,13 @@ class Probe:
             self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
         return everyone
 
+    def commit(self, step: int, checkpoint: str, digest: str) -> None:
+        """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
+        is durable now: report it at once, no collective. A rank-0-only writer must use this,
+        not `save`: a peer that dies after the write would otherwise leave a durable
+        checkpoint that was never reported, which the next attempt restores anyway."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
 

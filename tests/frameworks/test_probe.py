@@ -136,3 +136,10 @@ def test_save_is_reported_only_when_every_ranks_part_is_durable(tmp_path: Path) 
                 p.join()
     saves = [e for e in events_of(tmp_path) if e["kind"] == "save"]
     assert [(e["step"], e["rank"], e["checkpoint"]) for e in saves] == [(2, 0, "ckpt-2")]
+
+
+def test_commit_reports_a_checkpoint_its_rank_wrote_alone_without_a_collective(tmp_path: Path) -> None:
+    """No process group exists here: a collective would raise, commit does not need one."""
+    with Probe(tmp_path, rank=0, world_size=2) as probe:
+        probe.commit(3, "ckpt-3", "dd")
+    assert [(e["kind"], e["step"], e["checkpoint"]) for e in events_of(tmp_path)] == [("save", 3, "ckpt-3")]

@@ -59,18 +59,16 @@ for step in range(done + 1, T + 1):
     dist.all_reduce(total)
     digest = state_digest(model, opt)
     probe.step(step, total.item() / B, digest)                 # 7.
-    if step % args.save_every == 0:
-        name = ""
-        if rank == 0:
-            buf = io.BytesIO()
-            torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, buf)
-            name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
-            tmp = ckpts / f".{name}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(buf.getvalue()), f.flush(), os.fsync(f.fileno())
-            os.replace(tmp, ckpts / name)
-            fd = os.open(ckpts, os.O_RDONLY); os.fsync(fd); os.close(fd)  # the rename is durable
-        probe.save(step, name, digest, durable_on_every_rank=True)   # 8. collective: rank 0 reports it
+    if step % args.save_every == 0 and rank == 0:               # rank 0 writes all of it
+        buf = io.BytesIO()
+        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, buf)
+        name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
+        tmp = ckpts / f".{name}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(buf.getvalue()), f.flush(), os.fsync(f.fileno())
+        os.replace(tmp, ckpts / name)
+        fd = os.open(ckpts, os.O_RDONLY); os.fsync(fd); os.close(fd)   # the rename is durable
+        probe.commit(step, name, digest)                       # 8. only now: `save`
 probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 dist.destroy_process_group()
