@@ -137,4 +137,4 @@ def reproduce_cmd(spec: JobSpec) -> str:
     return shlex.join(["trainwreck", "run", "--cmd", spec.command or "", "--plan",
                        json.dumps(spec.plan, separators=(",", ":")),
                        "--world-sizes", ",".join(map(str, spec.world_sizes)),
-                       "--hang-timeout", f"{spec.hang_timeout_s:g}"])
+                       "--hang-timeout", f"{spec.hang_timeout_s:g}", "--ckpt-dir", spec.ckpt_dir])

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainwreck.harness.cmdfaults import corrupt_before
 from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
 from trainwreck.harness.store import HarnessStore, Rendezvous
@@ -295,12 +296,14 @@ class CmdLauncher:
 
     name = "cmd"
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, plan: list[dict[str, Any]] | None = None, ckpt_dir: str = "checkpoints") -> None:
         self.argv = shlex.split(command)
         if not self.argv:
             raise ValueError("--cmd is empty; give the command that trains one rank, e.g. --cmd 'python train.py'")
+        self.plan, self.ckpt_dir = plan or [], ckpt_dir
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
+        corrupt_before(run_dir, self.ckpt_dir, self.plan, attempt)  # the previous attempt is reaped by now
         store = HarnessStore()
         rdzv = store.rendezvous(attempt)
         procs: list[subprocess.Popen[bytes]] = []
@@ -379,11 +382,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def get_launcher(name: str, command: str | None = None) -> Launcher:
+def get_launcher(name: str, command: str | None = None, plan: list[dict[str, Any]] | None = None,
+                 ckpt_dir: str = "checkpoints") -> Launcher:
     if name == "cmd":
         if command is None:
             raise ValueError("launcher 'cmd' needs the command to run (trainwreck run --cmd ...)")
-        return CmdLauncher(command)
+        return CmdLauncher(command, plan, ckpt_dir)
     if name == "warm":
         return WarmLauncher()
     if name == "spawn":

@@ -54,6 +54,8 @@ class JobSpec:
     command: str | None = None
     """launcher 'cmd': the user's command line, started once per rank with torchrun's environment
     (harness/launchers.py CmdLauncher); its trainer writes the run format through the probe."""
+    ckpt_dir: str = "checkpoints"
+    """launcher 'cmd': the command's checkpoint directory, relative to the run directory (corrupt faults damage its newest entry)."""
     scenario: dict[str, Any] | None = None
     """The built-in scenario this job runs (name, summary, question, threatens), recorded in
     run.json so a report can quote it without knowing where the job came from."""
@@ -121,10 +123,20 @@ class JobSpec:
         try:
             ExternalFaults(self.plan)
             if self.command is not None:  # a user's command has no fault points the harness can reach
-                inrank = [f.get("id") for f in self.plan if f.get("kind") not in EXTERNAL_KINDS]
+                inrank = [f.get("id") for f in self.plan if f.get("kind") not in (*EXTERNAL_KINDS, "corrupt")]
                 if inrank:
                     raise PlanError(f"fault(s) {inrank}: a --cmd run takes only faults the harness applies "
-                                    f"from outside ({', '.join(EXTERNAL_KINDS)}); remove the others")
+                                    f"from outside ({', '.join(EXTERNAL_KINDS)}, corrupt); remove the others")
+                if Path(self.ckpt_dir).is_absolute() or ".." in Path(self.ckpt_dir).parts:
+                    raise PlanError(f"ckpt_dir={self.ckpt_dir!r} must be a path inside the run directory, "
+                                    "e.g. 'checkpoints'")
+                from trainwreck.harness.cmdfaults import check_corrupt_fault
+                for fault in self.plan:
+                    if fault.get("kind") == "corrupt":
+                        try:
+                            check_corrupt_fault(fault)
+                        except ValueError as exc:
+                            raise PlanError(str(exc)) from None
             elif self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
                 validate_plan(self.plan, self.config, sizes)
         except PlanError as exc:

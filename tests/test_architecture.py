@@ -23,7 +23,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 # below. The report reads run directories only, so it sits under everything else.
 HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("report", ("harness.report",)),
-    ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.launchers")),
+    ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.cmdfaults",
+                "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor")),
     ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),

@@ -29,6 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
                                       "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+    parser.add_argument("--ckpt-dir", default="checkpoints",
+                        help="--cmd: the command's checkpoint directory, relative to the run directory "
+                             "(corrupt faults damage its newest entry; default checkpoints)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -106,7 +109,7 @@ def main_cmd(args: argparse.Namespace) -> int:
 
     try:
         if args.scenario or args.total_steps is not None or args.backend:
-            raise ValueError("--cmd takes --plan, --world-sizes, --hang-timeout and --out only: the command "
+            raise ValueError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "
                              "itself sets the steps, the backend and the rest")
         scenario = build_scenario(args)
         out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -114,7 +117,7 @@ def main_cmd(args: argparse.Namespace) -> int:
                        # A foreign trainer imports its framework after its first progress
                        # record; the built-in scenarios' few seconds are for the warm reference.
                        hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
-                       launcher="cmd", command=args.cmd, run_dir=out,
+                       launcher="cmd", command=args.cmd, ckpt_dir=args.ckpt_dir, run_dir=out,
                        keep=True)
     except (ValueError, KeyError, SpecError, OSError) as exc:
         print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)

@@ -102,3 +102,24 @@ def test_cmd_refuses_reference_trainer_options_with_the_fix(tmp_path: Path) -> N
                              "5", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--cmd takes --plan, --world-sizes" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_run_stays_valid(tmp_path: Path) -> None:
+    plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8},
+            {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}]
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run", plan), golden_cache=tmp_path / "golden")
+    events = list(iter_events(judged.record.run_dir))
+    corrupt = next(e for e in events if e["kind"] == "fault" and e["fault_id"] == "c1")
+    newest = max((e for e in events if e["kind"] == "save" and e["attempt"] == 0), key=lambda e: e["step"])
+    assert corrupt["checkpoint"] == newest["checkpoint"] and corrupt["attempt"] == 1
+    rejects = [e["checkpoint"] for e in events if e["kind"] == "reject" and e["attempt"] == 1]
+    assert rejects == [newest["checkpoint"]] * 2  # both ranks verify and skip it
+    assert {e["step"] for e in events if e["kind"] == "restore"} == {newest["step"] - 3}
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+
+
+def test_a_corrupt_fault_before_the_first_attempt_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from trainwreck.harness.spec import SpecError
+
+    with pytest.raises(SpecError, match="'attempt'=0"):
+        cmd_spec("python t.py", tmp_path / "run", [{"id": "c1", "kind": "corrupt", "attempt": 0}])
