@@ -17,10 +17,10 @@ from typing import Any, Sequence
 
 import torch
 
-from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.progress import ProgressBoard
-from trainwreck.trainer.rundir import (RunDir, ensure_writable, launcher_identity, standalone_attempt,
+from trainwreck.trainer.rundir import (RunDir, ensure_writable, launcher_identity, read_run_json, standalone_attempt,
                                        write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
 
@@ -85,9 +85,6 @@ class Probe:
         nothing is written."""
         if self.run_dir is None or self.rank != 0:
             return
-        from trainwreck.trainer.events import FORMAT
-        from trainwreck.trainer.rundir import read_run_json
-
         missing = [k for k in ("dataset_size", "global_batch", "drop_last", "total_steps") if k not in spec]
         if missing:
             raise ProbeError(f"write_run_json needs {', '.join(missing)}; pass them as keyword arguments")
