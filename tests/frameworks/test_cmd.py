@@ -26,16 +26,17 @@ def cmd_spec(command: str, out: Path, plan: list[dict[str, Any]] | None = None) 
                    command=command, run_dir=out, keep=True)
 
 
-def test_a_plain_ddp_scripts_uninterrupted_run_is_judged_valid(tmp_path: Path) -> None:
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run"), golden_cache=tmp_path / "golden")
+def test_a_plain_ddp_scripts_uninterrupted_run_is_judged_valid(tmp_path: Path, golden_cache: Path) -> None:
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run"), golden_cache=golden_cache)
     assert judged.judgement.valid is True, judged.judgement.to_json()
     steps = {(e["rank"], e["step"]) for e in iter_events(judged.record.run_dir) if e["kind"] == "step"}
     assert steps == {(r, s) for r in range(2) for s in range(1, 13)}
 
 
-def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_judged_valid(tmp_path: Path) -> None:
+def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_judged_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run", plan), golden_cache=tmp_path / "golden")
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
     assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
     assert {"attempt": 0, "rank": 1, "code": -9}.items() <= next(
@@ -79,18 +80,18 @@ BREAKS_CONTRACT = """
     ("breaks the event contract", BREAKS_CONTRACT, "cannot be judged"),
 ])
 def test_a_command_that_breaks_the_contract_is_judged_unknown_with_the_reason(
-        tmp_path: Path, case: str, script: str, reason: str) -> None:
+        tmp_path: Path, golden_cache: Path, case: str, script: str, reason: str) -> None:
     path = tmp_path / "train.py"
     path.write_text(textwrap.dedent(script))
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {path}", tmp_path / "run"), golden_cache=tmp_path / "golden")
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {path}", tmp_path / "run"), golden_cache=golden_cache)
     assert judged.judgement.valid == UNKNOWN and judged.exit_code == 2
     assert any(reason in note for note in judged.judgement.notes), (case, judged.judgement.notes)
     if case == "exits at once":
         assert ": 3" in judged.judgement.notes[0]
 
 
-def test_the_cli_exits_2_for_a_command_that_writes_no_events(tmp_path: Path) -> None:
-    env = {**os.environ, "TRAINWRECK_GOLDEN_CACHE": str(tmp_path / "golden")}
+def test_the_cli_exits_2_for_a_command_that_writes_no_events(tmp_path: Path, golden_cache: Path) -> None:
+    env = {**os.environ, "TRAINWRECK_GOLDEN_CACHE": str(golden_cache)}
     result = subprocess.run([PYTHON, "-m", "trainwreck.harness.cli", "run", "--cmd", f"{PYTHON} -c pass",
                              "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 2, result.stderr
@@ -104,10 +105,11 @@ def test_cmd_refuses_reference_trainer_options_with_the_fix(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
 
 
-def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_run_stays_valid(tmp_path: Path) -> None:
+def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_run_stays_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8},
             {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}]
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run", plan), golden_cache=tmp_path / "golden")
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
     corrupt = next(e for e in events if e["kind"] == "fault" and e["fault_id"] == "c1")
     newest = max((e for e in events if e["kind"] == "save" and e["attempt"] == 0), key=lambda e: e["step"])

@@ -26,8 +26,8 @@ def hf_spec(out: Path, plan: list[dict] | None = None) -> JobSpec:
                    command=f"{sys.executable} {SCRIPT}", run_dir=out, keep=True)
 
 
-def test_hf_trainers_uninterrupted_run_is_judged_valid(tmp_path: Path) -> None:
-    judged = run_cmd_judged(hf_spec(tmp_path / "run"), golden_cache=tmp_path / "golden")
+def test_hf_trainers_uninterrupted_run_is_judged_valid(tmp_path: Path, golden_cache: Path) -> None:
+    judged = run_cmd_judged(hf_spec(tmp_path / "run"), golden_cache=golden_cache)
     assert judged.judgement.valid is True, judged.judgement.to_json()
     events = list(iter_events(judged.record.run_dir))
     batches = [e for e in events if e["kind"] == "batch"]
@@ -35,9 +35,10 @@ def test_hf_trainers_uninterrupted_run_is_judged_valid(tmp_path: Path) -> None:
     assert sorted(e["step"] for e in events if e["kind"] == "save") == [3, 6, 9, 12]
 
 
-def test_hf_trainer_killed_mid_epoch_resumes_bit_identical_and_is_judged_valid(tmp_path: Path) -> None:
+def test_hf_trainer_killed_mid_epoch_resumes_bit_identical_and_is_judged_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 7}]
-    judged = run_cmd_judged(hf_spec(tmp_path / "run", plan), golden_cache=tmp_path / "golden")
+    judged = run_cmd_judged(hf_spec(tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
     assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
     assert any(e["kind"] == "exit" and e["attempt"] == 0 and e["rank"] == 1 and e["code"] == -9 for e in events)
