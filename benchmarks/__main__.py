@@ -28,7 +28,10 @@ TARGETS = {
     "instrumentation_overhead_pct": ("<=", 3.0),
     "instrumentation_direct_pct": ("<=", 3.0),
     "atomic_save_ratio_100mb": ("<=", 1.3),
-    "atomic_save_ratio_vs_fsynced_100mb": ("<=", 1.3),
+    "atomic_save_ratio_vs_fsynced_100mb": ("<=", 1.1),
+    "atomic_save_ratio_vs_fsynced_1gb": ("<=", 1.1),
+    "verified_load_ratio_100mb": ("<=", 1.2),
+    "async_stall_ratio_100mb": ("<=", 0.10),
     "checker_events_per_s": (">=", 200_000),
 }
 

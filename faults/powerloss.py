@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from trainwreck.trainer.storage import Storage, check_relative
+from trainwreck.trainer.storage import OnChunk, Produce, Storage, check_relative, gather
 
 BLOCK = 4096
 """The granularity at which unsynced file data tears (a page and an ext4 block)."""
@@ -161,8 +161,8 @@ class PowerLossRecorder:
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
-    def read(self, path: str) -> bytes:
-        return self.inner.read(path)
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+        return self.inner.read(path, on_chunk)
 
     def list(self, path: str) -> list[str]:
         return self.inner.list(path)
@@ -176,6 +176,12 @@ class PowerLossRecorder:
         self._add("data", path, inode=self.ids[path], data=bytes(data))
         if durable:
             self._add("fsync_file", path, inode=self.ids[path])
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        # The model needs the file's bytes (a crash state may keep them), so gather them.
+        data = gather(produce)
+        self.write(path, data, durable=durable)
+        return len(data)
 
     def mkdir(self, path: str) -> None:
         self.inner.mkdir(path)

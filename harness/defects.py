@@ -87,6 +87,10 @@ def _shrink_world() -> Scenario:
     return get_scenario("shrink-world")
 
 
+def _async_kill_persist() -> Scenario:
+    return get_scenario("async-kill-persist")
+
+
 DEFECTS: tuple[Defect, ...] = (
     Defect("sampler_not_saved", "coverage", RESUME_MID_EPOCH, bug="sampler state not saved"),
     Defect("shuffle_ignores_epoch", "coverage", RESUME_MID_EPOCH, bug="shuffling ignores the epoch"),
@@ -105,6 +109,10 @@ DEFECTS: tuple[Defect, ...] = (
     Defect("rank_restores_different", "replicas", RESUME_MID_EPOCH, bug="one rank restores a different checkpoint"),
     Defect("sigterm_exits_clean", "progress", PREEMPT_ALL, bug="SIGTERM handled as a clean, successful exit"),
     Defect("disabled", "hang", HANG_QUICK, component="watchdog", bug="hang watchdog disabled"),
+    Defect("async_commit_before_durable", "atomicity", _async_kill_persist(),
+           bug="async writer commits before its data is durable"),
+    Defect("async_no_snapshot", "continuity", _async_kill_persist(),
+           bug="async writer lets training mutate tensors while they are written"),
 )
 
 

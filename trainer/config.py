@@ -12,11 +12,13 @@ from typing import Any, Callable, NoReturn
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
+CKPT_MODES = ("sync", "async")
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
 _NOT_IDENTITY = frozenset(
     {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
+    | {"ckpt_mode"}
 )
 
 
@@ -177,6 +179,9 @@ class TrainConfig:
     """Upper bound used when listing world sizes that divide the global batch."""
     variant: str = "reference"
     """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
+    ckpt_mode: str = "sync"
+    """sync: the save is written and committed inside the step; async: the step pays only for a
+    snapshot to host memory and a background thread writes and commits it (trainer/async_ckpt.py)."""
 
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
@@ -211,6 +216,9 @@ class TrainConfig:
         for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.ckpt_mode not in CKPT_MODES:
+            raise ConfigError(f"ckpt_mode={self.ckpt_mode!r} is not one of {', '.join(CKPT_MODES)}; use 'sync' "
+                              "(save inside the step) or 'async' (snapshot, then persist in the background)")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend='nccl' needs device='cuda' (or 'auto'); use backend='gloo' on CPU")
         if self.global_batch % self.grad_accum:

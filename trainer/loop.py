@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, IncompatibleCheckpoint, Verified, \
-    from_bytes
+from trainwreck.trainer.async_ckpt import AsyncCheckpointer
+from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, FileContent, IncompatibleCheckpoint, \
+    Verified, from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.hooks import Hooks
@@ -62,6 +63,7 @@ class Trainer:
     trainer/entry.py picks one by name."""
 
     store_class: type[CheckpointStore] = CheckpointStore
+    async_writer_class: type[AsyncCheckpointer] = AsyncCheckpointer
     sampler_class: type[ElasticSampler] = ElasticSampler
 
     def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, probe: Probe,
@@ -82,11 +84,20 @@ class Trainer:
         self.ddp = DistributedDataParallel(
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
         hooks.on_model(self.ddp)
-        storage = Heartbeat(hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints)),
-                            lambda: probe.phase(self.state.step, "checkpoint"))
+        raw_storage = hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints))
+        storage = Heartbeat(raw_storage, lambda: probe.phase(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, self.events, hooks, cfg.keep_last)
+        # The background writer's progress is the rank's only while the training thread
+        # waits for it: a training thread that hangs must not look alive because a persist moves.
+        persist_storage = Heartbeat(raw_storage, self._beat_while_waiting_for_persist)
+        self.async_writer = (self.async_writer_class(self.store_class(persist_storage, self.events, hooks, cfg.keep_last))
+                             if cfg.ckpt_mode == "async" else None)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
+
+    def _beat_while_waiting_for_persist(self) -> None:
+        if self.async_writer is not None and self.async_writer.waiting:
+            self.probe.phase(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
         return fresh_state(self.cfg, self.device, grad_scaler=self.amp == torch.float16)
@@ -96,9 +107,14 @@ class Trainer:
     def train(self) -> None:
         self.restore()
         for step in range(self.state.step + 1, self.cfg.total_steps + 1):
+            if self.async_writer is not None:
+                self.async_writer.raise_if_failed()
             self.train_step(step)
             if self.cfg.saves_after(step):
                 self.save(step)
+        if self.async_writer is not None:
+            self.probe.phase(self.state.step, "checkpoint")
+            self.async_writer.wait()  # done means the last checkpoint is committed
         self.probe.phase(self.state.step, "done")
         if self.ctx.standalone and self.rank == 0:
             self.probe.emit("end", status="completed", final_step=self.state.step)
@@ -196,7 +212,10 @@ class Trainer:
             self.probe.phase(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
             meta = checkpoint_meta(self.world_size, self.identity, self.digest(), self.ctx.attempt)
-            self.checkpoints.save(step, files, meta)
+            if self.async_writer is not None:
+                self.async_writer.submit(step, files, meta)  # the step pays for the snapshot only
+            else:
+                self.checkpoints.save(step, files, meta)
             self.probe.phase(step, "checkpoint_wait")
         self.probe.point(fp.SAVE_WAIT, step)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
@@ -209,7 +228,7 @@ class Trainer:
             self._digest, self._digest_step = state_digest(self.state), self.state.step
         return self._digest
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         """The files of a checkpoint of the current state (a seam: planted defects override it)."""
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
