@@ -16,7 +16,9 @@ Operations seen (what a crash can land between), in call order:
   removal is one op; each counts as one op (what they do inside is not counted again). ``torch.save`` into a buffer counts nothing: those bytes reach disk
   through a later ``open``.
 
-Only operations on paths under ``root`` count (a save may also import modules or write logs).
+Only operations on paths under ``root`` count (a save may also import modules or write logs),
+and a rename with either end under it (fsspec writes into a temporary file elsewhere and moves it
+in).
 Interception is active only inside ``saving()``: an audit hook cannot be removed once added,
 so outside a save the hook returns after one attribute test, and the rest of training is not
 slowed. ``torch.save`` is wrapped only while a save is in progress.
@@ -49,6 +51,8 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # audit event -> the op's name in recordings and fault details
 AUDITED = {"open": "open", "os.rename": "rename", "os.remove": "remove", "os.mkdir": "mkdir",
            "os.rmdir": "rmdir"}
+OUTSIDE = "<outside the root>"
+"""How an op names a path outside the root (a temporary file's random name would differ per run)."""
 Recorder = Callable[..., None]
 """record(fault, detail, **extra): writes the `fault` event (flushed) before the fault acts."""
 
@@ -209,12 +213,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if name == "open" and not is_write_open(args[1], args[2]):
         return
     path = save.relative(args[0])
-    if path is None:
-        return
-    dst = save.relative(args[1]) if name == "rename" else None
-    if name == "rename" and dst is None:
-        dst = os.fsdecode(args[1]) if not isinstance(args[1], int) else "?"
-    save.on_op(ForeignOp(name, path, dst))
+    if name == "rename":
+        # A file written elsewhere (a temporary directory) and moved into the root counts too.
+        dst = save.relative(args[1])
+        if path is None and dst is None:
+            return
+        save.on_op(ForeignOp(name, OUTSIDE if path is None else path, OUTSIDE if dst is None else dst))
+    elif path is not None:
+        save.on_op(ForeignOp(name, path))
 
 
 def _counted_save(name: str, real: Callable[..., Any], path_arg: int) -> Callable[..., Any]:

@@ -225,3 +225,18 @@ def test_a_real_kill_ends_the_process_with_sigkill_after_writing_its_fault_event
     events: list[dict[str, Any]] = [json.loads(line) for line in log.read_text().splitlines()]
     assert [e["fault_id"] for e in events] == ["foreign-before-op1"]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["model.tmp"]
+
+
+def test_a_file_written_elsewhere_and_moved_into_the_root_is_counted_as_a_rename(tmp_path):
+    root, tmpdir = tmp_path / "ckpt", tmp_path / "tmp"
+    root.mkdir(), tmpdir.mkdir()
+
+    def writer() -> None:  # how fsspec's transaction writes: a temporary file, then a move
+        (tmpdir / "tmpab12").write_bytes(b"x")
+        shutil.move(str(tmpdir / "tmpab12"), str(root / "last.ckpt"))
+
+    assert [op.describe() for op in record_ops(writer, root)] == ["rename(<outside the root>, last.ckpt)"]
+    (root / "last.ckpt").unlink()
+    save, events = armed(root, 0, "before")
+    assert run_armed(save, writer)
+    assert not (root / "last.ckpt").exists() and len(events) == 1
