@@ -1,0 +1,100 @@
+"""A stand-in for `trainwreck run --cmd` (the `probe` branch builds the real one): write
+run.json, start one process per rank with torchrun's environment contract, one attempt after
+another, write the harness's `exit` and `end` events, and judge with the unchanged invariants.
+It knows nothing of frameworks: the command is the user's."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainwreck.invariants import Judgement, judge, load_history
+from trainwreck.trainer.rundir import FORMAT, RunDir, iter_events, write_json_atomic
+
+ATTEMPT_TIMEOUT_S = 240.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    world_size: int
+    args: tuple[str, ...] = ()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_spec(run_dir: Path, total_steps: int, dataset_size: int, global_batch: int,
+               world_sizes: Sequence[int], faults: Sequence[dict[str, Any]] = ()) -> None:
+    RunDir(run_dir).events.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(RunDir(run_dir).run_json, {
+        "format": FORMAT, "dataset_size": dataset_size, "global_batch": global_batch, "drop_last": False,
+        "total_steps": total_steps, "hang_timeout_s": ATTEMPT_TIMEOUT_S, "world_sizes": list(world_sizes),
+        "faults": list(faults), "launcher": "tests/frameworks/scripts/launch.py"})
+
+
+def harness_event(run_dir: Path, kind: str, **fields: Any) -> None:
+    with open(RunDir(run_dir).harness_events, "a") as f:
+        f.write(json.dumps({"kind": kind, "t": time.time(), **fields}) + "\n")
+
+
+def run_attempt(cmd: Sequence[str], run_dir: Path, attempt: int, world_size: int,
+                env: dict[str, str] | None = None) -> list[int]:
+    """Every rank's exit code; ranks left alive once one has died are killed (their groups)."""
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                    "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRAINWRECK_RUN_DIR": str(run_dir),
+                    "TRAINWRECK_ATTEMPT": str(attempt), "TRAINWRECK_STAND_IN_PROBE": "1"}
+        log = open(RunDir(run_dir).root / f"a{attempt}-r{rank}.log", "w")
+        procs.append(subprocess.Popen(list(cmd), env=rank_env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+        log.close()
+    deadline = time.monotonic() + ATTEMPT_TIMEOUT_S
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.returncode not in (None, 0) for p in procs):
+                break  # one died: the rest are stuck in a collective or will be
+            time.sleep(0.05)  # polling exit codes, not synchronising with the ranks
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    codes = [p.returncode for p in procs]
+    for rank, code in enumerate(codes):
+        harness_event(run_dir, "exit", attempt=attempt, rank=rank, returncode=code)
+    return codes
+
+
+def run_job(cmd: Sequence[str], run_dir: Path, attempts: Sequence[Attempt], total_steps: int,
+            dataset_size: int, global_batch: int, faults: Sequence[dict[str, Any]] = ()) -> list[list[int]]:
+    write_spec(run_dir, total_steps, dataset_size, global_batch, [a.world_size for a in attempts], faults)
+    codes = []
+    for n, attempt in enumerate(attempts):
+        codes.append(run_attempt([*cmd, *attempt.args], run_dir, n, attempt.world_size))
+        if all(c == 0 for c in codes[-1]):
+            break
+    steps = [e["step"] for e in iter_events(run_dir) if e["kind"] == "step"]
+    status = "completed" if all(c == 0 for c in codes[-1]) else "failed"
+    harness_event(run_dir, "end", status=status, final_step=max(steps, default=0))
+    return codes
+
+
+def judged(run_dir: Path, golden_dir: Path | None) -> Judgement:
+    return judge(load_history(run_dir), load_history(golden_dir) if golden_dir is not None else None)
+
+
+def python(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve().parent / script), *args]

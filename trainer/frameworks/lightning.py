@@ -1,0 +1,180 @@
+"""PyTorch Lightning adapter: a ``Callback`` and a ``CheckpointIO`` plugin; Lightning unchanged.
+
+    probe = Probe.from_env()
+    dataset = track_samples(dataset)                       # records each rank's sample ids
+    trainer = L.Trainer(..., callbacks=[TrainwreckCallback(probe)],
+                        plugins=[TrainwreckCheckpointIO(probe)])
+
+What it reports (trainer/probe.py writes the events):
+
+- ``start`` at fit start; ``restore`` at train start when Lightning resumed from
+  ``ckpt_path`` (step, the file, the digest of what was loaded);
+- ``batch`` at each batch start: the ids ``track_samples`` saw this rank fetch for it.
+  Lightning fetches one batch ahead, so ids are kept first in, first out, and a batch
+  takes as many as it has rows;
+- ``step`` after each optimizer step, with the loss averaged over ranks and the digest;
+- ``save`` only once the file is durable: the plugin (rank 0, the only DDP writer) fsyncs
+  the file and its directory after Lightning's own write; every rank learns of the save from
+  ``on_save_checkpoint`` (all ranks build the checkpoint) and reports it at the next batch
+  start or at train end, after Lightning's post-save barrier, so the probe's collective
+  sees every rank. A rank killed inside the save never reports it.
+
+Faults: ``step_start`` and ``after_backward`` fault points; inside the plugin's write, the
+file operations Lightning performs are foreign-save fault points (faults/foreign.py), through
+the probe's ``saving(step, root)`` when the probe offers it (see docs/FRAMEWORKS.md).
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, ContextManager
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from trainwreck.trainer.frameworks import module_digest
+
+INSTALL = "pip install 'trainwreck[lightning]'"
+_FETCHED: deque[int] = deque()
+"""Sample ids this process fetched, oldest first (one process trains one rank)."""
+
+
+class _TrackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Delegates to the user's dataset and notes each index fetched (num_workers=0 only:
+    a worker process's notes would never reach the trainer's)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> Any:
+        _FETCHED.append(int(index))
+        return self.inner[index]
+
+
+def track_samples(dataset: Any) -> torch.utils.data.Dataset:  # type: ignore[type-arg]
+    return _TrackedDataset(dataset)
+
+
+def _rows(batch: Any) -> int:
+    """Rows in a batch: the first tensor's first dimension, wherever it is nested."""
+    if torch.is_tensor(batch):
+        return int(batch.shape[0])
+    items = batch.values() if isinstance(batch, dict) else batch
+    for item in items:
+        return _rows(item)
+    raise ValueError("a batch with no tensor: track_samples cannot tell its size")
+
+
+def _digest(module: torch.nn.Module, trainer: Trainer) -> str:
+    optimizers = trainer.optimizers
+    return module_digest(module, optimizers[0] if optimizers else None)
+
+
+def _saving(probe: Any, step: int, root: Path) -> ContextManager[Any]:
+    scope = getattr(probe, "saving", None)
+    return scope(step, root) if scope is not None else nullcontext()
+
+
+class TrainwreckCheckpointIO(TorchCheckpointIO):
+    """Lightning's own torch writer, run inside foreign-save fault points, then made durable."""
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__()
+        self.probe = probe
+        self.written: deque[tuple[int, str]] = deque()
+        """(step, file name) of each durable write, in order (rank 0's; the callback reports them).
+        A step can have several files (a top-k file and last.ckpt): each is one save."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        step = int(checkpoint.get("global_step", 0))
+        target = Path(path)
+        with _saving(self.probe, step, target.parent):
+            super().save_checkpoint(checkpoint, path, storage_options)
+        _fsync(target)
+        self.written.append((step, target.name))
+
+    def remove_checkpoint(self, path: str | Path) -> None:
+        super().remove_checkpoint(path)
+        self.probe.prune(Path(path).name)
+
+
+def _fsync(path: Path) -> None:
+    """File and directory to disk: the `save` event claims a checkpoint that survives a power cut."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TrainwreckCallback(Callback):
+    """Reports start/restore/batch/step/save through the probe; fires its fault points."""
+
+    def __init__(self, probe: Any) -> None:
+        self.probe = probe
+        self.pending: list[int] = []
+        """Steps whose checkpoint this rank built and whose write it has not yet reported."""
+
+    def _io(self, trainer: Trainer) -> TrainwreckCheckpointIO | None:
+        io = trainer.strategy.checkpoint_io
+        return io if isinstance(io, TrainwreckCheckpointIO) else None
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.probe.start()
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.ckpt_path:
+            self.probe.restore(trainer.global_step, Path(trainer.ckpt_path).name, _digest(pl_module, trainer))
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.pending.append(int(checkpoint.get("global_step", trainer.global_step)))
+
+    def _report_saves(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        io = self._io(trainer)
+        for step in self.pending:
+            # Rank 0 names the file; the other ranks have no part of a DDP checkpoint to vouch for.
+            name = ""
+            if io is not None and io.written:
+                written_step, name = io.written.popleft()
+                assert written_step == step, f"Lightning wrote step {written_step} where it built step {step}"
+            self.probe.save(step, name, _digest(pl_module, trainer), durable_on_every_rank=True)
+        self.pending.clear()
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self._report_saves(trainer, pl_module)
+        step = trainer.global_step + 1
+        self.probe.point("step_start", step)
+        samples = [_FETCHED.popleft() for _ in range(min(_rows(batch), len(_FETCHED)))]
+        self.probe.batch(step, trainer.current_epoch, samples)
+
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.probe.point("after_backward", trainer.global_step + 1, model=pl_module)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        self.probe.step(trainer.global_step, _global_mean(loss), _digest(pl_module, trainer))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._report_saves(trainer, pl_module)
+
+
+def _global_mean(loss: torch.Tensor) -> float:
+    value = loss.detach().float().clone()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(value)
+        value /= torch.distributed.get_world_size()
+    return float(value)
+
+
+def adapters(probe: Any) -> tuple[TrainwreckCallback, TrainwreckCheckpointIO]:
+    """The callback and the plugin, for `Trainer(callbacks=[cb], plugins=[io])`."""
+    return TrainwreckCallback(probe), TrainwreckCheckpointIO(probe)
