@@ -78,11 +78,27 @@ def run_attempt(cmd: Sequence[str], run_dir: Path, attempt: int, world_size: int
     return codes
 
 
+def corrupt_newest(run_dir: Path, fault: dict[str, Any]) -> None:
+    """A `corrupt` fault (how=truncate) on a foreign store: the newest file named `file` in the
+    checkpoint folder is cut to `offset` bytes (default half); the fault event comes first."""
+    target = RunDir(run_dir).checkpoints / fault.get("file", "last.ckpt")
+    if not target.is_file():
+        return  # nothing to damage: no event, so the judge says the fault never fired
+    size = target.stat().st_size
+    keep = fault.get("offset", size // 2)
+    harness_event(run_dir, "fault", fault_id=fault["id"], fault_kind="corrupt", rank=None, checkpoint=target.name,
+                  detail=f"truncated {target.name} from {size} to {keep} bytes before attempt {fault['attempt']}")
+    os.truncate(target, keep)
+
+
 def run_job(cmd: Sequence[str], run_dir: Path, attempts: Sequence[Attempt], total_steps: int,
             dataset_size: int, global_batch: int, faults: Sequence[dict[str, Any]] = ()) -> list[list[int]]:
     write_spec(run_dir, total_steps, dataset_size, global_batch, [a.world_size for a in attempts], faults)
     codes = []
     for n, attempt in enumerate(attempts):
+        for fault in faults:
+            if fault["kind"] == "corrupt" and fault.get("attempt", 1) == n:
+                corrupt_newest(run_dir, fault)
         codes.append(run_attempt([*cmd, *attempt.args], run_dir, n, attempt.world_size))
         if all(c == 0 for c in codes[-1]):
             break
