@@ -6,6 +6,7 @@ invariants. Each test asserts that its planned fault fired and that the verdict 
 what the run's own events show."""
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,10 +26,10 @@ STEPS, SAVE_EVERY, DATASET, GLOBAL_BATCH = 12, 3, 64, 8
 
 
 def job(run_dir: Path, attempts: list[Attempt], faults: list[dict[str, Any]] | None = None,
-        save_every: int = SAVE_EVERY) -> list[list[int]]:
+        save_every: int = SAVE_EVERY, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> list[list[int]]:
     cmd = python("lightning_train.py", "--steps", str(STEPS), "--save-every", str(save_every),
-                 "--global-batch", str(GLOBAL_BATCH))
-    return run_job(cmd, run_dir, attempts, STEPS, DATASET, GLOBAL_BATCH, faults or [])
+                 "--global-batch", str(GLOBAL_BATCH), *args)
+    return run_job(cmd, run_dir, attempts, STEPS, DATASET, GLOBAL_BATCH, faults or [], env)
 
 
 def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
@@ -124,3 +125,27 @@ def test_a_truncated_last_checkpoint_stops_every_restart_and_the_run_is_judged_i
     judgement = judged(run_dir, golden)
     assert judgement.verdicts["progress"].valid is False
     assert judgement.valid is False
+
+
+def other_filesystem_than(path: Path) -> Path | None:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) and shm.stat().st_dev != path.stat().st_dev else None
+
+
+@pytest.mark.slow
+def test_with_tmpdir_on_another_filesystem_a_torn_copy_leaves_a_broken_last_checkpoint(golden, tmp_path):
+    tmpdir = other_filesystem_than(tmp_path)
+    if tmpdir is None:
+        pytest.skip("needs a writable /dev/shm on another filesystem than the run directory")
+    run_dir = tmp_path / "cross-device"
+    # last.ckpt only; fsspec's rename into place fails across filesystems (op 1), so shutil.move
+    # copies the temporary file into last.ckpt (op 2): that copy is what is torn.
+    plan = [{"id": "tear-copy", "kind": "foreign_crash", "rank": 0, "step": 6, "op_index": 2, "when": "torn"}]
+    codes = job(run_dir, [Attempt(2), Attempt(2, ("--resume",)), Attempt(2, ("--resume",))], plan,
+                args=("--top-k", "0"), env={"TMPDIR": str(tmpdir)})
+    (fault,) = events(run_dir, "fault")
+    assert fault["fault_id"] == "tear-copy" and fault["detail"].startswith("tore op 2 open(last.ckpt)")
+    assert codes[0][0] == -9
+    assert all(code != 0 for attempt in codes[1:] for code in attempt)  # every restart dies loading it
+    assert [e for e in events(run_dir, "restore") if e["attempt"] >= 1] == []
+    assert judged(run_dir, golden).verdicts["progress"].valid is False

@@ -92,14 +92,15 @@ def corrupt_newest(run_dir: Path, fault: dict[str, Any]) -> None:
 
 
 def run_job(cmd: Sequence[str], run_dir: Path, attempts: Sequence[Attempt], total_steps: int,
-            dataset_size: int, global_batch: int, faults: Sequence[dict[str, Any]] = ()) -> list[list[int]]:
+            dataset_size: int, global_batch: int, faults: Sequence[dict[str, Any]] = (),
+            env: dict[str, str] | None = None) -> list[list[int]]:
     write_spec(run_dir, total_steps, dataset_size, global_batch, [a.world_size for a in attempts], faults)
     codes = []
     for n, attempt in enumerate(attempts):
         for fault in faults:
             if fault["kind"] == "corrupt" and fault.get("attempt", 1) == n:
                 corrupt_newest(run_dir, fault)
-        codes.append(run_attempt([*cmd, *attempt.args], run_dir, n, attempt.world_size))
+        codes.append(run_attempt([*cmd, *attempt.args], run_dir, n, attempt.world_size, env))
         if all(c == 0 for c in codes[-1]):
             break
     steps = [e["step"] for e in iter_events(run_dir) if e["kind"] == "step"]

@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--save-every", type=int, default=4)
     parser.add_argument("--global-batch", type=int, default=8, help="per-device batch = this / world size")
+    parser.add_argument("--top-k", type=int, default=2, help="ModelCheckpoint save_top_k (0: last.ckpt only)")
     parser.add_argument("--resume", action="store_true", help="resume from last.ckpt if there is one")
     args = parser.parse_args(argv)
     ckpt_dir = args.ckpt_dir or str(Path(os.environ["TRAINWRECK_RUN_DIR"]) / "checkpoints")
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = torch.utils.data.DataLoader(track_samples(data), batch_size=args.global_batch // probe.world_size,
                                          shuffle=True, num_workers=0)
     callback, io = adapters(probe)
-    ckpt = ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=args.save_every, save_top_k=2,
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=args.save_every, save_top_k=args.top_k,
                            monitor="step", mode="max", save_last=True)
     trainer = L.Trainer(accelerator="cpu", devices=int(probe.world_size), strategy="ddp", max_steps=args.steps,
                         callbacks=[callback, ckpt], plugins=[io], logger=False, enable_progress_bar=False,
