@@ -35,42 +35,9 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from trainwreck.trainer.frameworks import module_digest
+from trainwreck.trainer.frameworks import module_digest, take_samples, track_samples
 
 INSTALL = "pip install 'trainwreck[lightning]'"
-_FETCHED: deque[int] = deque()
-"""Sample ids this process fetched, oldest first (one process trains one rank)."""
-
-
-class _TrackedDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Delegates to the user's dataset and notes each index fetched (num_workers=0 only:
-    a worker process's notes would never reach the trainer's)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, index: int) -> Any:
-        _FETCHED.append(int(index))
-        return self.inner[index]
-
-
-def track_samples(dataset: Any) -> torch.utils.data.Dataset:  # type: ignore[type-arg]
-    return _TrackedDataset(dataset)
-
-
-def _rows(batch: Any) -> int:
-    """Rows in a batch: the first tensor's first dimension, wherever it is nested."""
-    if torch.is_tensor(batch):
-        return int(batch.shape[0])
-    items = batch.values() if isinstance(batch, dict) else batch
-    for item in items:
-        return _rows(item)
-    raise ValueError("a batch with no tensor: track_samples cannot tell its size")
-
-
 def _digest(module: torch.nn.Module, trainer: Trainer) -> str:
     optimizers = trainer.optimizers
     return module_digest(module, optimizers[0] if optimizers else None)
@@ -152,7 +119,7 @@ class TrainwreckCallback(Callback):
         self._report_saves(trainer, pl_module)
         step = trainer.global_step + 1
         self.probe.point("step_start", step)
-        samples = [_FETCHED.popleft() for _ in range(min(_rows(batch), len(_FETCHED)))]
+        samples = take_samples(batch)
         self.probe.batch(step, trainer.current_epoch, samples)
 
     def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
