@@ -252,7 +252,9 @@ def _wrapped_writers() -> Iterator[None]:
                                            (shutil, "rmtree", _counted_save("rmtree", shutil.rmtree, 0))]
     try:
         import safetensors.torch as st  # optional: only frameworks that use it have it
-        patches.append((st, "save_file", _counted_save("save_file", st.save_file, 1)))
+        # save_file calls this module global at call time, so a caller that bound save_file
+        # at import (accelerate does) is still seen.
+        patches.append((st, "serialize_file", _counted_save("save_file", st.serialize_file, 1)))
     except ImportError:
         pass
     originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in patches]
