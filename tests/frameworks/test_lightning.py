@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,8 @@ import pytest
 
 pytest.importorskip("lightning", reason="pip install 'trainwreck[lightning]'")
 
-from trainwreck.trainer.rundir import iter_events  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
-from launch import Attempt, judged, python, run_job  # noqa: E402
+from launch import Attempt, events, fired, ids_used_twice_in_an_epoch, judged, python, run_job  # noqa: E402
 
 STEPS, SAVE_EVERY, DATASET, GLOBAL_BATCH = 12, 3, 64, 8
 """8 updates an epoch; saves after 3, 6, 9, 12 (a top-2 file and last.ckpt each)."""
@@ -30,32 +27,6 @@ def job(run_dir: Path, attempts: list[Attempt], faults: list[dict[str, Any]] | N
     cmd = python("lightning_train.py", "--steps", str(STEPS), "--save-every", str(save_every),
                  "--global-batch", str(GLOBAL_BATCH), *args)
     return run_job(cmd, run_dir, attempts, STEPS, DATASET, GLOBAL_BATCH, faults or [], env)
-
-
-def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
-    return [e for e in iter_events(run_dir) if e["kind"] == kind]
-
-
-def fired(run_dir: Path) -> list[str]:
-    return [e["fault_id"] for e in events(run_dir, "fault")]
-
-
-def ids_used_twice_in_an_epoch(run_dir: Path) -> set[int]:
-    """From the events alone: the lineage's batches (each attempt's updates after its restore),
-    grouped by epoch, and the sample ids any epoch used more than once."""
-    restores = {e["attempt"]: e["step"] for e in events(run_dir, "restore")}
-    last_attempt = max(e["attempt"] for e in events(run_dir, "batch"))
-    kept: dict[int, dict[int, list[int]]] = {}  # step -> rank -> ids (a later attempt overwrites)
-    for e in sorted(events(run_dir, "batch"), key=lambda e: e["attempt"]):
-        resumed_at = restores.get(e["attempt"], 0)
-        until = restores.get(e["attempt"] + 1, STEPS) if e["attempt"] < last_attempt else STEPS
-        if resumed_at < e["step"] <= until:
-            kept.setdefault(e["step"], {})[e["rank"]] = (e["epoch"], e["samples"])
-    per_epoch: dict[int, Counter[int]] = {}
-    for ranks in kept.values():
-        for epoch, samples in ranks.values():
-            per_epoch.setdefault(epoch, Counter()).update(samples)
-    return {i for counts in per_epoch.values() for i, n in counts.items() if n > 1}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +47,7 @@ def test_the_lightning_golden_run_is_judged_valid(golden):
     saves = events(golden, "save")
     assert {e["rank"] for e in saves} == {0}
     assert sorted({e["step"] for e in saves}) == [3, 6, 9, 12]
-    assert ids_used_twice_in_an_epoch(golden) == set()
+    assert ids_used_twice_in_an_epoch(golden, STEPS) == set()
 
 
 @pytest.mark.slow
@@ -87,7 +58,7 @@ def test_a_kill_mid_epoch_and_resume_repeats_the_epochs_first_batches_and_is_jud
     assert codes[0][1] == -9 and codes[-1] == [0, 0]
     assert fired(run_dir) == ["kill-mid-epoch"]
     assert [e["step"] for e in events(run_dir, "restore")] == [3, 3]  # last.ckpt of step 3, on both ranks
-    repeated = ids_used_twice_in_an_epoch(run_dir)
+    repeated = ids_used_twice_in_an_epoch(run_dir, STEPS)
     judgement = judged(run_dir, golden)
     # What the events show decides: ids used twice in an epoch break coverage.
     assert (judgement.verdicts["coverage"].valid is False) == bool(repeated)

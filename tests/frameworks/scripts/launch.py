@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -115,3 +116,32 @@ def judged(run_dir: Path, golden_dir: Path | None) -> Judgement:
 
 def python(script: str, *args: str) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve().parent / script), *args]
+
+
+# ----- what a run's own events show ------------------------------------------------------
+
+
+def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in iter_events(run_dir) if e["kind"] == kind]
+
+
+def fired(run_dir: Path) -> list[str]:
+    return [e["fault_id"] for e in events(run_dir, "fault")]
+
+
+def ids_used_twice_in_an_epoch(run_dir: Path, total_steps: int) -> set[int]:
+    """From the events alone: the lineage's batches (each attempt's updates after its restore),
+    grouped by epoch, and the sample ids any epoch used more than once."""
+    restores = {e["attempt"]: e["step"] for e in events(run_dir, "restore")}
+    last_attempt = max(e["attempt"] for e in events(run_dir, "batch"))
+    kept: dict[int, dict[int, list[int]]] = {}  # step -> rank -> ids (a later attempt overwrites)
+    for e in sorted(events(run_dir, "batch"), key=lambda e: e["attempt"]):
+        resumed_at = restores.get(e["attempt"], 0)
+        until = restores.get(e["attempt"] + 1, total_steps) if e["attempt"] < last_attempt else total_steps
+        if resumed_at < e["step"] <= until:
+            kept.setdefault(e["step"], {})[e["rank"]] = (e["epoch"], e["samples"])
+    per_epoch: dict[int, Counter[int]] = {}
+    for ranks in kept.values():
+        for epoch, samples in ranks.values():
+            per_epoch.setdefault(epoch, Counter()).update(samples)
+    return {i for counts in per_epoch.values() for i, n in counts.items() if n > 1}
