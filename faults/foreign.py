@@ -51,6 +51,8 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # audit event -> the op's name in recordings and fault details
 AUDITED = {"open": "open", "os.rename": "rename", "os.remove": "remove", "os.mkdir": "mkdir",
            "os.rmdir": "rmdir"}
+WRITE_OPS = ("open", "torch.save", "save_file")
+"""The ops that write a file's bytes: the ones a `torn` crash point can tear."""
 OUTSIDE = "<outside the root>"
 """How an op names a path outside the root (a temporary file's random name would differ per run)."""
 Recorder = Callable[..., None]
@@ -82,7 +84,7 @@ class ForeignOp:
 
     @property
     def writes(self) -> bool:
-        return self.name in ("open", "torch.save", "save_file")
+        return self.name in WRITE_OPS
 
 
 @dataclass
