@@ -74,6 +74,8 @@ class Framework:
     resume_args: tuple[str, ...] = ("--resume",)
     save_step: int = 6
     """A save step of the example trainer that is not the job's first save."""
+    kill_step: int = 5
+    """An update after a save and inside an epoch (8 updates an epoch): a kill there is a mid-epoch resume."""
     kill_in_save: dict[str, Any] = field(default_factory=dict)
     """The fault fields that kill the writer inside the save at `save_step` (op index, when)."""
     newest_file: str = "last.ckpt"
@@ -89,21 +91,21 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("lightning", "lightning", "lightning", "lightning_train.py", ("--save-every", "6"),
-              kill_in_save={"op_index": 1, "when": "before"}),
+              kill_in_save={"op_index": 1, "when": "before"}, kill_step=7),
     Framework("accelerate", "accelerate", "accelerate", "accelerate_train.py", ("--save-every", "3"),
               kill_in_save={"op_index": 3, "when": "before"}, newest_file="checkpoint_2/model.safetensors"),
 )}
 
 
-def _kill(step: int = 5) -> dict[str, Any]:
+def _kill(step: int) -> dict[str, Any]:
     return {"id": "kill-mid-epoch", "kind": "kill", "rank": 1, "step": step}
 
 
 # scenario name -> (what it does, attempts, faults for a framework)
 SCENARIOS: dict[str, tuple[str, tuple[Attempt, ...], Callable[[Framework], list[dict[str, Any]]]]] = {
     "golden": ("an uninterrupted run", (Attempt(2),), lambda fw: []),
-    "kill-mid-epoch": ("rank 1 killed at update 5, resumed on 2 ranks",
-                       (Attempt(2), Attempt(2, True)), lambda fw: [_kill()]),
+    "kill-mid-epoch": ("rank 1 killed mid-epoch after a save, resumed on 2 ranks",
+                       (Attempt(2), Attempt(2, True)), lambda fw: [_kill(fw.kill_step)]),
     "kill-in-save": ("rank 0 killed inside the framework's own save, resumed",
                      (Attempt(2), Attempt(2, True), Attempt(2, True)),
                      lambda fw: [{"id": "kill-in-save", "kind": "foreign_crash", "rank": 0, "step": fw.save_step,
@@ -112,8 +114,8 @@ SCENARIOS: dict[str, tuple[str, tuple[Attempt, ...], Callable[[Framework], list[
                        (Attempt(2), Attempt(2, True), Attempt(2, True)),
                        lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate",
                                               "file": fw.newest_file, "attempt": 1}]),
-    "world-size": ("rank 1 killed at update 5, resumed on 1 rank with the same global batch",
-                   (Attempt(2), Attempt(1, True)), lambda fw: [_kill()]),
+    "world-size": ("rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch",
+                   (Attempt(2), Attempt(1, True)), lambda fw: [_kill(fw.kill_step)]),
     "hang": ("rank 1 hangs at update 5; the watchdog must see it and restart",
              (Attempt(2), Attempt(2, True)),
              lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]),
