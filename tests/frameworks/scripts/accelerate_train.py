@@ -82,4 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is written, closed and the process group destroyed. Seen here (torch 2.13, gloo,
+    # accelerate 1.15): the interpreter's own teardown now and then aborts ("terminate called
+    # without an active exception", exit -6) after all work is done, which would read as a crash.
+    os._exit(code)
