@@ -79,7 +79,8 @@ class Framework:
     kill_in_save: dict[str, Any] = field(default_factory=dict)
     """The fault fields that kill the writer inside the save at `save_step` (op index, when)."""
     newest_file: str = "last.ckpt"
-    """What the corrupt-newest scenario truncates, relative to the checkpoint folder."""
+    """What the corrupt-newest scenario truncates, relative to the checkpoint folder: the newest
+    checkpoint when the kill at update 8 lands (the saves before it exist)."""
 
     @property
     def install(self) -> str:
@@ -93,7 +94,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("lightning", "lightning", "lightning", "lightning_train.py", ("--save-every", "6"),
               kill_in_save={"op_index": 1, "when": "before"}, kill_step=7),
     Framework("accelerate", "accelerate", "accelerate", "accelerate_train.py", ("--save-every", "3"),
-              kill_in_save={"op_index": 3, "when": "before"}, newest_file="checkpoint_2/model.safetensors"),
+              kill_in_save={"op_index": 3, "when": "before"}, newest_file="checkpoint_1/model.safetensors"),
 )}
 
 
