@@ -22,11 +22,10 @@ from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, I
     from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
-from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
-from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 from trainwreck.trainer.state import (TrainState, capture_rng, checkpoint_meta, fresh_state, restore_rng, state_digest,
@@ -65,10 +64,15 @@ class Trainer:
     store_class: type[CheckpointStore] = CheckpointStore
     sampler_class: type[ElasticSampler] = ElasticSampler
 
-    def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, events: EventLog,
-                 progress: ProgressBoard, hooks: Hooks) -> None:
+    def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, probe: Probe,
+                 hooks: Hooks) -> None:
         self.ctx, self.cfg, self.device = ctx, cfg, device
-        self.events, self.progress, self.hooks = events, progress, hooks
+        # Every event and progress record goes through the probe, the run format's one writer;
+        # the checkpoint store and planted defects write their events through its log.
+        self.probe, self.hooks = probe, hooks
+        if probe.events is None or probe.progress is None:
+            raise ValueError("the reference trainer needs an enabled probe: build it with a run directory")
+        self.events, self.progress = probe.events, probe.progress
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.identity = cfg.identity()
         self.dataset = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
@@ -79,8 +83,8 @@ class Trainer:
             self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
         hooks.on_model(self.ddp)
         storage = Heartbeat(hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints)),
-                            lambda: progress.publish(self.state.step, "checkpoint"))
-        self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
+                            lambda: probe.phase(self.state.step, "checkpoint"))
+        self.checkpoints = self.store_class(storage, self.events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
 
@@ -95,46 +99,45 @@ class Trainer:
             self.train_step(step)
             if self.cfg.saves_after(step):
                 self.save(step)
-        self.progress.publish(self.state.step, "done")
+        self.probe.phase(self.state.step, "done")
         if self.ctx.standalone and self.rank == 0:
-            self.events.emit("end", status="completed", final_step=self.state.step)
+            self.probe.emit("end", status="completed", final_step=self.state.step)
 
     def train_step(self, step: int) -> None:
         timer = PhaseTimer()
-        self.progress.publish(step, "start")
-        self.hooks.point(fp.STEP_START, step)
+        self.probe.phase(step, "start")
+        self.probe.point(fp.STEP_START, step)
 
-        self.progress.publish(step, "data")
+        self.probe.phase(step, "data")
         epoch, global_ids = self.sampler.next_global_batch()
         ids = self.shard(global_ids)
         x, y = (t.to(self.device) for t in self.dataset.batch(ids))
         if self.cfg.instrument:
-            self.events.emit("batch", step=step, epoch=epoch, samples=ids.tolist())
+            self.probe.batch(step, epoch, ids.tolist())
         timer.mark("data")
-        self.hooks.point(fp.AFTER_DATA, step)
+        self.probe.point(fp.AFTER_DATA, step)
 
         loss_sum = self.forward_backward(step, x, y, ids.to(self.device), len(global_ids), timer)
-        self.hooks.point(fp.AFTER_BACKWARD, step, model=self.ddp)
+        self.probe.point(fp.AFTER_BACKWARD, step, model=self.ddp)
 
         loss = None
         if self.cfg.instrument:
-            self.progress.publish(step, "sync")
+            self.probe.phase(step, "sync")
             loss = self.global_mean(loss_sum, len(global_ids))
             timer.mark("sync")
 
-        self.progress.publish(step, "optimizer")
+        self.probe.phase(step, "optimizer")
         self.optimizer_step()
         self.state.step = step
         timer.mark("optimizer")
-        self.hooks.point(fp.AFTER_OPTIMIZER, step)
+        self.probe.point(fp.AFTER_OPTIMIZER, step)
 
         if self.cfg.instrument:
             timer.seconds["checkpoint"] = self._last_save_seconds
-            self.events.emit("step", step=step, loss=loss, digest=self.digest(),
-                             lr=self.state.scheduler.get_last_lr()[0],
-                             phases={k: round(v, 6) for k, v in timer.seconds.items()})
+            self.probe.step(step, loss, self.digest(), lr=self.state.scheduler.get_last_lr()[0],
+                            phases={k: round(v, 6) for k, v in timer.seconds.items()})
         self._last_save_seconds = 0.0
-        self.events.flush()
+        self.probe.flush()
 
     def shard(self, global_ids: torch.Tensor) -> torch.Tensor:
         """This rank's sample ids of a global batch (a seam: planted defects override it)."""
@@ -143,7 +146,7 @@ class Trainer:
     def forward_backward(self, step: int, x: torch.Tensor, y: torch.Tensor, ids: torch.Tensor,
                          n_global: int, timer: PhaseTimer) -> torch.Tensor:
         """Sum of per-sample losses on this rank; gradients end up as the global-batch mean."""
-        self.progress.publish(step, "forward")
+        self.probe.phase(step, "forward")
         noise_key = draw_noise_key()
         # DDP averages over ranks; scaling the local sum by world/n_global makes the
         # result the mean over the whole global batch, however it is partitioned.
@@ -159,8 +162,8 @@ class Trainer:
                 loss = F.cross_entropy(logits.float(), my, reduction="sum")
                 timer.mark("forward")
                 if last:
-                    self.hooks.point(fp.AFTER_FORWARD, step)
-                    self.progress.publish(step, "backward")
+                    self.probe.point(fp.AFTER_FORWARD, step)
+                    self.probe.phase(step, "backward")
                 scaled = loss * scale
                 (self.state.scaler.scale(scaled) if self.state.scaler else scaled).backward()
                 timer.mark("backward")
@@ -186,16 +189,16 @@ class Trainer:
 
     def save(self, step: int) -> None:
         started = time.perf_counter()
-        self.progress.publish(step, "checkpoint_wait")
+        self.probe.phase(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
         dist.all_gather_object(rngs, capture_rng(cuda=self.device.type == "cuda"))
         if self.rank == 0:
-            self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
+            self.probe.phase(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
             meta = checkpoint_meta(self.world_size, self.identity, self.digest(), self.ctx.attempt)
             self.checkpoints.save(step, files, meta)
-            self.progress.publish(step, "checkpoint_wait")
-        self.hooks.point(fp.SAVE_WAIT, step)
+            self.probe.phase(step, "checkpoint_wait")
+        self.probe.point(fp.SAVE_WAIT, step)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
         dist.barrier()
         self._last_save_seconds = time.perf_counter() - started
@@ -235,7 +238,7 @@ class Trainer:
         self.load(verified)
         if self.rank == 0:
             self.checkpoints.announce_if_unannounced(verified)
-        self.events.emit("restore", step=self.state.step, checkpoint=name, digest=self.digest())
+        self.probe.restore(self.state.step, name, self.digest())
 
     def load(self, verified: Verified) -> None:
         payloads = verified.payloads or decode_payloads(verified)

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
-from trainwreck.trainer.frameworks import module_digest, take_samples
+from trainwreck.trainer.frameworks import take_samples
+from trainwreck.trainer.probe import state_digest
 
 INSTALL = "pip install 'trainwreck[accelerate]'"
 MODEL_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -67,7 +68,7 @@ class TrainwreckLoop:
         return self.progress.step, self.progress.epoch
 
     def digest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:
-        return module_digest(self.accelerator.unwrap_model(model), optimizer)
+        return state_digest(self.accelerator.unwrap_model(model), optimizer)
 
     def batch(self, step: int, epoch: int, batch: Any) -> None:
         self.probe.point("step_start", step)

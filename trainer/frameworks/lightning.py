@@ -35,12 +35,13 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from trainwreck.trainer.frameworks import module_digest, take_samples, track_samples
+from trainwreck.trainer.frameworks import take_samples, track_samples
+from trainwreck.trainer.probe import state_digest
 
 INSTALL = "pip install 'trainwreck[lightning]'"
 def _digest(module: torch.nn.Module, trainer: Trainer) -> str:
     optimizers = trainer.optimizers
-    return module_digest(module, optimizers[0] if optimizers else None)
+    return state_digest(module, optimizers[0] if optimizers else None)
 
 
 def _saving(probe: Any, step: int, root: Path) -> ContextManager[Any]:
