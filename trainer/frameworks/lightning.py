@@ -13,11 +13,10 @@ What it reports (trainer/probe.py writes the events):
   Lightning fetches one batch ahead, so ids are kept first in, first out, and a batch
   takes as many as it has rows;
 - ``step`` after each optimizer step, with the loss averaged over ranks and the digest;
-- ``save`` only once the file is durable: the plugin (rank 0, the only DDP writer) fsyncs
-  the file and its directory after Lightning's own write; every rank learns of the save from
-  ``on_save_checkpoint`` (all ranks build the checkpoint) and reports it at the next batch
-  start or at train end, after Lightning's post-save barrier, so the probe's collective
-  sees every rank. A rank killed inside the save never reports it.
+- ``save`` only once the file is durable: the plugin (global rank 0, the only DDP writer)
+  fsyncs the file and its directory after Lightning's own write and reports it at once with
+  ``probe.commit`` (one writer: no collective, so a peer dying just after the write cannot
+  leave a durable checkpoint unreported). A rank killed inside the save never reports it.
 
 Faults: ``step_start`` and ``after_backward`` fault points; inside the plugin's write, the
 file operations Lightning performs are foreign-save fault points (faults/foreign.py), through
@@ -50,14 +49,15 @@ def _saving(probe: Any, step: int, root: Path) -> ContextManager[Any]:
 
 
 class TrainwreckCheckpointIO(TorchCheckpointIO):
-    """Lightning's own torch writer, run inside foreign-save fault points, then made durable."""
+    """Lightning's own torch writer, run inside foreign-save fault points, then made durable
+    and reported at once (DDP: global rank 0 writes the whole checkpoint alone)."""
 
     def __init__(self, probe: Any) -> None:
         super().__init__()
         self.probe = probe
-        self.written: deque[tuple[int, str]] = deque()
-        """(step, file name) of each durable write, in order (rank 0's; the callback reports them).
-        A step can have several files (a top-k file and last.ckpt): each is one save."""
+        self.digests: deque[str] = deque()
+        """The digest of each checkpoint the callback saw built, oldest first (a top-k file
+        and last.ckpt are two saves of one state)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         step = int(checkpoint.get("global_step", 0))
@@ -65,7 +65,9 @@ class TrainwreckCheckpointIO(TorchCheckpointIO):
         with _saving(self.probe, step, target.parent):
             super().save_checkpoint(checkpoint, path, storage_options)
         _fsync(target)
-        self.written.append((step, target.name))
+        # One writer, so no collective: a peer dying now must not leave a durable checkpoint
+        # unreported (the next attempt would restore it anyway).
+        self.probe.commit(step, target.name, self.digests.popleft() if self.digests else "")
 
     def remove_checkpoint(self, path: str | Path) -> None:
         super().remove_checkpoint(path)
@@ -88,8 +90,6 @@ class TrainwreckCallback(Callback):
 
     def __init__(self, probe: Any) -> None:
         self.probe = probe
-        self.pending: list[int] = []
-        """Steps whose checkpoint this rank built and whose write it has not yet reported."""
 
     def _io(self, trainer: Trainer) -> TrainwreckCheckpointIO | None:
         io = trainer.strategy.checkpoint_io
@@ -103,21 +103,11 @@ class TrainwreckCallback(Callback):
             self.probe.restore(trainer.global_step, Path(trainer.ckpt_path).name, _digest(pl_module, trainer))
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
-        self.pending.append(int(checkpoint.get("global_step", trainer.global_step)))
-
-    def _report_saves(self, trainer: Trainer, pl_module: LightningModule) -> None:
         io = self._io(trainer)
-        for step in self.pending:
-            # Rank 0 names the file; the other ranks have no part of a DDP checkpoint to vouch for.
-            name = ""
-            if io is not None and io.written:
-                written_step, name = io.written.popleft()
-                assert written_step == step, f"Lightning wrote step {written_step} where it built step {step}"
-            self.probe.save(step, name, _digest(pl_module, trainer), durable_on_every_rank=True)
-        self.pending.clear()
+        if io is not None and trainer.is_global_zero:
+            io.digests.append(_digest(pl_module, trainer))
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        self._report_saves(trainer, pl_module)
         step = trainer.global_step + 1
         self.probe.point("step_start", step)
         samples = take_samples(batch)
@@ -130,9 +120,6 @@ class TrainwreckCallback(Callback):
                            batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         self.probe.step(trainer.global_step, _global_mean(loss), _digest(pl_module, trainer))
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._report_saves(trainer, pl_module)
 
 
 def _global_mean(loss: torch.Tensor) -> float:

@@ -56,6 +56,9 @@ class StandInProbe:
         if self.rank == 0 and all(flags):
             self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
 
+    def commit(self, step: int, checkpoint: str, digest: str) -> None:
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
 
