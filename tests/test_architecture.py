@@ -44,6 +44,9 @@ THIRD_PARTY: dict[str, set[str]] = {
 # adapters): the rest of its folder still may not.
 THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.hf": {"transformers"},
+    "trainer.frameworks.lightning": {"lightning"},
+    "trainer.frameworks.accelerate": {"accelerate"},
+    "faults.foreign": {"safetensors"},
 }
 
 
