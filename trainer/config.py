@@ -12,11 +12,15 @@ from typing import Any, Callable, NoReturn
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
+PARALLELISMS = ("ddp", "fsdp")
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
 _NOT_IDENTITY = frozenset(
-    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
+    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant",
+     # Not hashed so that every DDP identity (and golden cache) stays what it was; a checkpoint
+     # of the other parallelism is refused by name instead (trainer/sharded.py).
+     "parallelism"}
 )
 
 
@@ -177,6 +181,9 @@ class TrainConfig:
     """Upper bound used when listing world sizes that divide the global batch."""
     variant: str = "reference"
     """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
+    parallelism: str = "ddp"
+    """ddp (every rank holds the full state; rank 0 writes it) or fsdp (FSDP2 fully_shard; every rank
+    writes its own shards through torch.distributed.checkpoint, loadable on another world size)."""
 
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
@@ -208,11 +215,15 @@ class TrainConfig:
                 f"global_batch={self.global_batch} exceeds dataset_size={self.dataset_size}: "
                 "an epoch would hold no full batch; lower global_batch or raise dataset_size"
             )
-        for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES)):
+        for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
+                              ("parallelism", PARALLELISMS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend='nccl' needs device='cuda' (or 'auto'); use backend='gloo' on CPU")
+        if self.parallelism == "fsdp" and self.amp_dtype == "fp16":
+            raise ConfigError("amp_dtype='fp16' with parallelism='fsdp': GradScaler does not unscale sharded "
+                              "gradients; use amp_dtype='bf16' (or 'none') with fsdp")
         if self.global_batch % self.grad_accum:
             raise ConfigError(
                 f"global_batch={self.global_batch} is not divisible by grad_accum={self.grad_accum}"

@@ -15,7 +15,6 @@ import torch
 import torch._dynamo  # noqa: F401  DDP imports it lazily (~2 s); a warm parent pays it once for all forks
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, IncompatibleCheckpoint, Verified, \
@@ -26,11 +25,12 @@ from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
+from trainwreck.trainer.parallel import build_state, full_state_digest, no_sync, wrap
 from trainwreck.trainer.progress import ProgressBoard
 from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
-from trainwreck.trainer.state import (TrainState, capture_rng, checkpoint_meta, fresh_state, restore_rng, state_digest,
-                                     training_files)
+from trainwreck.trainer.sharded import check_parallelism, decode_sharded, load_shards, save_sharded
+from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta, restore_rng, training_files
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 
@@ -75,17 +75,17 @@ class Trainer:
         self.sampler = self.sampler_class(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
         self.amp = amp_dtype(cfg, device)
         self.state = self._fresh_state()
-        self.ddp = DistributedDataParallel(
-            self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
         hooks.on_model(self.ddp)
-        storage = Heartbeat(hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints)),
+        self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
+        storage = Heartbeat(hooks.wrap_storage(LocalStorage(self.checkpoint_root)),
                             lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
 
     def _fresh_state(self) -> TrainState:
-        return fresh_state(self.cfg, self.device, grad_scaler=self.amp == torch.float16)
+        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for index, (mx, my, mids) in enumerate(micro):
             last = index == len(micro) - 1
-            with (nullcontext() if last else self.ddp.no_sync()):
+            with (nullcontext() if last else no_sync(self.ddp)):
                 with torch.autocast(self.device.type, dtype=self.amp or torch.float32,
                                     enabled=self.amp is not None):
                     logits = self.ddp(mx, mids, noise_key)
@@ -185,6 +185,9 @@ class Trainer:
     # ----- checkpoints ------------------------------------------------------------------
 
     def save(self, step: int) -> None:
+        if self.cfg.parallelism == "fsdp":
+            save_sharded(self, step)  # every rank writes its shards (trainer/sharded.py)
+            return
         started = time.perf_counter()
         self.progress.publish(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
@@ -203,16 +206,25 @@ class Trainer:
     def digest(self) -> str:
         """The state digest, hashed once per update: the step event and a save share it."""
         if self._digest_step != self.state.step:
-            self._digest, self._digest_step = state_digest(self.state), self.state.step
+            self._digest, self._digest_step = full_state_digest(self.cfg, self.state), self.state.step
         return self._digest
 
     def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
         """The files of a checkpoint of the current state (a seam: planted defects override it)."""
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
+    def shard_manifest_files(self, tmp: str) -> list[str]:
+        """The staged files a sharded checkpoint's manifest covers: all of them (a seam for defects)."""
+        return self.checkpoints.storage.list(tmp)
+
+    def decode(self, verified: Verified) -> dict[str, Any]:
+        """Refuse the other parallelism's checkpoint by name, then decode this one's files."""
+        check_parallelism(verified, self.cfg, self.events)
+        return decode_sharded(verified) if self.cfg.parallelism == "fsdp" else decode_payloads(verified)
+
     def restore(self) -> None:
         # Verification decodes every payload, so rank 0 finds an undecodable one before it decides.
-        self.checkpoints.decode = decode_payloads
+        self.checkpoints.decode = self.decode
         verified, error = None, None
         if self.rank == 0:
             try:
@@ -238,11 +250,14 @@ class Trainer:
         self.events.emit("restore", step=self.state.step, checkpoint=name, digest=self.digest())
 
     def load(self, verified: Verified) -> None:
-        payloads = verified.payloads or decode_payloads(verified)
+        payloads = verified.payloads or self.decode(verified)
         state = self.state
         self._digest_step = -1  # the state changes under whatever step number it had
-        state.model.load_state_dict(payloads["model.pt"])
-        state.optimizer.load_state_dict(payloads["optimizer.pt"])
+        if self.cfg.parallelism == "fsdp":
+            load_shards(state, self.checkpoint_root / verified.name)
+        else:
+            state.model.load_state_dict(payloads["model.pt"])
+            state.optimizer.load_state_dict(payloads["optimizer.pt"])
         sched = payloads["scheduler.pt"]
         state.scheduler.load_state_dict(sched["scheduler"])
         if state.scaler is not None and sched["scaler"] is not None:
