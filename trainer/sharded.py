@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -23,15 +23,39 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.checkpoint import (CheckpointRejected, IncompatibleCheckpoint, Verified, checkpoint_name,
                                            from_bytes, sha256, to_bytes)
+from trainwreck.trainer.checkpoint import CheckpointStore
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.hooks import Hooks
+from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.sampler import ElasticSampler
 from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta
-
-if TYPE_CHECKING:
-    from trainwreck.trainer.loop import Trainer
 
 DCP_METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"
+
+
+class Trainer(Protocol):
+    """What a sharded save reads from trainer/loop.py's Trainer (a Protocol: loop imports this module)."""
+
+    ctx: RankContext
+    rank: int
+    world_size: int
+    device: Any
+    identity: str
+    state: TrainState
+    sampler: ElasticSampler
+    progress: ProgressBoard
+    hooks: Hooks
+    checkpoints: CheckpointStore
+    checkpoint_root: Path
+    _last_save_seconds: float
+
+    def digest(self) -> str: ...
+    def shard_manifest_files(self, tmp: str) -> list[str]: ...
+
+
 SMALL_FILES = ("scheduler.pt", "trainer.pt", "rng.pt")
 """Replicated state rank 0 writes beside the shards, exactly as the DDP checkpoint holds it."""
 
