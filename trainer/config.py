@@ -128,6 +128,30 @@ def _check_type(name: str, type_name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r} is not a finite number; give a finite {name}")
 
 
+def parse_set_items(items: list[str]) -> dict[str, Any]:
+    """`--set FIELD=VALUE` values (repeatable) as typed config fields: the one parser both
+    `python -m trainwreck.trainer` and `trainwreck run` use."""
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in types:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+        values[name] = _parse_value(raw, types[name], name)
+    return values
+
+
+def _parse_value(raw: str, type_name: str, name: str) -> Any:
+    try:
+        if type_name == "bool":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        return {"int": int, "float": float}.get(type_name, str)(raw)
+    except ValueError:
+        raise ConfigError(f"--set {name}={raw!r}: not a valid {type_name}; give {_TYPE_NAMES.get(type_name, type_name)}") from None
+
+
 def saves_after_step(step: int, ckpt_interval: int, total_steps: int) -> bool:
     """The save schedule, the one rule everybody asks: every ckpt_interval updates, and after the last."""
     return step % ckpt_interval == 0 or step == total_steps
