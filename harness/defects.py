@@ -61,6 +61,14 @@ PREEMPT_ALL = Scenario(
     plan=({"id": "preempt", "kind": "node_loss", "ranks": [0, 1], "signal": "SIGTERM", "step": 10},),
     config=MID_EPOCH)
 
+FSDP_RESUME_MID_EPOCH = Scenario(
+    name="fsdp-resume-mid-epoch",
+    summary="FSDP on 2 ranks; rank 1 is SIGKILLed before update 10; the job resumes from the step-8 sharded checkpoint",
+    question="What must a sharded checkpoint hold for a resume to be exact?",
+    threatens=("coverage", "continuity", "atomicity"),
+    plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},),
+    config={**MID_EPOCH, "parallelism": "fsdp"})
+
 CRASH_AFTER_FILE = _crash_in_save("save.after_file")
 CRASH_BEFORE_RENAME = _crash_in_save("save.before_rename")
 CRASH_AFTER_RENAME = _crash_in_save("save.after_rename")
@@ -105,6 +113,10 @@ DEFECTS: tuple[Defect, ...] = (
     Defect("rank_restores_different", "replicas", RESUME_MID_EPOCH, bug="one rank restores a different checkpoint"),
     Defect("sigterm_exits_clean", "progress", PREEMPT_ALL, bug="SIGTERM handled as a clean, successful exit"),
     Defect("disabled", "hang", HANG_QUICK, component="watchdog", bug="hang watchdog disabled"),
+    Defect("fsdp_optimizer_not_loaded", "continuity", FSDP_RESUME_MID_EPOCH,
+           bug="FSDP resume loads the model shards but not the optimizer's"),
+    Defect("fsdp_only_rank0_shards", "atomicity", FSDP_RESUME_MID_EPOCH,
+           bug="only rank 0's shards reach the sharded checkpoint"),
 )
 
 

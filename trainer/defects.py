@@ -322,3 +322,34 @@ class RenameNoFsyncTrainer(Trainer):
     identical to the reference on a clean run and under process crashes)."""
 
     store_class = RenameNoFsyncStore
+
+
+# ----- the sharded (FSDP) checkpoint ---------------------------------------------------
+
+
+@register_variant("fsdp_optimizer_not_loaded")
+class FsdpOptimizerNotLoadedTrainer(Trainer):
+    """FSDP resume reads the model's shards but not the optimizer's, so AdamW's sharded
+    moments restart cold (caught by: continuity, restore digest != save digest)."""
+
+    def read_shards(self, verified: Verified) -> None:
+        from trainwreck.trainer.sharded import load_shards
+
+        load_shards(self.state, self.checkpoint_root / verified.name, optimizer=False)
+
+
+@register_variant("fsdp_only_rank0_shards")
+class FsdpOnlyRank0ShardsTrainer(Trainer):
+    """Only rank 0's shard file reaches the committed checkpoint (the others are dropped, as a
+    writer that keeps only 'its' output does): every such checkpoint is rejected on resume and
+    the job silently restarts from step 0 (caught by: atomicity)."""
+
+    def shard_manifest_files(self, tmp: str) -> list[str]:
+        storage = self.checkpoints.storage
+        kept = []
+        for name in storage.list(tmp):
+            if name.endswith(".distcp") and not name.startswith("__0_"):
+                storage.remove(f"{tmp}/{name}")
+            else:
+                kept.append(name)
+        return kept

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.checkpoint import (CheckpointRejected, IncompatibleCheckpoint, Verified, checkpoint_name,
@@ -157,10 +157,14 @@ def stage_small_files(t: Trainer, step: int, tmp: str, rngs: list[Any], meta: di
     t.checkpoints.write_manifest(step, tmp, entries, meta)
 
 
-def load_shards(state: TrainState, directory: Path) -> None:
+def load_shards(state: TrainState, directory: Path, optimizer: bool = True) -> None:
     """Read the (already verified) shards into this run's sharding: DCP maps every saved
-    shard by FQN and global offset onto the local shards, so 4 ranks' files load on 2 or 3."""
+    shard by FQN and global offset onto the local shards, so 4 ranks' files load on 2 or 3.
+    `optimizer=False` leaves AdamW's moments fresh (only a planted defect asks for that)."""
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
-    loaded = {"model": model_sd, "optim": optim_sd}
+    loaded = {"model": model_sd, **({"optim": optim_sd} if optimizer else {})}
     dcp.load(loaded, storage_reader=dcp.FileSystemReader(str(directory)))
-    set_state_dict(state.model, state.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+    if optimizer:
+        set_state_dict(state.model, state.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+    else:
+        set_model_state_dict(state.model, loaded["model"])
