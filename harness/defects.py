@@ -13,7 +13,7 @@ different trajectory (a forgotten RNG restore, an epoch-blind shuffle) is still 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -69,6 +69,11 @@ FSDP_RESUME_MID_EPOCH = Scenario(
     plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},),
     config={**MID_EPOCH, "parallelism": "fsdp"})
 
+FSDP_CRASH_AFTER_POINTER = replace(
+    _crash_in_save("save.after_pointer"), name="fsdp-crash-after-pointer",
+    summary="FSDP on 2 ranks; rank 0 is SIGKILLed just after committing the step-8 sharded checkpoint",
+    config={**MID_EPOCH, "parallelism": "fsdp"})
+
 CRASH_AFTER_FILE = _crash_in_save("save.after_file")
 CRASH_BEFORE_RENAME = _crash_in_save("save.before_rename")
 CRASH_AFTER_RENAME = _crash_in_save("save.after_rename")
@@ -117,6 +122,8 @@ DEFECTS: tuple[Defect, ...] = (
            bug="FSDP resume loads the model shards but not the optimizer's"),
     Defect("fsdp_only_rank0_shards", "atomicity", FSDP_RESUME_MID_EPOCH,
            bug="only rank 0's shards reach the sharded checkpoint"),
+    Defect("fsdp_commit_before_shards", "atomicity", FSDP_CRASH_AFTER_POINTER,
+           bug="the sharded checkpoint is committed before every rank's shards are written"),
 )
 
 

@@ -353,3 +353,29 @@ class FsdpOnlyRank0ShardsTrainer(Trainer):
             else:
                 kept.append(name)
         return kept
+
+
+@register_variant("fsdp_commit_before_shards")
+class FsdpCommitBeforeShardsTrainer(Trainer):
+    """Rank 0 commits the step (manifest, rename, pointer) first and the ranks write their shards
+    into the committed directory afterwards: a crash in between leaves a committed checkpoint
+    without shards (caught by: atomicity)."""
+
+    def save(self, step: int) -> None:
+        from trainwreck.trainer.sharded import stage_small_files, staging_name, write_shards
+        from trainwreck.trainer.state import capture_rng, checkpoint_meta
+
+        digest = self.digest()
+        rngs: list[Any] = [None] * self.world_size
+        dist.all_gather_object(rngs, capture_rng(cuda=self.device.type == "cuda"))
+        if self.rank == 0:
+            tmp = staging_name(step)
+            self.checkpoints.storage.remove(tmp)
+            self.checkpoints.storage.mkdir(tmp)
+            meta = {**checkpoint_meta(self.world_size, self.identity, digest, self.ctx.attempt),
+                    "parallelism": "fsdp", "shards": self.world_size}
+            stage_small_files(self, step, tmp, rngs, meta)
+            self.checkpoints.commit(step, tmp, meta, 0.0)
+        dist.barrier()
+        write_shards(self.state, self.checkpoint_root / checkpoint_name(step))
+        dist.barrier()
