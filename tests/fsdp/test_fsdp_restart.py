@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,14 @@ def test_an_fsdp_kill_and_resume_gives_the_uninterrupted_digests(tmp_path: Path,
     restore_step = (crash_step - 1) // CFG.ckpt_interval * CFG.ckpt_interval
     assert {e["step"] for e in events.of("restore", attempt=1)} == {restore_step}
     assert events.digests(attempt=1) == {s: d for s, d in golden2.digests().items() if s > restore_step}
+
+
+def test_the_fsdp_loss_trajectory_stays_within_the_tolerance_of_ddp(tmp_path_factory: pytest.TempPathFactory,
+                                                                   golden2: Events) -> None:
+    ddp = golden(tmp_path_factory, replace(CFG, parallelism="ddp"), 2)
+    ddp_loss = {e["step"]: e["loss"] for e in ddp.of("step", rank=0)}
+    fsdp_loss = {e["step"]: e["loss"] for e in golden2.of("step", rank=0)}
+    assert sorted(fsdp_loss) == sorted(ddp_loss) == list(range(1, CFG.total_steps + 1))
+    worst = max(abs(fsdp_loss[s] - ddp_loss[s]) / max(1.0, abs(ddp_loss[s])) for s in ddp_loss)
+    print(f"worst relative loss gap FSDP vs DDP over {CFG.total_steps} steps: {worst:.2e}")
+    assert worst <= LOSS_RTOL
