@@ -18,6 +18,7 @@ import torch
 
 from trainwreck.benchmarks.checker import bench_checker
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
+from trainwreck.benchmarks.fsdp import bench_fsdp
 from trainwreck.benchmarks.instrumentation import bench_instrumentation
 from trainwreck.benchmarks.launch import bench_launch
 from trainwreck.benchmarks.scenarios import bench_hang, bench_throughput
@@ -48,6 +49,7 @@ def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
                                                 repeats=2 if quick else 3)),
         ("throughput", lambda: bench_throughput(runs=3 if quick else 10)),
         ("hang", lambda: bench_hang(hangs=5 if quick else 20)),
+        ("fsdp", lambda: bench_fsdp(steps=4 if quick else 8)),
     ]
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
     for name, bench in steps:

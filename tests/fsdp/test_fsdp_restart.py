@@ -17,16 +17,25 @@ CFG = TrainConfig.tiny(total_steps=12, ckpt_interval=4, parallelism="fsdp")
 LOSS_RTOL = 1e-3
 
 
-def golden(tmp_path_factory: pytest.TempPathFactory, cfg: TrainConfig, world_size: int) -> Events:
+def golden_dir(tmp_path_factory: pytest.TempPathFactory, cfg: TrainConfig, world_size: int) -> Path:
     run_dir = tmp_path_factory.mktemp("golden")
     write_run_json(run_dir, cfg, [world_size])
     assert run_attempt(run_dir, cfg, world_size, attempt=0) == {r: 0 for r in range(world_size)}
-    return Events.read(run_dir)
+    return run_dir
+
+
+def golden(tmp_path_factory: pytest.TempPathFactory, cfg: TrainConfig, world_size: int) -> Events:
+    return Events.read(golden_dir(tmp_path_factory, cfg, world_size))
 
 
 @pytest.fixture(scope="module")
-def golden2(tmp_path_factory: pytest.TempPathFactory) -> Events:
-    return golden(tmp_path_factory, CFG, 2)
+def golden2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return golden_dir(tmp_path_factory, CFG, 2)
+
+
+@pytest.fixture(scope="module")
+def golden2(golden2_dir: Path) -> Events:
+    return Events.read(golden2_dir)
 
 
 def test_every_rank_reports_the_same_full_state_digest_at_every_step(golden2: Events) -> None:
@@ -34,10 +43,8 @@ def test_every_rank_reports_the_same_full_state_digest_at_every_step(golden2: Ev
     assert golden2.digests(rank=0) == golden2.digests(rank=1)
 
 
-def test_every_rank_writes_its_own_shard_and_the_manifest_covers_them_all(golden2: Events,
-                                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
-    run_dir = tmp_path_factory.getbasetemp() / "golden0"
-    manifest = json.loads((run_dir / "checkpoints" / "step-00000012" / "manifest.json").read_text())
+def test_every_rank_writes_its_own_shard_and_the_manifest_covers_them_all(golden2_dir: Path) -> None:
+    manifest = json.loads((golden2_dir / "checkpoints" / "step-00000012" / "manifest.json").read_text())
     assert manifest["parallelism"] == "fsdp" and manifest["shards"] == 2
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "rng.pt"} <= set(manifest["files"])
 
