@@ -1,9 +1,11 @@
 """Checkpoint cost: the atomic save (temporary directory, fsync, sha256 manifest, rename,
-pointer) against a plain `torch.save` of the same state, and verification on load
-against a plain `torch.load`. Same state, same disk, same process, alternating runs.
+pointer) against a plain `torch.save` of the same state, verification on load against a
+plain `torch.load`, and the training step's stall for an async save (ckpt_mode="async":
+the snapshot to host memory) against a synchronous one. Same state, same disk, same process.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -16,12 +18,18 @@ from typing import Any, Callable
 
 import torch
 
-from trainwreck.trainer.checkpoint import CheckpointStore, from_bytes, to_bytes
+from trainwreck.trainer.async_ckpt import AsyncCheckpointer
+from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes, to_bytes
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage
 
 SIZES_MB = {"1mb": 1, "100mb": 100, "1gb": 1024}
+MIN_ROUNDS = 5
+"""Rounds of the alternating save/load timings below 1 GB, whatever --quick asks: a 100 MB
+round takes well under a second, and fewer samples leave the median to the neighbours' load."""
+ASYNC_STALL_SAMPLES = 7
+"""A stall sample is a ~10 ms copy: take enough of them for a stable median even with --quick."""
 
 
 def _state(megabytes: int) -> dict[str, torch.Tensor]:
@@ -31,7 +39,12 @@ def _state(megabytes: int) -> dict[str, torch.Tensor]:
     return {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(16)}
 
 
-def _timed(fn: Callable[[], Any], repeats: int) -> float:
+def _timed(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    # Untimed calls first, for every contender alike: on a VM the first touch of memory
+    # the guest never used costs a host page fault per page (seconds per GB), which
+    # would otherwise land on whichever contender happens to run first.
+    for _ in range(warmup):
+        fn()
     samples = []
     for _ in range(repeats):
         # Start every sample with no dirty pages: on ext4 (data=ordered) an fsync's journal
@@ -44,6 +57,32 @@ def _timed(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(samples)
 
 
+def _release_freed_memory() -> None:
+    """Give freed heap memory back to the OS (glibc malloc_trim; a no-op elsewhere), so each
+    load allocates fresh pages as a restoring rank does once. Without it a repeated
+    torch.load lands its 6 MB tensors on heap pages the previous sample freed (10-27 ms
+    instead of 60 ms per 100 MB), a reuse a one-off restore never gets."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def _alternating(contenders: dict[str, Callable[[], Any]], rounds: int, warmup: dict[str, int]) -> dict[str, float]:
+    """Median seconds of each contender, timed in turn within every round (see _timed)."""
+    for name, fn in contenders.items():
+        for _ in range(warmup.get(name, 1)):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            os.sync()  # no dirty pages from the previous contender (see _timed)
+            _release_freed_memory()
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
     state = _state(megabytes)
     events = EventLog(root / "events.jsonl")
@@ -53,7 +92,7 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
     plain_path = root / "plain.pt"
 
     def atomic_save() -> None:
-        store.save(next(step), {"model.pt": to_bytes(state)}, {"config_identity": "bench", "digest": None})
+        store.save(next(step), {"model.pt": Payload(state)}, {"config_identity": "bench", "digest": None})
 
     def plain_save() -> None:
         torch.save(state, plain_path)
@@ -68,14 +107,35 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
             os.close(fd)
 
     parts = _breakdown(state, root, repeats)
-    plain_s = _timed(plain_save, repeats)
-    plain_durable_s = _timed(plain_durable_save, repeats)
-    atomic_s = _timed(atomic_save, repeats)
-    verify_s = _timed(lambda: from_bytes(store.select("bench").files["model.pt"]), repeats)  # type: ignore[union-attr]
-    load_s = _timed(lambda: torch.load(plain_path, weights_only=True), repeats)
+    # Contenders alternate round by round, so a busy moment on the shared machine lands
+    # on all of them rather than on whichever was timed then. The atomic save warms up
+    # to steady state, as in a job that saves repeatedly: retention has started deleting
+    # old checkpoints, so new files reuse page cache (torch.save overwrites one path).
+    rounds = max(repeats, MIN_ROUNDS if megabytes < 1024 else 2)
+    saves = _alternating({"plain_save_s": plain_save, "plain_durable_save_s": plain_durable_save,
+                          "atomic_save_s": atomic_save}, rounds, {"atomic_save_s": store.keep_last + 1})
+    loads = _alternating({"verified_load_s": lambda: from_bytes(store.select("bench").files["model.pt"]),  # type: ignore[union-attr]
+                          "plain_load_s": lambda: torch.load(plain_path, weights_only=True)}, rounds, {})
+    async_stall_s = _async_stall(store, state, step, repeats)
     events.close()
-    return {"plain_save_s": plain_s, "plain_durable_save_s": plain_durable_s, "atomic_save_s": atomic_s, "verified_load_s": verify_s, "plain_load_s": load_s,
-            **parts}
+    return {**saves, **loads, "async_stall_s": async_stall_s, **parts}
+
+
+def _async_stall(store: CheckpointStore, state: dict[str, torch.Tensor], step: Any, repeats: int) -> float:
+    """What the step pays for an async save, in steady state: the previous save has
+    committed (its persist is not timed) and the snapshot buffers exist from the first save."""
+    writer = AsyncCheckpointer(store)
+    meta = {"config_identity": "bench", "digest": None}
+    writer.submit(next(step), {"model.pt": Payload(state)}, meta)  # allocates the host buffers
+    samples = []
+    for _ in range(max(repeats, ASYNC_STALL_SAMPLES)):
+        writer.wait()
+        os.sync()
+        started = time.perf_counter()
+        writer.submit(next(step), {"model.pt": Payload(state)}, meta)
+        samples.append(time.perf_counter() - started)
+    writer.wait()
+    return statistics.median(samples)
 
 
 def _breakdown(state: dict[str, torch.Tensor], root: Path, repeats: int) -> dict[str, float]:
@@ -108,6 +168,7 @@ def bench_checkpoint(sizes: tuple[str, ...] = ("1mb", "100mb", "1gb"), repeats: 
         out[f"atomic_save_ratio_vs_fsynced_{name}"] = round(
             figures["atomic_save_s"] / figures["plain_durable_save_s"], 3)
         out[f"verified_load_ratio_{name}"] = round(figures["verified_load_s"] / figures["plain_load_s"], 3)
+        out[f"async_stall_ratio_{name}"] = round(figures["async_stall_s"] / figures["atomic_save_s"], 3)
         out[f"checkpoint_{name}"] = {k: round(v, 4) for k, v in figures.items()}
     return out
 

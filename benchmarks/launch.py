@@ -13,6 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
+from typing import Any, Iterable
+from unittest import mock
+
+from trainwreck.harness import supervisor
+from trainwreck.harness.watchdog import Hang, Watchdog
 
 from trainwreck.harness.launchers import fork_server
 from trainwreck.harness.spec import JobSpec
@@ -29,14 +35,17 @@ def launch_once(launcher: str, world_size: int) -> float:
 
 
 def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = ("warm", "spawn", "torchrun"),
-                 repeats: int = 1) -> dict[str, float]:
-    """Median seconds from attempt start to all ranks at step 1, keyed launch_{launcher}_s_{ranks}."""
+                 repeats: int = 1, skip: frozenset[tuple[str, int]] = frozenset()) -> dict[str, float]:
+    """Median seconds from attempt start to all ranks at step 1, keyed launch_{launcher}_s_{ranks};
+    `skip` leaves out (launcher, ranks) pairs not worth their time (spawn at 16 ranks in --quick)."""
     out: dict[str, float] = {}
     if "warm" in launchers:
         out["warm_server_ready_s"] = round(fork_server().import_s, 3)  # paid once per harness process
         launch_once("warm", min(ranks))  # first fork also faults in the server's pages
     for launcher in launchers:
         for n in ranks:
+            if (launcher, n) in skip:
+                continue
             times = [launch_once(launcher, n) for _ in range(repeats)]
             out[f"launch_{launcher}_s_{n}"] = round(statistics.median(times), 4)
     for n in ranks:
@@ -44,6 +53,41 @@ def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = (
         if warm and torchrun:
             out[f"torchrun_over_warm_{n}"] = round(torchrun / warm, 1)
     return out
+
+
+class _TimedWatchdog(Watchdog):
+    """The reference watchdog, adding up the CPU its own thread spends in it."""
+
+    cpu_s = 0.0
+
+    def observe(self) -> dict[int, Any]:
+        started = time.thread_time()
+        try:
+            return super().observe()
+        finally:
+            _TimedWatchdog.cpu_s += time.thread_time() - started
+
+    def check(self, live: Iterable[int]) -> Hang | None:
+        started = time.thread_time()
+        try:
+            return super().check(live)
+        finally:
+            _TimedWatchdog.cpu_s += time.thread_time() - started
+
+
+def bench_watchdog_cpu(world_size: int = 16, total_steps: int = 40) -> dict[str, float]:
+    """The watchdog's own CPU (reading every board and judging silence, in the
+    harness process) per rank, as a percentage of one core over the job's wall time."""
+    _TimedWatchdog.cpu_s = 0.0
+    with mock.patch.object(supervisor, "watchdog_class", lambda name: _TimedWatchdog):
+        started = time.perf_counter()
+        record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=total_steps), world_sizes=(world_size,),
+                                 launcher="warm", hang_timeout_s=120.0))
+        wall = time.perf_counter() - started
+    if record.outcome != "completed":
+        raise RuntimeError(f"the watchdog CPU run did not complete: {record}")
+    return {"watchdog_cpu_pct_per_rank": round(100.0 * _TimedWatchdog.cpu_s / wall / world_size, 3),
+            f"watchdog_cpu_s_{world_size}": round(_TimedWatchdog.cpu_s, 3)}
 
 
 def main() -> None:

@@ -48,17 +48,38 @@ def bench_throughput(runs: int = 5) -> dict[str, Any]:
             "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1)}
 
 
-def bench_hang(hangs: int = 20, timeout_s: float = 1.0) -> dict[str, Any]:
-    from torch.distributed import constants
-
+def hang_latencies(hangs: int, timeout_s: float, world_size: int | None = None) -> tuple[list[float], list[str]]:
+    """Fault-to-`hang`-event seconds of `hangs` hang-detect runs (world_size None: the scenario's own),
+    and a line per run the invariants did not pass (reported, not hidden: the latency still counts)."""
     scenario = get_scenario("hang-detect")
-    latencies = []
+    latencies, invalid = [], []
     with tempfile.TemporaryDirectory(prefix="tw-hang-") as tmp:
         for i in range(hangs):
             spec = replace(spec_for(scenario, Path(tmp) / f"hang{i}"), hang_timeout_s=timeout_s)
+            if world_size is not None:
+                spec = replace(spec, world_sizes=(world_size,))
             judged = run_judged(spec, scenario.name)
+            if judged.judgement.valid is not True:
+                bad = {n: v.summary for n, v in judged.judgement.verdicts.items() if v.valid is not True}
+                invalid.append(f"run {i}: {bad}")
             latencies.append(_hang_latency(judged.record.run_dir))
+    return latencies, invalid
+
+
+def bench_hang_16(hangs: int = 3, timeout_s: float = 1.0) -> dict[str, Any]:
+    """The worst hang latency with 16 ranks on this machine."""
+    latencies, invalid = hang_latencies(hangs, timeout_s, world_size=16)
+    return {"hang_latency_max_s_16": round(max(latencies), 3),
+            "hang_latency_median_s_16": round(statistics.median(latencies), 3), "hang_runs_16": hangs,
+            "hang_invalid_runs_16": invalid}
+
+
+def bench_hang(hangs: int = 20, timeout_s: float = 1.0) -> dict[str, Any]:
+    from torch.distributed import constants
+
+    latencies, invalid = hang_latencies(hangs, timeout_s)
     return {
+        "hang_invalid_runs": invalid,
         "hang_timeout_s": timeout_s,
         "hang_latency_min_s": round(min(latencies), 3),
         "hang_latency_median_s": round(statistics.median(latencies), 3),

@@ -36,6 +36,7 @@ from trainwreck.faults.corrupt import corrupt_run_dir
 from trainwreck.faults.plan import HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
+from trainwreck.trainer.async_ckpt import current_save_step
 from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class FaultHooks:
         self._arm_gates(RunDir.of_events_file(events.path))
 
     def point(self, name: str, step: int, **ctx: Any) -> None:
-        self.clock.step = step
+        if current_save_step() is None:  # a background persist's points do not move the training clock
+            self.clock.step = step
         for fault in self.of_kind(*POINT_KINDS):
             if fault["id"] in self.fired or fault["step"] != step:
                 continue

@@ -30,13 +30,18 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import random
+import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from trainwreck.trainer.storage import Storage, check_relative
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.storage import OnChunk, Produce, Storage, check_relative, gather
 
 BLOCK = 4096
 """The granularity at which unsynced file data tears (a page and an ext4 block)."""
@@ -66,6 +71,9 @@ class LowOp:
     dst_parent: int = -1
     dst_name: str = ""
     data: bytes = b""
+    t: float = 0.0
+    """Wall-clock time the op was issued (in-rank recordings; 0 for in-process ones): the
+    observer's event log is cut here when the power fails just before this op."""
 
     @property
     def group(self) -> int:
@@ -130,6 +138,8 @@ class PowerLossRecorder:
         self.ids: dict[str, int] = {".": ROOT}
         self.dirs: set[int] = {ROOT}
         self._next = 1
+        self._issued = 0.0
+        """When the current Storage call was issued (its ops carry this time)."""
 
     def start(self) -> None:
         """Snapshot the root as the durable state and start a fresh log."""
@@ -146,7 +156,12 @@ class PowerLossRecorder:
         return self._next - 1
 
     def _add(self, kind: str, path: str, **fields: object) -> None:
+        fields.setdefault("t", self._issued)
         self.log.ops.append(LowOp(len(self.log.ops), kind, path, **fields))  # type: ignore[arg-type]
+        self._logged(self.log.ops[-1])
+
+    def _logged(self, op: LowOp) -> None:
+        """Called with every op as it is recorded (a subclass ships it off the process)."""
 
     def _entry(self, path: str) -> dict[str, object]:
         return {"parent": self.ids[_parent_path(path)], "name": path.rsplit("/", 1)[-1]}
@@ -161,13 +176,14 @@ class PowerLossRecorder:
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
-    def read(self, path: str) -> bytes:
-        return self.inner.read(path)
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+        return self.inner.read(path, on_chunk)
 
     def list(self, path: str) -> list[str]:
         return self.inner.list(path)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self._issued = time.time()
         self.inner.write(path, data, durable=durable)
         path = _norm(path)
         if path not in self.ids:
@@ -177,7 +193,14 @@ class PowerLossRecorder:
         if durable:
             self._add("fsync_file", path, inode=self.ids[path])
 
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        # The model needs the file's bytes (a crash state may keep them), so gather them.
+        data = gather(produce)
+        self.write(path, data, durable=durable)
+        return len(data)
+
     def mkdir(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.mkdir(path)
         parts = _norm(path).split("/")
         for depth in range(1, len(parts) + 1):  # mkdir -p: each missing ancestor is created
@@ -187,6 +210,7 @@ class PowerLossRecorder:
                 self._add("mkdir", here, inode=self.ids[here], **self._entry(here))
 
     def rename(self, src: str, dst: str) -> None:
+        self._issued = time.time()
         self.inner.rename(src, dst)
         src, dst = _norm(src), _norm(dst)
         if src == dst:
@@ -201,15 +225,98 @@ class PowerLossRecorder:
             self.ids[dst + p[len(src):]] = self.ids.pop(p)
 
     def fsync_dir(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.fsync_dir(path)
         path = _norm(path)
         self._add("fsync_dir", path, inode=self.ids[path])
 
     def remove(self, path: str) -> None:
+        self._issued = time.time()
         self.inner.remove(path)
         for p in self._subtree(_norm(path)):
             self._add("unlink", p, inode=self.ids[p], **self._entry(p))
             del self.ids[p]
+
+
+OPS_DIR = "powerloss"
+"""RUN_DIR/powerloss/: the in-rank recording (ops-aNNN.jsonl) and the written data (blobs/SHA256)."""
+
+
+class ShippedRecorder(PowerLossRecorder):
+    """A PowerLossRecorder that appends every op to a JSON-lines file as it happens, the
+    data kept once per content in a side file: a real job's saves, all of them, recorded
+    from inside the rank (through `recording_hooks`) for the power-loss sweep to replay."""
+
+    def __init__(self, inner: Storage, root: Path, out: Path) -> None:
+        super().__init__(inner, root)
+        self.out = Path(out)
+        self.blobs = self.out.parent / "blobs"
+
+    def start(self) -> None:
+        super().start()
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        before = {p: (None if c is None else self._blob(c)) for p, c in self.log.before.items()}
+        self._line({"before": before, "ids": self.log.ids})
+
+    def _blob(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.blobs / digest
+        if not target.exists():
+            target.write_bytes(data)
+        return digest
+
+    def _logged(self, op: LowOp) -> None:
+        fields = {k: v for k, v in vars(op).items() if k != "data"}
+        fields["data"] = self._blob(op.data) if op.kind == "data" else None
+        self._line(fields)
+
+    def _line(self, record: dict[str, Any]) -> None:
+        with self.out.open("a") as f:  # one line per op, written before the next op is issued
+            f.write(json.dumps(record) + "\n")
+
+
+class RecordingHooks(NoHooks):
+    """Hooks that only record rank 0's storage ops (the writer of every checkpoint) into
+    RUN_DIR/powerloss/ops-aNNN.jsonl; a JobSpec selects them with `hooks_factory`."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        if plan:
+            raise ValueError("recording_hooks records a clean run: give it an empty plan")
+        self.rank, self.attempt = -1, -1
+        self.run: RunDir | None = None
+
+    def bind(self, events: Any, rank: int, world_size: int, attempt: int) -> None:
+        self.rank, self.attempt, self.run = rank, attempt, RunDir.of_events_file(events.path)
+
+    def wrap_storage(self, storage: Storage) -> Storage:
+        if self.rank != 0 or self.run is None:
+            return storage
+        out = self.run.root / OPS_DIR / f"ops-a{self.attempt:03d}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        recorder = ShippedRecorder(storage, self.run.checkpoints, out)
+        recorder.start()
+        return recorder  # type: ignore[return-value]
+
+
+def recording_hooks(plan: list[dict[str, Any]]) -> RecordingHooks:
+    """The `hooks_factory` of the power-loss sweep's observed run."""
+    return RecordingHooks(plan)
+
+
+def load_oplog(path: Path) -> OpLog:
+    """Read a ShippedRecorder's file back into an OpLog (data from the blobs beside it)."""
+    blobs = Path(path).parent / "blobs"
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not lines or "before" not in lines[0]:
+        raise ValueError(f"{path} is not a power-loss recording: its first line must hold 'before'")
+    head = lines[0]
+    before = {p: (None if h is None else (blobs / h).read_bytes()) for p, h in head["before"].items()}
+    log = OpLog(before, dict(head["ids"]))
+    for record in lines[1:]:
+        digest = record.pop("data")
+        data = (blobs / digest).read_bytes() if digest else b""
+        log.ops.append(LowOp(**record, data=data))
+    return log
 
 
 # ----- 2. the crash states -----------------------------------------------------------------
@@ -228,6 +335,8 @@ class CrashState:
     """(data op index, blocks persisted) for data torn at block granularity."""
     tree: Tree
     digest: str
+    damage: tuple[str, ...] = ()
+    """What differs from the disk had every issued op persisted, path by path, in words."""
 
     @property
     def kept(self) -> list[str]:
@@ -248,6 +357,15 @@ class CrashState:
         lost = "; ".join(self.lost) or "nothing"
         torn = "; ".join(self.torn_ops) or "nothing"
         return f"power cut after op {self.point} ({last}): lost {lost}; torn {torn}"
+
+    def in_words(self) -> str:
+        """The state for a reader: where the power failed and what the disk holds that the
+        writer did not intend (not every lost op, only the files it changed)."""
+        last = self.ops[-1].describe() if self.ops else "before the first op"
+        where = f"the power failed right after op {self.point}, {last}"
+        if not self.damage:
+            return f"{where}; the disk holds everything issued so far"
+        return f"{where}; on disk " + "; ".join(self.damage)
 
 
 @dataclass
@@ -348,6 +466,31 @@ def _tree(visible: dict[str, int], contents: dict[int, bytes]) -> Tree:
     return {p: (None if i in dirs else contents[i]) for p, i in visible.items()}
 
 
+def _damage(intended: Tree, tree: Tree) -> tuple[str, ...]:
+    """Each path whose state differs from the intended tree, in words."""
+    out: list[str] = []
+    reported: list[str] = []  # a missing or leftover directory speaks for everything inside it
+    for path in sorted(set(intended) | set(tree)):
+        want, got = intended.get(path, b""), tree.get(path, b"")
+        if any(path.startswith(d + "/") for d in reported):
+            continue
+        if (path in tree) != (path in intended):
+            reported.append(path)
+        if path not in tree:
+            out.append(f"{path} is missing")
+        elif path not in intended:
+            out.append(f"{path} is still there (its unlink or rename was lost)")
+        elif want is None or got is None or want == got:
+            continue
+        elif not got:
+            out.append(f"{path} is empty (its {len(want)} bytes were never made durable)")
+        elif want.startswith(got):
+            out.append(f"{path} holds only its first {len(got)} of {len(want)} bytes")
+        else:
+            out.append(f"{path} holds content other than its last write ({len(got)} bytes)")
+    return tuple(out)
+
+
 def _digest(tree: Tree) -> str:
     h = hashlib.sha256()
     for path in sorted(tree):
@@ -394,7 +537,8 @@ class _Point:
                 dims.append((w, _data_options(w, renamed)))
         return dims
 
-    def state(self, entries: set[int], visible: dict[str, int], picks: list[tuple[LowOp, int]]) -> CrashState:
+    def state(self, entries: set[int], visible: dict[str, int], picks: list[tuple[LowOp, int]],
+              compare: bool = True) -> CrashState:
         contents = {i: c for p, i in self.log.ids.items() if (c := self.log.before.get(p)) is not None}
         persisted = set(entries)
         for w in self.writes.values():
@@ -412,7 +556,20 @@ class _Point:
             elif blocks > 0:
                 torn.append((w.index, blocks))
         tree = _tree(visible, contents)
-        return CrashState(self.n, self.ops, frozenset(persisted), tuple(torn), tree, _digest(tree))
+        return CrashState(self.n, self.ops, frozenset(persisted), tuple(torn), tree, _digest(tree),
+                          _damage(self.intended(), tree) if compare else ())
+
+    def all_entries(self) -> set[int]:
+        return {o.index for o in self.ops if o.kind in ENTRY_KINDS}
+
+    def intended(self) -> Tree:
+        """The tree had every issued op persisted (what the writer meant the disk to hold)."""
+        if not hasattr(self, "_intended"):
+            entries = self.all_entries()
+            visible = _namespace(self.log, self.ops, entries)
+            full = [(w, -1) for w, _ in self.data_dims(entries, visible)]
+            self._intended = self.state(entries, visible, full, compare=False).tree
+        return self._intended
 
     def every(self) -> Iterator[CrashState]:
         for prefixes in self.entry_choices():
@@ -436,19 +593,27 @@ def states_at(log: OpLog, point: int, seed: int = 0, cap: int = 64) -> list[Cras
     return states
 
 
-def crash_states(log: OpLog, seed: int = 0, cap: int = 64) -> tuple[list[CrashState], Stats]:
+Epoch = Callable[[int], object]
+"""crash point -> what the observer had seen by then (e.g. how many events were logged):
+two states are the same only with the same tree *and* the same epoch, because one disk
+judged against a log that announced a save is not the state it is against one that did not."""
+
+
+def crash_states(log: OpLog, seed: int = 0, cap: int = 64,
+                 epoch: Epoch | None = None) -> tuple[list[CrashState], Stats]:
     """Every state the model allows at every crash point (after 0..len(ops) ops), deduplicated
     by the materialised tree; a crash point with more than `cap` combinations is sampled
     `cap` times with `seed` instead of enumerated."""
-    return _explore(log, range(len(log.ops) + 1), seed, cap)
+    return _explore(log, range(len(log.ops) + 1), seed, cap, epoch)
 
 
-def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[list[CrashState], Stats]:
+def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int,
+             epoch: Epoch | None = None) -> tuple[list[CrashState], Stats]:
     if cap < 1:
         raise ValueError(f"cap={cap} explores nothing: use a cap of at least 1")
     rng = random.Random(seed)
     stats = Stats()
-    seen: set[str] = set()
+    seen: set[tuple[str, object]] = set()
     out: list[CrashState] = []
     for n in points:
         point = _Point(log, n)
@@ -460,10 +625,11 @@ def _explore(log: OpLog, points: Iterable[int], seed: int, cap: int) -> tuple[li
             states = point.every()
         for state in states:
             stats.generated += 1
-            if state.digest in seen:
+            key = (state.digest, epoch(state.point) if epoch else None)
+            if key in seen:
                 stats.duplicates += 1
                 continue
-            seen.add(state.digest)
+            seen.add(key)
             out.append(state)
     stats.explored = len(out)
     return out, stats
@@ -507,3 +673,122 @@ def record_save(writer: str = "reference", step: int | None = None) -> OpLog:
     # What the earlier saves left is the durable state before the recorded one.
     replay_saves(writer, wrap, lambda storage: storage.start(), CRASH_STEP if step is None else step)  # type: ignore[attr-defined]
     return recorders[0].log
+
+
+# ----- DCP's own commit, recorded through the same recorder ------------------------------
+
+DCP_DIR = "dcp-step-00000016"
+DCP_EARLIER = "dcp-step-00000008"
+"""The recorded DCP save, and the earlier one already durable before it."""
+
+
+def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
+    """torch.distributed.checkpoint's FileSystem, every call routed through `storage`: DCP's
+    FileSystemWriter then writes through the same seam (and recorder) as our own stores.
+    Each written stream becomes one Storage.write, durable when DCP fsyncs its files
+    (sync_files=True, DCP's default; it fsyncs each file, never a directory)."""
+    import io
+    import tempfile
+    from contextlib import contextmanager
+
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    def rel(path: str | os.PathLike) -> str:
+        return os.path.relpath(Path(path), root).replace(os.sep, "/")
+
+    class StorageFS(FileSystem):
+        @contextmanager
+        def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
+            if "r" in mode:
+                yield io.BytesIO(storage.read(rel(path)))
+                return
+            # A real file, so DCP's os.fsync(stream.fileno()) works as it does on disk;
+            # read back by name because DCP closes the stream itself.
+            fd, scratch = tempfile.mkstemp(prefix="trainwreck-dcp-stream-")
+            os.close(fd)
+            try:
+                with open(scratch, "w+b") as stream:
+                    yield stream
+                storage.write(rel(path), Path(scratch).read_bytes(), durable=sync_files)
+            finally:
+                os.unlink(scratch)
+
+        def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
+            storage.rename(rel(path), rel(new_path))
+
+        def mkdir(self, path: str | os.PathLike) -> None:
+            if rel(path) != ".":
+                storage.mkdir(rel(path))
+
+        def exists(self, path: str | os.PathLike) -> bool:
+            return rel(path) == "." or storage.exists(rel(path))
+
+        def rm_file(self, path: str | os.PathLike) -> None:
+            storage.remove(rel(path))
+
+    return StorageFS()
+
+
+def dcp_state_dict(step: int) -> dict[str, Any]:
+    """A small model-and-optimizer-shaped state whose values name the step (a mix-up shows)."""
+    import torch
+
+    return {"model.weight": torch.full((64, 32), float(step)), "model.bias": torch.arange(32.0) + step,
+            "step": torch.tensor(step)}
+
+
+def dcp_save(storage: Storage, root: Path, name: str, step: int) -> None:
+    """DCP's own save (FileSystemWriter, commit by renaming .metadata.tmp), in-process, no_dist."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    writer = FileSystemWriter(str(Path(root) / name))
+    writer.fs = storage_fs(storage, Path(root), writer.sync_files)
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(dcp_state_dict(step), storage_writer=writer, no_dist=True)
+
+
+def record_dcp_save(root: Path) -> OpLog:
+    """The ops of DCP's save of DCP_DIR, after an earlier save (DCP_EARLIER) made durable."""
+    from trainwreck.trainer.storage import LocalStorage
+
+    local = LocalStorage(Path(root))
+    dcp_save(local, Path(root), DCP_EARLIER, 8)
+    os.sync()  # the earlier save is the durable state the recorded one starts from
+    recorder = PowerLossRecorder(local, Path(root))
+    recorder.start()
+    dcp_save(recorder, Path(root), DCP_DIR, 16)  # type: ignore[arg-type]
+    return recorder.log
+
+
+def dcp_loads(root: Path, name: str, step: int) -> str | None:
+    """None when checkpoint `name` under `root` loads with step's values; else why not."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    if not (Path(root) / name / ".metadata").is_file():
+        return f"{name}/.metadata is missing"
+    want = dcp_state_dict(step)
+    got = {k: torch.zeros_like(v) for k, v in want.items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
+        return f"{name} does not load: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    wrong = [k for k in want if not torch.equal(want[k], got[k])]
+    return f"{name} loads other values for {', '.join(wrong)}" if wrong else None
+
+
+def judge_dcp_state(state: CrashState, complete: bool, scratch: Path) -> tuple[bool, str]:
+    """(valid, why) for one crash state of DCP's save: the earlier checkpoint always loads;
+    a checkpoint whose .metadata is present loads with its own values; and once dcp.save
+    returned (`complete`: the caller announces the checkpoint), the new one loads."""
+    root = materialise(state, scratch)
+    problem = dcp_loads(root, DCP_EARLIER, 8)
+    if problem is None and (complete or (root / DCP_DIR / ".metadata").exists()):
+        problem = dcp_loads(root, DCP_DIR, 16)
+        if problem and complete:
+            problem = f"dcp.save had returned, but {problem}"
+    return problem is None, problem or "both checkpoints load as written"

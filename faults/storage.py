@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trainwreck.trainer.storage import Storage
+from trainwreck.trainer.storage import OnChunk, Produce, Storage, gather
 
 MUTATING = ("remove", "mkdir", "write", "rename", "fsync_dir")
 STORAGE_KINDS = ("storage_stall", "storage_throttle", "storage_error", "torn_write", "crash_op")
@@ -88,9 +88,9 @@ class FaultyStorage:
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
         self._stall("read", path)
-        data = self.inner.read(path)
+        data = self.inner.read(path, on_chunk)
         self._throttle("read", path, len(data))
         return data
 
@@ -102,6 +102,16 @@ class FaultyStorage:
         self.inner.write(path, data, durable=durable)
         self._throttle("write", path, len(data))
         self._crash_after(op)
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        """A streamed write is one `write`: with no storage fault armed it streams through;
+        with one armed, the content is gathered first so every fault (a tear at half the
+        bytes, a crash before or after, an error, a throttle) acts on it exactly as on `write`."""
+        if not self.armed:
+            return self.inner.write_stream(path, produce, durable=durable)
+        data = gather(produce)
+        self.write(path, data, durable=durable)
+        return len(data)
 
     def mkdir(self, path: str) -> None:
         self._mutate("mkdir", (path,), lambda: self.inner.mkdir(path))
@@ -120,14 +130,23 @@ class FaultyStorage:
 
     # ----- faults ------------------------------------------------------------------------
 
+    def _now(self) -> int:
+        """The save an op belongs to: a background persist thread (ckpt_mode="async") says
+        which save it writes, because the training thread has moved the clock on since."""
+        from trainwreck.trainer.async_ckpt import current_save_step
+
+        step = current_save_step()
+        return self.clock.step if step is None else step
+
     def _due(self, kind: str, from_step: bool = True) -> list[_Armed]:
         """Armed faults of `kind` whose step has come (>= step, or == step for one save)."""
         out = []
+        now = self._now()
         for armed in self.armed:
             f = armed.fault
             if f["kind"] != kind:
                 continue
-            if (self.clock.step >= f["step"]) if from_step else (self.clock.step == f["step"]):
+            if (now >= f["step"]) if from_step else (now == f["step"]):
                 out.append(armed)
         return out
 
@@ -244,13 +263,21 @@ class RecordingStorage:
         self._log("exists", path)
         return self.inner.exists(path)
 
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
         self._log("read", path)
-        return self.inner.read(path)
+        return self.inner.read(path, on_chunk)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._log("write", path, size=len(data))
         self.inner.write(path, data, durable=durable)
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        # Recorded as the `write` it is (one file written), so crash points keep their names.
+        op = Op("write", (path,))
+        if self.recording:
+            self.ops.append(op)
+        op.size = self.inner.write_stream(path, produce, durable=durable)
+        return op.size
 
     def mkdir(self, path: str) -> None:
         self._log("mkdir", path)

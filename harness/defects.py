@@ -100,6 +100,10 @@ def _shrink_world() -> Scenario:
     return get_scenario("shrink-world")
 
 
+def _async_kill_persist() -> Scenario:
+    return get_scenario("async-kill-persist")
+
+
 DEFECTS: tuple[Defect, ...] = (
     Defect("sampler_not_saved", "coverage", RESUME_MID_EPOCH, bug="sampler state not saved"),
     Defect("shuffle_ignores_epoch", "coverage", RESUME_MID_EPOCH, bug="shuffling ignores the epoch"),
@@ -124,6 +128,10 @@ DEFECTS: tuple[Defect, ...] = (
            bug="only rank 0's shards reach the sharded checkpoint"),
     Defect("fsdp_commit_before_shards", "atomicity", FSDP_CRASH_AFTER_POINTER,
            bug="the sharded checkpoint is committed before every rank's shards are written"),
+    Defect("async_commit_before_durable", "atomicity", _async_kill_persist(),
+           bug="async writer commits before its data is durable"),
+    Defect("async_no_snapshot", "continuity", _async_kill_persist(),
+           bug="async writer lets training mutate tensors while they are written"),
 )
 
 

@@ -64,14 +64,16 @@ def check_out_dir(path: Path) -> Path:
     return path
 
 
-def create_run_dir(spec: JobSpec) -> Path:
-    """Create the run directory of `spec` (a fresh temporary one when spec.run_dir is None)."""
+def create_run_dir(spec: JobSpec, resume: bool = False) -> Path:
+    """Create the run directory of `spec` (a fresh temporary one when spec.run_dir is None);
+    `resume`: spec.run_dir holds what an earlier job left (checkpoints, events), continued as is."""
     if spec.run_dir is None:
         path = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     else:
         # Absolute: the fork server that ranks come from may have another working directory.
         path = spec.run_dir.absolute()
-        check_run_dir(path)
+        if not resume:
+            check_run_dir(path)
         # Trying is the only honest writability test: os.access says yes to root on a
         # read-only mount, and permissions can change between a check and the write.
         try:

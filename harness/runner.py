@@ -84,15 +84,16 @@ def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", variant: str
 
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,
-               reproduce: str | None = None) -> JudgedRun:
+               reproduce: str | None = None, resume: bool = False) -> JudgedRun:
     """Run `spec` (its run_dir is kept), judge it against the cached golden run, write verdicts.json.
 
     The golden run is always the *reference* trainer's: a planted defect's own
     uninterrupted run would carry the defect (an epoch-blind shuffle, a lost RNG) and
-    hide it from the comparison."""
+    hide it from the comparison. `resume`: spec.run_dir already holds earlier attempts
+    (a power-loss crash state); the job continues from the next one."""
     golden_dir = golden_run(replace(spec.config, variant="reference"), spec.world_sizes[0], golden_cache,
                             launcher="warm")
-    record = run_job(spec)
+    record = run_job(spec, resume)
     judgement = judge(load_history(record.run_dir), load_history(golden_dir))
     judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
                        _root_cause(record.run_dir))

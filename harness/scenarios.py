@@ -134,6 +134,32 @@ SCENARIOS: tuple[Scenario, ...] = (
         threatens=("hang", "atomicity", "progress"),
         plan=({"id": "stall-8", "kind": "storage_stall", "step": 8, "seconds": 0.5},),
     ),
+    # ----- asynchronous checkpoints (ckpt_mode="async"): the fault lands in the background
+    # persist of the step-8 save while training has moved on; nothing may advance the commit.
+    Scenario(
+        name="async-kill-persist",
+        summary="async checkpoints: rank 0 is SIGKILLed after the first file of the step-8 background persist",
+        question="What does a crash during a background checkpoint write leave behind?",
+        threatens=("atomicity", "continuity", "coverage"),
+        plan=({"id": "kill-persist-8", "kind": "kill", "rank": 0, "step": 8, "point": "save.after_file"},),
+        config={"ckpt_mode": "async"},
+    ),
+    Scenario(
+        name="async-disk-full",
+        summary="async checkpoints: the first write of the step-8 background persist fails with ENOSPC",
+        question="Where does a failed background checkpoint write surface?",
+        threatens=("atomicity", "progress"),
+        plan=({"id": "enospc-persist-8", "kind": "storage_error", "step": 8, "errno": "ENOSPC"},),
+        config={"ckpt_mode": "async"},
+    ),
+    Scenario(
+        name="async-torn-persist",
+        summary="async checkpoints: the first file of the step-8 background persist is torn, then rank 0 is SIGKILLed",
+        question="Can a torn background checkpoint write be restored?",
+        threatens=("atomicity", "continuity"),
+        plan=({"id": "torn-persist-8", "kind": "torn_write", "step": 8},),
+        config={"ckpt_mode": "async"},
+    ),
 )
 
 

@@ -72,10 +72,11 @@ class SignalGuard:
 # ----- the job -----------------------------------------------------------------------
 
 
-def run_job(spec: JobSpec) -> RunRecord:
-    """Run `spec` to completion or to the restart policy's end; never leaves a process behind."""
+def run_job(spec: JobSpec, resume: bool = False) -> RunRecord:
+    """Run `spec` to completion or to the restart policy's end; never leaves a process behind.
+    `resume`: continue the run in spec.run_dir from its next attempt (harness/restarts.py)."""
     started = time.monotonic()
-    run_dir = create_run_dir(spec)
+    run_dir = create_run_dir(spec, resume)
     temporary = spec.run_dir is None
     try:
         with SignalGuard():

@@ -10,6 +10,8 @@ The fault side (recording the save, naming crash points, the crash plan) is faul
 """
 from __future__ import annotations
 
+import bisect
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +19,14 @@ from typing import Any, Callable, Iterable
 
 from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, WORLD_SIZES, crash_plan, crash_points,
                                      mutating_ops, record_save_ops)
+from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
+                                        materialise, record_dcp_save)
 from trainwreck.harness.runner import JudgedRun, run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.harness.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.rundir import RunDir, iter_events
 
 Say = Callable[[str], None]
 """Where progress lines go (print, a list's append, ...)."""
@@ -118,4 +124,183 @@ def run_sweep(writer: str = "reference", out: Path | None = None, progress: Say 
         result.rows.append(row)
         detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
         say(f"[{n}/{len(todo)}] {writer}: crash {row.label}: {verdict_word(row.verdict)}{detail}")
+    return result
+
+
+# ----- the power-loss sweep ------------------------------------------------------------------
+
+POWER_LOSS_SEED = 0
+POWER_LOSS_CAP = 16
+"""Crash points with more combinations than this are sampled this many times (seeded)."""
+
+
+@dataclass(frozen=True)
+class PowerLossRow:
+    state: int
+    """0-based index among the explored (distinct) crash states."""
+    point: int
+    """The power failed after this many recorded ops (of every save of the job)."""
+    description: str
+    """The crash state in words: the last op issued, what was lost and what was torn."""
+    kept: list[str]
+    lost: list[str]
+    torn: list[str]
+    verdict: Any
+    failing: list[str]
+    unknown: list[str]
+    run_dir: str
+    report: str
+    outcome: str
+    summary: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "point": self.point, "description": self.description, "kept": self.kept,
+                "lost": self.lost, "torn": self.torn, "verdict": self.verdict, "valid": self.verdict is True,
+                "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir, "report": self.report,
+                "outcome": self.outcome, "summary": self.summary}
+
+
+@dataclass
+class PowerLossResult:
+    writer: str
+    ops: int
+    """Low-level ops recorded over every save of the observed run."""
+    stats: str
+    """How the states were generated: crash points, sampled, generated, duplicates, explored."""
+    explored: int
+    observed_dir: str
+    rows: list[PowerLossRow] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[PowerLossRow]:
+        return [r for r in self.rows if r.verdict is not True]
+
+    @property
+    def first_failure(self) -> PowerLossRow | None:
+        """The failing state with the earliest power cut."""
+        return min(self.failures, key=lambda r: (r.point, r.state), default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.first_failure
+        return {"writer": self.writer, "ops": self.ops, "stats": self.stats, "explored": self.explored,
+                "judged": len(self.rows), "failures": len(self.failures), "observed_dir": self.observed_dir,
+                "first_failure": first.to_json() if first else None, "rows": [r.to_json() for r in self.rows]}
+
+
+def observe(writer: str, run_dir: Path) -> tuple[Path, OpLog]:
+    """One clean run of the job, its rank 0's storage ops recorded in-rank, every save of it."""
+    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
+    record = run_job(JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir,
+                             keep=True, hooks_factory="trainwreck.faults.powerloss:recording_hooks"))
+    if record.outcome != "completed":
+        raise RuntimeError(f"the observed run of {writer} did not complete ({record.outcome}): see {run_dir}")
+    return record.run_dir, load_oplog(RunDir(record.run_dir).root / OPS_DIR / "ops-a000.jsonl")
+
+
+def cut_time(log: OpLog, point: int, observed: Path) -> float:
+    """The moment of the power cut: just before op `point` was issued; after the last op,
+    just before the first rank exited (the job had finished its work)."""
+    if point < len(log.ops):
+        return log.ops[point].t
+    exits = [e["t"] for e in iter_events(observed, batches=False) if e.get("kind") == "exit"]
+    return min(exits, default=float("inf"))
+
+
+def events_seen(log: OpLog, observed: Path) -> Callable[[int], int]:
+    """crash point -> how many events the observer had by then: states with one tree but a
+    different log (a save announced or not yet) are judged apart."""
+    times = sorted(e["t"] for path in RunDir(observed).events.glob("*.jsonl")
+                   for line in path.read_text().splitlines() if line.strip() and "t" in (e := json.loads(line)))
+    seen = [bisect.bisect_left(times, cut_time(log, point, observed)) for point in range(len(log.ops) + 1)]
+    return seen.__getitem__
+
+
+def cut_events(observed: Path, dest: Path, before: float) -> None:
+    """Copy every event log, keeping the events written before the cut: the log was shipped
+    off the machine as it was written, so the power cut takes nothing from it."""
+    target = RunDir(dest).events
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(RunDir(observed).events.glob("*.jsonl")):
+        kept = [line for line in path.read_text().splitlines(keepends=True)
+                if line.strip() and json.loads(line).get("t", float("inf")) < before]
+        if kept:
+            (target / path.name).write_text("".join(kept))
+
+
+def crash_run_dir(observed: Path, log: OpLog, state: CrashState, dest: Path) -> Path:
+    """A run directory as the power cut left it: checkpoints from the crash state, events cut."""
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists: the power-loss sweep writes each state into a fresh directory")
+    materialise(state, RunDir(dest).checkpoints)
+    cut_events(observed, dest, cut_time(log, state.point, observed))
+    return dest
+
+
+def power_loss_row(n: int, state: CrashState, judged: JudgedRun) -> PowerLossRow:
+    row = sweep_row(state.point, "", "power", judged)
+    report = str(RunDir(judged.record.run_dir).report_file("report.html"))
+    return PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops, row.verdict,
+                        row.failing, row.unknown, row.run_dir, report, row.outcome, row.summary)
+
+
+def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
+                         seed: int = POWER_LOSS_SEED, cap: int = POWER_LOSS_CAP, limit: int | None = None,
+                         golden_cache: Path | None = None) -> PowerLossResult:
+    """Record every save of one clean run, generate the crash states a power cut can leave
+    (faults/powerloss.py), and resume the job from each one as its next attempt, judged by
+    every invariant. `limit`: judge only that many states, spread evenly over the explored ones."""
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / writer
+    observed, log = observe(writer, base / "observed")
+    states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
+    result = PowerLossResult(writer, len(log.ops), stats.describe(), len(states), str(observed))
+    say(f"{writer}: {len(log.ops)} recorded ops over the job's saves; {stats.describe()}")
+    picked = list(enumerate(states))
+    if limit is not None and limit < len(picked):
+        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
+    for k, (n, state) in enumerate(picked, 1):
+        run_dir = crash_run_dir(observed, log, state, base / f"state{n:03d}")
+        spec = JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir, keep=True)
+        judged = run_judged(spec, golden_cache=golden_cache,
+                            reproduce=f"trainwreck sweep --power-loss --writer {writer} (state {n}, seed {seed})",
+                            resume=True)
+        row = power_loss_row(n, state, judged)
+        result.rows.append(row)
+        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
+        say(f"[{k}/{len(picked)}] {writer}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
+            f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
+    return result
+
+
+DCP_WRITER = "dcp"
+"""torch.distributed.checkpoint's own FileSystemWriter commit: not a trainer variant, so its
+states are judged by loading the checkpoints (faults/powerloss.py judge_dcp_state)."""
+
+
+def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, seed: int = POWER_LOSS_SEED,
+                       cap: int = POWER_LOSS_CAP, limit: int | None = None) -> PowerLossResult:
+    """DCP's save recorded in-process through the same recorder, every crash state judged by
+    loading: the earlier checkpoint always, the new one once dcp.save returned or its
+    .metadata is on disk. Each state's directory gets verdicts.json (the row's report)."""
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / DCP_WRITER
+    log = record_dcp_save(base / "observed")
+    returned = len(log.ops)
+    states, stats = crash_states(log, seed=seed, cap=cap, epoch=lambda point: point == returned)
+    result = PowerLossResult(DCP_WRITER, len(log.ops), stats.describe(), len(states), str(base / "observed"))
+    say(f"{DCP_WRITER}: {len(log.ops)} recorded ops of one dcp.save; {stats.describe()}")
+    picked = list(enumerate(states))
+    if limit is not None and limit < len(picked):
+        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    for k, (n, state) in enumerate(picked, 1):
+        run_dir = base / f"state{n:03d}"
+        valid, why = judge_dcp_state(state, state.point == returned, run_dir / "checkpoints")
+        report = run_dir / "verdicts.json"
+        report.write_text(json.dumps({"valid": valid, "why": why, "state": state.in_words()}, indent=1) + "\n")
+        result.rows.append(PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops,
+                                        valid, [] if valid else ["dcp_load"], [], str(run_dir), str(report),
+                                        "loaded" if valid else "load_failed", "" if valid else why))
+        say(f"[{k}/{len(picked)}] {DCP_WRITER}: state {n} (power cut after op {state.point}): "
+            f"{verdict_word(valid)}{'' if valid else f' ({why})'}")
     return result

@@ -34,7 +34,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 THIRD_PARTY: dict[str, set[str]] = {
     "trainer": {"torch", "numpy"},
     "faults": {"torch", "hypothesis"},
-    "invariants": set(),
+    "invariants": {"orjson"},
     "harness": {"torch", "psutil", "hypothesis", "pytest", "_pytest"},
     "benchmarks": {"torch", "psutil"},
 }

@@ -7,7 +7,8 @@ Layout under the storage root (``RUN_DIR/checkpoints``)::
     .trash-step-00000004-PID/ a checkpoint being removed by retention
     latest                    the commit record: {"step": 12, "checkpoint": "step-00000012"}
 
-A save writes every file into a temporary directory and fsyncs it, writes the manifest
+A save streams every file into a temporary directory (``torch.save`` through sha256 straight
+into the file: one pass, no copy of the file in memory) and fsyncs it, writes the manifest
 (sizes, sha256, step, config identity, state digest), renames the directory into
 place, fsyncs the parent, and then commits by replacing ``latest`` atomically. The
 pointer is the commit point: a directory newer than the pointer is a save that died
@@ -22,17 +23,30 @@ import io
 import json
 import os
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import torch
+import torch.serialization as torch_serialization_impl
+
+try:  # torch >= 2.5; on older torch every save computes the crc32 (slower, same bytes kept)
+    import torch.utils.serialization.config as torch_serialization
+except ImportError:
+    torch_serialization = None  # type: ignore[assignment]
+
+# The zero-copy decode below uses torch's own weights-only loader, a private API; where a
+# torch lacks it (the code runs on torch >= 2.4), decoding takes the public, copying path.
+_ZERO_COPY_DECODE = all(hasattr(torch_serialization_impl, name) for name in
+                        ("_load", "_open_zipfile_reader", "_weights_only_unpickler"))
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.rundir import RunDir, iter_events
-from trainwreck.trainer.storage import Storage, UnsafePathError, check_relative
+from trainwreck.trainer.storage import Sink, Storage, UnsafePathError, check_relative
 
 CKPT_FORMAT = "trainwreck-ckpt/1"
 POINTER = "latest"
@@ -68,8 +82,118 @@ def to_bytes(obj: Any) -> bytes:
 
 
 def from_bytes(data: bytes) -> Any:
-    # weights_only: a checkpoint is data, never code to run.
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    """Decode a payload weights-only (a checkpoint is data, never code to run).
+
+    A verified read returns a writable buffer (a memoryview of an anonymous mapping); its
+    tensors are then views of that buffer (what `torch.load(mmap=True)` does with a file, done with the bytes that were
+    hashed), so decoding copies nothing. This calls torch's own weights-only loader,
+    `torch.serialization._load`, with the buffer as the backing storage: private API,
+    pinned by the torch version and by tests/trainer/test_streaming_checkpoint.py."""
+    if _ZERO_COPY_DECODE and isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
+        backing = torch.frombuffer(data, dtype=torch.uint8).untyped_storage() if data else None
+        with torch_serialization_impl._open_zipfile_reader(_ReadOnlyView(data)) as archive:
+            return torch_serialization_impl._load(archive, "cpu", torch_serialization_impl._weights_only_unpickler,
+                                                  overall_storage=backing, encoding="utf-8")
+    return torch.load(_ReadOnlyView(data), map_location="cpu", weights_only=True)
+
+
+class _ReadOnlyView(io.RawIOBase):
+    """A seekable file over any bytes-like buffer without copying it (io.BytesIO copies
+    anything but bytes): torch's zip reader reads the verified buffer in place."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self.view = memoryview(data).cast("B")
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        count = max(0, min(len(out), len(self.view) - self.pos))
+        out[:count] = self.view[self.pos:self.pos + count]
+        self.pos += count
+        return count
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: len(self.view)}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A checkpoint file given as the object to serialize: the store streams `torch.save`
+    of it through sha256 straight into the file. Files given as bytes are written as is
+    (planted defects craft some)."""
+
+    obj: Any
+
+
+FileContent = Union[bytes, Payload]
+
+
+def payload_object(content: FileContent) -> Any:
+    """The object a checkpoint file holds, whichever way it was given."""
+    return content.obj if isinstance(content, Payload) else from_bytes(content)
+
+
+PARALLEL_HASH_MIN = 1 << 20
+"""Chunks at least this big are hashed on a second thread while they are written (or
+read); smaller ones are not worth the hand-off."""
+_CRC32_LOCK = threading.Lock()
+
+
+class HashingSink:
+    """Passes every chunk on to `inner` while sha256 consumes the same chunk on `pool`'s
+    thread (hashlib and os.write both release the GIL). A chunk from `torch.save` is only
+    valid during the call, so the hash of each chunk is awaited before `write` returns."""
+
+    def __init__(self, inner: Sink, pool: ThreadPoolExecutor) -> None:
+        self.inner, self.pool = inner, pool
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        if len(view) < PARALLEL_HASH_MIN:
+            self.digest.update(view)
+            self.inner.write(view)
+        else:
+            hashed = self.pool.submit(self.digest.update, view)
+            try:
+                self.inner.write(view)
+            finally:
+                hashed.result()  # never return while the hash still reads the caller's buffer
+        self.size += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
+def save_payload(obj: Any, sink: Sink) -> None:
+    """`torch.save` into a sink, without torch's per-record crc32: every file's sha256
+    is in the manifest and is checked before anything is unpickled, so the crc32 would be
+    a second, weaker pass over the same bytes. (torch reads the flag when the writer is
+    created; the lock keeps two saving threads from restoring each other's value.)"""
+    if torch_serialization is None:
+        torch.save(obj, sink)  # type: ignore[arg-type]
+        return
+    with _CRC32_LOCK:
+        previous = torch_serialization.save.compute_crc32
+        torch_serialization.save.compute_crc32 = False
+        try:
+            torch.save(obj, sink)  # type: ignore[arg-type]  # a Sink is a binary file for torch
+        finally:
+            torch_serialization.save.compute_crc32 = previous
 
 
 @dataclass(frozen=True)
@@ -79,6 +203,7 @@ class Verified:
     name: str
     manifest: dict[str, Any]
     files: dict[str, bytes]
+    """The verified bytes of each file (a writable memoryview: read once, never copied)."""
     payloads: dict[str, Any] = field(default_factory=dict)
     """Decoded files, filled by the loader's `decode` before the choice is final."""
 
@@ -143,7 +268,7 @@ class CheckpointStore:
 
     # ----- save -------------------------------------------------------------------------
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         """Write and commit the checkpoint of the state after update `step`; returns its name."""
         started = time.perf_counter()
         return self.commit(step, self.stage(step, files, meta), meta, started)
@@ -165,7 +290,7 @@ class CheckpointStore:
         self.retain()
         return name
 
-    def stage(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def stage(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         """Write every file and the manifest into a fresh temporary directory, durably;
         returns the directory. Nothing is visible to a loader yet."""
         name = checkpoint_name(step)
@@ -173,9 +298,9 @@ class CheckpointStore:
         self.storage.remove(tmp)
         self.storage.mkdir(tmp)
         entries = {}
-        for file_name, data in files.items():
-            self._write_file(step, name, f"{tmp}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
+            for file_name, content in files.items():
+                entries[file_name] = self._write_file(step, name, f"{tmp}/{file_name}", file_name, content, pool)
         self.write_manifest(step, tmp, entries, meta)
         return tmp
 
@@ -186,10 +311,25 @@ class CheckpointStore:
                          json.dumps(manifest, indent=1, sort_keys=True).encode())
         self.storage.fsync_dir(tmp)
 
-    def _write_file(self, step: int, name: str, path: str, file_name: str, data: bytes) -> None:
+    def _write_file(self, step: int, name: str, path: str, file_name: str, content: FileContent,
+                    pool: ThreadPoolExecutor | None = None) -> dict[str, Any]:
+        """Write one file durably (a Payload streamed and hashed in the same pass); its manifest entry."""
         self.hooks.point(fp.SAVE_BEFORE_FILE, step, checkpoint=name, file=file_name)
-        self.storage.write(path, data)
+        if isinstance(content, Payload) and pool is not None:
+            hashed: list[HashingSink] = []
+
+            def produce(sink: Sink) -> None:
+                hashed.append(HashingSink(sink, pool))
+                save_payload(content.obj, hashed[-1])
+
+            self.storage.write_stream(path, produce)
+            entry = {"size": hashed[-1].size, "sha256": hashed[-1].digest.hexdigest()}
+        else:
+            data = content if isinstance(content, bytes) else to_bytes(content.obj)
+            self.storage.write(path, data)
+            entry = {"size": len(data), "sha256": sha256(data)}
         self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
+        return entry
 
     def _move_aside(self, name: str) -> None:
         """Clear a directory of the same step left by a save that never committed
@@ -330,15 +470,30 @@ class CheckpointStore:
         if len(relative.parts) != 1:
             raise CheckpointRejected(f"{name}/{MANIFEST} names {file_name!r}, not a file of the checkpoint")
         try:
-            data = self.storage.read(f"{name}/{file_name}")
+            data, digest = self._read_hashed(f"{name}/{file_name}")
         except (FileNotFoundError, IsADirectoryError):
             raise CheckpointRejected(f"{name}/{file_name} is missing") from None
         if not isinstance(entry, dict) or len(data) != entry.get("size"):
             raise CheckpointRejected(
                 f"{name}/{file_name} has {len(data)} bytes, the manifest says {entry.get('size') if isinstance(entry, dict) else entry!r}")
-        if sha256(data) != entry.get("sha256"):
+        if digest != entry.get("sha256"):
             raise CheckpointRejected(f"{name}/{file_name} fails its sha256 check")
         return data
+
+    def _read_hashed(self, path: str) -> tuple[bytes, str]:
+        """The file's bytes and their sha256, in one read: each chunk is hashed on a second
+        thread while the next is read. The bytes returned are the bytes hashed, so what is
+        later unpickled is exactly what was verified (the file is never read twice)."""
+        digest = hashlib.sha256()
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
+            pending = []
+            try:
+                data = self.storage.read(path, on_chunk=lambda chunk: pending.append(pool.submit(digest.update, chunk)))
+            finally:
+                for hashed in pending:  # one worker: the chunks are hashed in file order
+                    hashed.result()
+        pending.clear()
+        return data, digest.hexdigest()
 
     @staticmethod
     def check_identity(verified: Verified, identity: str) -> None:

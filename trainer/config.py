@@ -13,14 +13,16 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
 PARALLELISMS = ("ddp", "fsdp")
+CKPT_MODES = ("sync", "async")
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
 _NOT_IDENTITY = frozenset(
-    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant",
-     # Not hashed so that every DDP identity (and golden cache) stays what it was; a checkpoint
-     # of the other parallelism is refused by name instead (trainer/sharded.py).
-     "parallelism"}
+    {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
+    | {"ckpt_mode"}
+    # Not hashed so that every DDP identity (and golden cache) stays what it was; a checkpoint
+    # of the other parallelism is refused by name instead (trainer/sharded.py).
+    | {"parallelism"}
 )
 
 
@@ -208,6 +210,9 @@ class TrainConfig:
     parallelism: str = "ddp"
     """ddp (every rank holds the full state; rank 0 writes it) or fsdp (FSDP2 fully_shard; every rank
     writes its own shards through torch.distributed.checkpoint, loadable on another world size)."""
+    ckpt_mode: str = "sync"
+    """sync: the save is written and committed inside the step; async: the step pays only for a
+    snapshot to host memory and a background thread writes and commits it (trainer/async_ckpt.py)."""
 
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
@@ -243,8 +248,14 @@ class TrainConfig:
                               ("parallelism", PARALLELISMS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.ckpt_mode not in CKPT_MODES:
+            raise ConfigError(f"ckpt_mode={self.ckpt_mode!r} is not one of {', '.join(CKPT_MODES)}; use 'sync' "
+                              "(save inside the step) or 'async' (snapshot, then persist in the background)")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend='nccl' needs device='cuda' (or 'auto'); use backend='gloo' on CPU")
+        if self.parallelism == "fsdp" and self.ckpt_mode == "async":
+            raise ConfigError("ckpt_mode='async' with parallelism='fsdp': the async writer persists rank 0's full "
+                              "state, not every rank's shards; use ckpt_mode='sync' with fsdp")
         if self.parallelism == "fsdp" and self.amp_dtype == "fp16":
             raise ConfigError("amp_dtype='fp16' with parallelism='fsdp': GradScaler does not unscale sharded "
                               "gradients; use amp_dtype='bf16' (or 'none') with fsdp")

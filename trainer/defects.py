@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from types import FrameType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, Verified, checkpoint_name, checkpoint_step, \
-    from_bytes, sha256, to_bytes
+from trainwreck.trainer.async_ckpt import AsyncCheckpointer
+from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, FileContent, Payload, Verified, \
+    checkpoint_name, checkpoint_step, from_bytes, payload_object, to_bytes
 from trainwreck.trainer.loop import Trainer
 from trainwreck.trainer.sampler import ElasticSampler
-from trainwreck.trainer.storage import Storage
+from trainwreck.trainer.storage import Produce, Storage
 
 DEFECTS: dict[str, type[Trainer]] = {}
 """The planted defects by name; trainer/entry.py lists them beside the reference."""
@@ -123,7 +125,7 @@ class OptimizerNotSavedTrainer(Trainer):
     """The checkpoint holds the optimizer's hyperparameters but not its moments, so AdamW
     restarts cold after a resume (caught by: continuity, restore digest != save digest)."""
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         files = super().checkpoint_files(rngs)
         optimizer = self.state.optimizer.state_dict()
         files["optimizer.pt"] = to_bytes({"state": {}, "param_groups": optimizer["param_groups"]})
@@ -135,11 +137,11 @@ class SchedulerNotSavedTrainer(Trainer):
     """The checkpoint holds a fresh LR schedule, so a resume re-runs the warmup (caught by:
     continuity, against the golden digests; the digest itself does not cover the schedule)."""
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         files = super().checkpoint_files(rngs)
-        saved = from_bytes(files["scheduler.pt"])
-        saved["scheduler"] = {**saved["scheduler"], "last_epoch": 0, "_step_count": 1}
-        files["scheduler.pt"] = to_bytes(saved)
+        saved = payload_object(files["scheduler.pt"])
+        saved = {**saved, "scheduler": {**saved["scheduler"], "last_epoch": 0, "_step_count": 1}}
+        files["scheduler.pt"] = Payload(saved)
         return files
 
 
@@ -161,15 +163,14 @@ class InPlacePointerFirstStore(CheckpointStore):
     the parent. A crash anywhere after the pointer leaves a 'committed' checkpoint that
     is missing or torn."""
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         name = checkpoint_name(step)
         self.storage.write(POINTER, json.dumps({"step": step, "checkpoint": name}).encode())
         self.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
         self.storage.mkdir(name)
         entries = {}
-        for file_name, data in files.items():
-            self._write_file(step, name, f"{name}/{file_name}", file_name, data)
-            entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        for file_name, content in files.items():
+            entries[file_name] = self._write_file(step, name, f"{name}/{file_name}", file_name, content)
         manifest = {"format": "trainwreck-ckpt/1", "step": step, "files": entries, **meta}
         self._write_file(step, name, f"{name}/{MANIFEST}", MANIFEST, json.dumps(manifest).encode())
         self.retain()
@@ -188,7 +189,7 @@ class PointerBeforeRenameStore(CheckpointStore):
     `save` event) before the directory is renamed into place and fsynced: a crash in
     between leaves a commit pointing at a checkpoint that does not exist."""
 
-    def save(self, step: int, files: dict[str, bytes], meta: dict[str, Any]) -> str:
+    def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         from trainwreck.trainer import hooks as fp
 
         name = checkpoint_name(step)
@@ -301,6 +302,9 @@ class NeverSynced:
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.inner.write(path, data, durable=False)
 
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        return self.inner.write_stream(path, produce, durable=False)
+
     def fsync_dir(self, path: str) -> None:
         pass
 
@@ -379,3 +383,76 @@ class FsdpCommitBeforeShardsTrainer(Trainer):
         dist.barrier()
         write_shards(self.state, self.checkpoint_root / checkpoint_name(step))
         dist.barrier()
+# ----- asynchronous checkpoints (trainer/async_ckpt.py) ---------------------------------
+
+
+class CommitFirstAsyncWriter(AsyncCheckpointer):
+    """Commits (advances `latest`, writes the `save` event) as soon as it has the snapshot,
+    then writes and renames the files in the background: the commit record runs ahead of
+    data that is not yet durable, so a crash during the persist leaves a commit naming a
+    checkpoint that does not exist."""
+
+    def submit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        self.wait()
+        snapshot = self.take_snapshot(files)
+        name = checkpoint_name(step)
+        self.store._write_pointer(step, name)
+        self.store.events.emit("save", step=step, checkpoint=name, digest=meta.get("digest"))
+        self._start(step, lambda: self._persist_after_commit(step, snapshot, meta))
+
+    def _persist_after_commit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        store, name = self.store, checkpoint_name(step)
+        tmp = store.stage(step, files, meta)
+        store._move_aside(name)
+        store.storage.rename(tmp, name)
+        store.storage.fsync_dir(".")
+        store.retain()
+
+
+@register_variant("async_commit_before_durable")
+class AsyncCommitBeforeDurableTrainer(Trainer):
+    """An async writer that commits before its data is durable (caught by: atomicity, when
+    a crash lands in the background persist)."""
+
+    async_writer_class = CommitFirstAsyncWriter
+
+
+class LiveStateAsyncWriter(AsyncCheckpointer):
+    """No snapshot: the background thread serializes the live tensors while training keeps
+    updating them in place. The persist starts once the next update has run, as it does
+    whenever writing takes longer than an update (any real model), so the checkpoint of
+    step S holds parameters of step S+1 beside the sampler and step counter of S."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        super().__init__(store)
+        self.next_update_ran = threading.Event()
+        self.updates_started = 0
+
+    def take_snapshot(self, files: dict[str, FileContent]) -> dict[str, FileContent]:
+        self.next_update_ran.clear()
+        self.updates_started = 0
+        return files  # the bug: references to the live state, not a copy
+
+    def persist(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
+        self.next_update_ran.wait()
+        super().persist(step, files, meta)
+
+    def raise_if_failed(self) -> None:
+        # Called at the start of every update: at the second one since the snapshot, the
+        # update after the save has run in full (its optimizer step included).
+        self.updates_started += 1
+        if self.updates_started >= 2:
+            self.next_update_ran.set()
+        super().raise_if_failed()
+
+    def wait(self) -> None:
+        self.next_update_ran.set()  # no further update is coming before this wait returns
+        super().wait()
+
+
+@register_variant("async_no_snapshot")
+class AsyncNoSnapshotTrainer(Trainer):
+    """An async writer that lets training mutate tensors while they are written (caught by:
+    continuity, the restored state's digest differs from the one its save recorded)."""
+
+    async_writer_class = LiveStateAsyncWriter

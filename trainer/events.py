@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ class EventLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._base = base
         self._buffer: list[str] = []
+        # An async checkpoint's thread emits save/prune/fault events while the training
+        # thread buffers and flushes its own: a line appended mid-flush must not be lost.
+        self._lock = threading.Lock()
 
     def emit(self, kind: str, **fields: Any) -> None:
         event = {"kind": kind, "t": time.time(), **self._base, **fields}
@@ -36,11 +40,16 @@ class EventLog:
             line = json.dumps(event, separators=(",", ":"), allow_nan=False)
         except ValueError:  # a NaN loss is evidence, but NaN is not JSON: write null and say so
             line = json.dumps(_finite(event), separators=(",", ":"), allow_nan=False)
-        self._buffer.append(line)
-        if kind in URGENT_KINDS:
-            self.flush()
+        with self._lock:
+            self._buffer.append(line)
+            if kind in URGENT_KINDS:
+                self._flush()
 
     def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         if self._buffer:
             data = ("\n".join(self._buffer) + "\n").encode()
             self._buffer.clear()

@@ -17,8 +17,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, IncompatibleCheckpoint, Verified, \
-    from_bytes
+from trainwreck.trainer.async_ckpt import AsyncCheckpointer
+from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, FileContent, IncompatibleCheckpoint, \
+    Verified, from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.events import EventLog
@@ -63,6 +64,7 @@ class Trainer:
     trainer/entry.py picks one by name."""
 
     store_class: type[CheckpointStore] = CheckpointStore
+    async_writer_class: type[AsyncCheckpointer] = AsyncCheckpointer
     sampler_class: type[ElasticSampler] = ElasticSampler
 
     def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, events: EventLog,
@@ -78,11 +80,20 @@ class Trainer:
         self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
         hooks.on_model(self.ddp)
         self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
-        storage = Heartbeat(hooks.wrap_storage(LocalStorage(self.checkpoint_root)),
-                            lambda: progress.publish(self.state.step, "checkpoint"))
+        raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root))
+        storage = Heartbeat(raw_storage, lambda: progress.publish(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
+        # The background writer's progress is the rank's only while the training thread
+        # waits for it: a training thread that hangs must not look alive because a persist moves.
+        persist_storage = Heartbeat(raw_storage, self._beat_while_waiting_for_persist)
+        self.async_writer = (self.async_writer_class(self.store_class(persist_storage, events, hooks, cfg.keep_last))
+                             if cfg.ckpt_mode == "async" else None)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
+
+    def _beat_while_waiting_for_persist(self) -> None:
+        if self.async_writer is not None and self.async_writer.waiting:
+            self.progress.publish(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
         return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
@@ -92,9 +103,14 @@ class Trainer:
     def train(self) -> None:
         self.restore()
         for step in range(self.state.step + 1, self.cfg.total_steps + 1):
+            if self.async_writer is not None:
+                self.async_writer.raise_if_failed()
             self.train_step(step)
             if self.cfg.saves_after(step):
                 self.save(step)
+        if self.async_writer is not None:
+            self.progress.publish(self.state.step, "checkpoint")
+            self.async_writer.wait()  # done means the last checkpoint is committed
         self.progress.publish(self.state.step, "done")
         if self.ctx.standalone and self.rank == 0:
             self.events.emit("end", status="completed", final_step=self.state.step)
@@ -196,7 +212,10 @@ class Trainer:
             self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
             meta = checkpoint_meta(self.world_size, self.identity, self.digest(), self.ctx.attempt)
-            self.checkpoints.save(step, files, meta)
+            if self.async_writer is not None:
+                self.async_writer.submit(step, files, meta)  # the step pays for the snapshot only
+            else:
+                self.checkpoints.save(step, files, meta)
             self.progress.publish(step, "checkpoint_wait")
         self.hooks.point(fp.SAVE_WAIT, step)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
@@ -209,7 +228,7 @@ class Trainer:
             self._digest, self._digest_step = full_state_digest(self.cfg, self.state), self.state.step
         return self._digest
 
-    def checkpoint_files(self, rngs: list[Any]) -> dict[str, bytes]:
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         """The files of a checkpoint of the current state (a seam: planted defects override it)."""
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 

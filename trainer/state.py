@@ -99,17 +99,18 @@ def _as_python_state(state: Any) -> tuple[Any, ...]:
 
 
 def training_files(state: TrainState, sampler_state: dict[str, int], rng_per_rank: list[dict[str, Any]],
-                   identity: str) -> dict[str, bytes]:
-    """The checkpoint's files; split so a torn write damages one and the sweep has many ops."""
-    from trainwreck.trainer.checkpoint import to_bytes
+                   identity: str) -> dict[str, Any]:
+    """The checkpoint's files, as Payloads the store streams to disk (no in-memory copy);
+    split so a torn write damages one and the sweep has many ops."""
+    from trainwreck.trainer.checkpoint import Payload
 
     return {
-        "model.pt": to_bytes(state.model.state_dict()),
-        "optimizer.pt": to_bytes(state.optimizer.state_dict()),
-        "scheduler.pt": to_bytes({
+        "model.pt": Payload(state.model.state_dict()),
+        "optimizer.pt": Payload(state.optimizer.state_dict()),
+        "scheduler.pt": Payload({
             "scheduler": state.scheduler.state_dict(),
             "scaler": state.scaler.state_dict() if state.scaler is not None else None,
         }),
-        "trainer.pt": to_bytes({"step": state.step, "sampler": sampler_state, "config_identity": identity}),
-        "rng.pt": to_bytes(rng_per_rank),
+        "trainer.pt": Payload({"step": state.step, "sampler": sampler_state, "config_identity": identity}),
+        "rng.pt": Payload(rng_per_rank),
     }

@@ -8,12 +8,32 @@ each method is one file-system operation a crash can land before or after.
 from __future__ import annotations
 
 import errno
+import io
+import mmap
 import os
 import shutil
 from pathlib import Path, PurePosixPath
 from typing import Callable, Protocol, TypeVar
 
 T = TypeVar("T")
+
+READ_CHUNK = 4 << 20
+"""Bytes per read while streaming a file to `on_chunk`: big enough that the per-chunk
+overhead vanishes, small enough that the hash of one chunk overlaps the read of the next."""
+
+
+class Sink(Protocol):
+    """Where a streamed write puts its bytes (`torch.save` writes into one of these)."""
+
+    def write(self, data: bytes | memoryview) -> int: ...
+    def flush(self) -> None: ...
+
+
+Produce = Callable[[Sink], None]
+"""Writes a file's content into the sink it is given, in one pass."""
+OnChunk = Callable[[memoryview], None]
+"""Sees each chunk of a file as it is read; the chunk stays valid after the call (it is a
+slice of the buffer `read` returns), so a hash may consume it on another thread."""
 
 
 class UnsafePathError(ValueError):
@@ -22,10 +42,16 @@ class UnsafePathError(ValueError):
 
 class Storage(Protocol):
     def exists(self, path: str) -> bool: ...
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+        """The whole file; `on_chunk` sees its bytes while they are read, so a verifier
+        hashes in the same pass (the result is then a writable memoryview: same bytes, no copy)."""
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         """Create or replace the file with `data` and fsync it (durable on return);
         `durable=False` skips the fsync, as writers that forget it do (power-loss model)."""
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        """`write`, with the content streamed by `produce` instead of held in memory:
+        one file-system write of one file (faults and recorders treat it as a `write`);
+        returns the bytes written."""
     def mkdir(self, path: str) -> None: ...
     def rename(self, src: str, dst: str) -> None:
         """Atomic rename; `dst` must not be a non-empty directory."""
@@ -69,19 +95,24 @@ class LocalStorage:
     def exists(self, path: str) -> bool:
         return os.path.lexists(self._entry(path))
 
-    def read(self, path: str) -> bytes:
-        return self._abs(path).read_bytes()
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+        if on_chunk is None:
+            return self._abs(path).read_bytes()
+        with open(self._abs(path), "rb", buffering=0) as file:
+            return _read_chunked(file, on_chunk)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.write_stream(path, lambda sink: _write_all(sink, data), durable=durable)
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
         # O_NOFOLLOW: a planted link at the destination is an error, never a way out.
         fd = os.open(self._entry(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            sink = FdSink(fd, writeback=durable)
+            produce(sink)
             if durable:
                 os.fsync(fd)
+            return sink.size
         finally:
             os.close(fd)
 
@@ -118,6 +149,96 @@ class LocalStorage:
                 pass
 
 
+WRITEBACK_EVERY = 8 << 20
+"""A durable streamed write starts the disk writing every this many bytes (see FdSink)."""
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range (Linux), or None where there is none."""
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return function  # type: ignore[no-any-return]
+
+
+_START_WRITEBACK = _sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+class FdSink:
+    """A Sink straight onto a file descriptor: no user-space buffer, so the producer's
+    chunks (a tensor's whole storage from `torch.save`) go to the kernel as they are.
+
+    With `writeback`, every WRITEBACK_EVERY bytes it asks the kernel to start writing
+    what it has so far (sync_file_range WRITE: start, do not wait), so the disk works
+    while the producer serializes and hashes the rest, and the final fsync waits for the
+    tail only. Durability still comes from that fsync alone."""
+
+    def __init__(self, fd: int, writeback: bool = False) -> None:
+        self.fd = fd
+        self.size = 0
+        self._started = 0
+        self._writeback = writeback and _START_WRITEBACK is not None
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.size += total
+        if self._writeback and self.size - self._started >= WRITEBACK_EVERY:
+            _START_WRITEBACK(self.fd, self._started, self.size - self._started, _SYNC_FILE_RANGE_WRITE)  # type: ignore[misc]
+            self._started = self.size
+        return total
+
+    def flush(self) -> None:
+        pass  # nothing is buffered here; durability is the fsync after `produce`
+
+
+def gather(produce: Produce) -> bytes:
+    """The bytes a streamed write would write, in memory: for wrappers that must hold a
+    file's whole content (a fault that tears it at half, the power-loss recorder)."""
+    buffer = io.BytesIO()
+    produce(buffer)
+    return buffer.getvalue()
+
+
+def _write_all(sink: Sink, data: bytes) -> None:
+    sink.write(data)
+
+
+def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk) -> bytes:
+    """Read the whole file into one buffer, handing each chunk to `on_chunk` as it lands.
+
+    The buffer is an anonymous mapping, not a bytearray: a bytearray is zeroed (every page
+    touched) before the first byte is read, while a mapping's pages are touched by the
+    read itself, chunk by chunk, overlapping `on_chunk`'s hashing of the previous chunk.
+    The result is a writable memoryview of it. A file whose size changed since fstat
+    (never one of ours) is returned as a copy of what was read instead."""
+    size = os.fstat(file.fileno()).st_size
+    if size == 0:
+        rest = file.read()
+        if rest:
+            on_chunk(memoryview(rest))
+        return rest
+    view, got = memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)), 0
+    while got < size:
+        count = file.readinto(view[got:got + READ_CHUNK])
+        if not count:
+            return bytes(view[:got])  # shorter than it was: the size check rejects it
+        on_chunk(view[got:got + count])
+        got += count
+    rest = file.read()
+    if rest:  # longer than it was
+        on_chunk(memoryview(rest))
+        return bytes(view) + rest
+    return view  # type: ignore[return-value]  # a writable memoryview reads as bytes everywhere here
+
+
 def _ignore_missing(func, path, exc_info) -> None:  # type: ignore[no-untyped-def]
     if not (isinstance(exc_info[1], OSError) and exc_info[1].errno == errno.ENOENT):
         raise exc_info[1]
@@ -141,11 +262,14 @@ class Heartbeat:
     def exists(self, path: str) -> bool:
         return self._after(self.inner.exists(path))
 
-    def read(self, path: str) -> bytes:
-        return self._after(self.inner.read(path))
+    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+        return self._after(self.inner.read(path, on_chunk))
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._after(self.inner.write(path, data, durable=durable))
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        return self._after(self.inner.write_stream(path, produce, durable=durable))
 
     def mkdir(self, path: str) -> None:
         self._after(self.inner.mkdir(path))

@@ -3,6 +3,11 @@
 Each crash point (before/after every mutating storage op of one checkpoint save, and a
 torn variant of every write) is its own job, restarted by the harness and judged by
 every invariant against one golden run.
+
+trainwreck sweep --power-loss [--writer NAME] [--limit N] [--seed S] [--json]: the power
+is cut instead (faults/powerloss.py): every save of one clean run is recorded, each crash
+state a file system may leave is materialised, and the job resumes from it as its next
+attempt, judged by every invariant (harness/sweep.py run_power_loss_sweep).
 """
 from __future__ import annotations
 
@@ -19,10 +24,17 @@ from trainwreck.trainer.config import InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
-                        help="trainer variant whose save is swept: reference (default) or naive_writer")
+                        help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
+                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn)")
+    parser.add_argument("--power-loss", action="store_true",
+                        help="cut the power instead: judge every crash state a file system may leave (unsynced "
+                             "data lost or torn, unsynced renames/creates lost)")
+    parser.add_argument("--limit", type=int, help="--power-loss: judge at most N of the explored states, "
+                                                  "spread evenly (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="--power-loss: the seed of the state sampling (default 0)")
 
 
 def parse_points(text: str | None) -> list[tuple[int, str]] | None:
@@ -44,11 +56,14 @@ def main(args: argparse.Namespace) -> int:
     from trainwreck.trainer.entry import trainer_class
 
     try:
-        trainer_class(args.writer)
+        if not (args.power_loss and args.writer == "dcp"):  # DCP's own commit is no trainer variant
+            trainer_class(args.writer)
     except ValueError as exc:
         print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
         return 2
     out = args.out or Path("trainwreck-out") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.power_loss:
+        return power_loss_main(args, out)
     started = time.perf_counter()
     result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                        points=parse_points(args.points))
@@ -72,3 +87,43 @@ def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-u
           f"{len(result.failures)} not valid, {seconds:.0f}s; runs under {out}")
     if first is not None:
         print(f"first failing point: {first.label} -> {', '.join(first.failing + first.unknown)}: {first.summary}")
+
+
+def power_loss_main(args: argparse.Namespace, out: Path) -> int:
+    from trainwreck.harness.sweep import run_dcp_power_loss, run_power_loss_sweep
+
+    if args.points is not None:
+        print("trainwreck sweep: error: --points names process-crash points; with --power-loss use --limit N",
+              file=sys.stderr)
+        return 2
+    if args.limit is not None and args.limit < 1:
+        print(f"trainwreck sweep: error: --limit {args.limit} judges nothing; give --limit 1 or more", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - progress goes to stderr
+    if args.writer == "dcp":
+        result = run_dcp_power_loss(out, progress=say, seed=args.seed, limit=args.limit)
+    else:
+        result = run_power_loss_sweep(args.writer, out, progress=say, seed=args.seed, limit=args.limit)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1, default=str))
+    else:
+        print_power_loss_table(result, time.perf_counter() - started, out)
+    verdicts = [row.verdict for row in result.rows]
+    if any(v is False for v in verdicts):
+        return 1
+    return 0 if verdicts and all(v is True for v in verdicts) else 2
+
+
+def print_power_loss_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
+    for row in result.rows:
+        detail = ", ".join(row.failing + row.unknown)
+        print(f"{verdict_word(row.verdict):<8} state {row.state:>4}  cut after op {row.point:>3}  "
+              f"kept {len(row.kept):>3} lost {len(row.lost):>2} torn {len(row.torn):>2}  {row.report}"
+              + (f"   [{detail}]" if detail else ""))
+    first = result.first_failure
+    print(f"\n{result.writer}: {result.ops} recorded ops; {result.stats}; {len(result.rows)} judged, "
+          f"{len(result.failures)} not valid, {seconds:.0f}s; runs under {out}")
+    if first is not None:
+        print(f"first failing state: {first.description} -> {', '.join(first.failing + first.unknown)}: "
+              f"{first.summary}")

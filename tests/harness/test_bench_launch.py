@@ -1,10 +1,30 @@
 """The launch benchmark runs and reports its keys (its figures are checked by eye, not asserted)."""
 from __future__ import annotations
 
-from trainwreck.benchmarks.launch import bench_launch
+from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
+from trainwreck.benchmarks.scenarios import hang_latencies
 
 
 def test_the_launch_benchmark_reports_warm_launch_time_per_world_size() -> None:
     result = bench_launch(ranks=(2,), launchers=("warm",))
     assert set(result) == {"warm_server_ready_s", "launch_warm_s_2"}
     assert result["launch_warm_s_2"] > 0
+
+
+def test_the_launch_benchmark_leaves_out_the_pairs_it_is_told_to_skip() -> None:
+    result = bench_launch(ranks=(2, 3), launchers=("warm",), skip=frozenset({("warm", 3)}))
+    assert "launch_warm_s_2" in result and "launch_warm_s_3" not in result
+
+
+def test_the_watchdog_cpu_benchmark_times_the_watchdog_the_supervisor_actually_ran() -> None:
+    result = bench_watchdog_cpu(world_size=2, total_steps=6)
+    assert set(result) == {"watchdog_cpu_pct_per_rank", "watchdog_cpu_s_2"}
+    # Zero would mean the supervisor never called the timed watchdog: the figure would measure nothing.
+    assert result["watchdog_cpu_s_2"] > 0 and result["watchdog_cpu_pct_per_rank"] > 0
+
+
+def test_the_hang_benchmark_measures_from_the_fault_to_a_hang_event_after_the_timeout() -> None:
+    latencies, invalid = hang_latencies(hangs=1, timeout_s=0.5, world_size=2)
+    # A latency under the timeout would mean the hang event was not the watchdog's, or the wrong fault was used.
+    assert len(latencies) == 1 and latencies[0] >= 0.5
+    assert invalid == []

@@ -1,9 +1,69 @@
-"""The checker benchmark runs and reports its figures (tiny size: this is not the measurement)."""
+"""The checker benchmark runs and reports its figures (tiny size: this is not the
+measurement), and the loader's orjson fast path reads exactly what the stdlib
+reference path reads."""
 
-from trainwreck.benchmarks.checker import bench_checker
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.benchmarks.checker import bench_checker, write_run
+from trainwreck.invariants import InputError, load_history
+from trainwreck.invariants import loader
+from trainwreck.invariants.history import History
 
 
-def test_bench_checker_reports_events_and_rate():
+def test_bench_checker_reports_events_rate_cpu_and_peak_memory():
     result = bench_checker(steps=200, ranks=2, batch_per_rank=2)
-    assert set(result) == {"checker_events", "checker_seconds", "checker_events_per_s"}
+    assert set(result) == {"checker_events", "checker_seconds", "checker_events_per_s", "checker_cpu_seconds",
+                           "checker_events_per_cpu_s", "checker_peak_rss_mb"}
     assert result["checker_events"] > 800
+    assert result["checker_peak_rss_mb"] > 0
+
+
+def _snapshot(history: History) -> dict[str, Any]:
+    logs = {key: (log.world_size, log.steps, log.losses, log.digests, log.batch_steps, log.epochs, log.ids,
+                  log.offsets, log.first_pos) for key, log in history.logs.items()}
+    return {"logs": logs, "events": history.events, "notes": history.notes, "count": history.event_count}
+
+
+def test_the_orjson_fast_path_loads_the_same_history_as_the_stdlib_reference(tmp_path: Path, monkeypatch):
+    write_run(str(tmp_path), steps=300, ranks=3, batch_per_rank=2)
+    calls: list[int] = []
+    fast = loader._parse_fast
+    monkeypatch.setattr(loader, "_parse_fast", lambda data: calls.append(1) or fast(data))
+    with_orjson = _snapshot(load_history(tmp_path))
+    assert calls, "the fast path was never tried"
+    monkeypatch.setattr(loader, "_parse_fast", lambda data: None)
+    reference = _snapshot(load_history(tmp_path))
+    assert with_orjson == reference and reference["count"] > 1000
+
+
+def _one_rank_run(tmp_path: Path, step_line: str) -> Path:
+    write_run(str(tmp_path), steps=100, ranks=1, batch_per_rank=2)
+    rank_file = sorted((tmp_path / "events").glob("a000-r000-*.jsonl"))[0]
+    with open(rank_file, "a") as f:
+        f.write(step_line + "\n")
+    return tmp_path
+
+
+def test_an_integer_beyond_64_bits_is_judged_by_the_reference_path_not_as_an_orjson_float(tmp_path: Path):
+    # orjson would read 2**64 as 1.8446744073709552e+19; the error must name the integer as written.
+    run = _one_rank_run(tmp_path, '{"kind": "save", "t": 1.0, "attempt": 0, "step": 18446744073709551616, '
+                                  '"checkpoint": "step-x"}')
+    with pytest.raises(InputError, match="field 'step'.*18446744073709551616"):
+        load_history(run)
+
+
+def test_a_file_the_fast_path_refuses_still_loads_through_the_reference_path(tmp_path: Path, monkeypatch):
+    run = _one_rank_run(tmp_path, '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 100')
+    refused: list[bool] = []
+    fast = loader._parse_fast
+    monkeypatch.setattr(loader, "_parse_fast", lambda data: refused.append(fast(data) is None) or fast(data))
+    history = load_history(run)
+    assert any(refused), "the torn line should have sent a file to the reference path"
+    assert any("torn last line" in note for note in history.notes)
+    # Attempt 0 of write_run stops before update 75; the torn update-100 line is not read.
+    assert history.logs[(0, 0)].steps[-1] == 74
