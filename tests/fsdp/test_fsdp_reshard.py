@@ -71,3 +71,9 @@ def test_an_unknown_parallelism_names_the_field_and_the_choices() -> None:
 def test_fp16_with_fsdp_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="use amp_dtype='bf16'"):
         TrainConfig.tiny(parallelism="fsdp", amp_dtype="fp16")
+
+
+def test_async_checkpoints_with_fsdp_are_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match="use ckpt_mode='sync' with fsdp"):
+        TrainConfig.tiny(parallelism="fsdp", ckpt_mode="async")
+    assert TrainConfig.tiny(parallelism="ddp", ckpt_mode="async").ckpt_mode == "async"
