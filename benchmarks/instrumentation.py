@@ -8,7 +8,6 @@ ratio is an upper bound on what a multi-rank step pays.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -20,19 +19,15 @@ import torch
 import torch.distributed as dist
 
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.launch import RankContext, pick_device
 from trainwreck.trainer.loop import Trainer
-from trainwreck.trainer.progress import ProgressBoard
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.probe import Probe
 
 
 def _trainer(cfg: TrainConfig, run_dir: Path, attempt: int) -> Trainer:
     ctx = RankContext(run_dir=run_dir, rank=0, world_size=1, attempt=attempt)
-    events = EventLog(RunDir(run_dir).rank_events(attempt, 0, os.getpid()),
-                      attempt=attempt, rank=0, world_size=1)
-    return Trainer(ctx, cfg, pick_device(cfg.device, 0), events, ProgressBoard(run_dir, attempt, 0), NoHooks())
+    return Trainer(ctx, cfg, pick_device(cfg.device, 0), Probe(run_dir, 0, 1, attempt), NoHooks())
 
 
 def _direct_cost(trainer: Trainer, repeats: int = 20) -> float:
@@ -43,11 +38,9 @@ def _direct_cost(trainer: Trainer, repeats: int = 20) -> float:
     loss = torch.tensor(1.0)
     started = time.perf_counter()
     for _ in range(repeats):
-        trainer.events.emit("batch", step=0, epoch=0, samples=ids.tolist())
+        trainer.probe.batch(0, 0, ids.tolist())
         trainer.global_mean(loss, trainer.cfg.global_batch)
-        trainer.events.emit("step", step=0, loss=1.0, digest=state_digest(trainer.state), lr=0.0,
-                            phases={"data": 0.0, "forward": 0.0})
-        trainer.events.flush()
+        trainer.probe.step(0, 1.0, state_digest(trainer.state), lr=0.0, phases={"data": 0.0, "forward": 0.0})
     return (time.perf_counter() - started) / repeats
 
 

@@ -1,7 +1,7 @@
 """In-rank fault injection: the ``Hooks`` the harness builds in every rank from the plan.
 
     hooks = build_hooks(plan)    # harness/rank.py does this in every rank
-    # trainer: hooks.bind(...); hooks.on_model(ddp); hooks.wrap_storage(storage); hooks.point(...)
+    # trainer: hooks.bind(...); ddp.register_comm_hook(None, hooks.wrap_comm_hook(reduce)); hooks.wrap_storage(storage); hooks.point(...)
 
 At ``bind`` the hooks keep only the faults of this rank and this attempt (so redo
 work after a restart does not fire a fault again) and apply a between-attempts
@@ -17,9 +17,9 @@ How each kind acts (docs/FAULTS.md has the table):
   for why that and not a spin); ``sigstop`` stops itself, and if continued it stays
   blocked, so the fault is a hang whatever the harness does to wake it.
 - straggler: sleeps `seconds` at the start of each update in [step, until].
-- comm_delay / comm_fail / skip_collective: a DDP communication hook, registered in
-  ``on_model`` on the faulty rank only, that runs the stock all-reduce
-  (``default_hooks.allreduce_hook``) except at the faulty update.
+- comm_delay / comm_fail / skip_collective: ``wrap_comm_hook`` wraps the trainer's own
+  gradient reduction (trainer/gradsync.py) on the faulty rank only, so every rank runs
+  the same collectives except at the faulty update.
 - nan_grad: writes NaN/inf into one element of the (already reduced) gradient at
   ``after_backward``, so this replica's parameters leave the others'.
 - storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.gradsync import CommHook
     from trainwreck.trainer.storage import Storage
 
 POINT_KINDS = ("kill", "hang", "nan_grad")
@@ -100,14 +101,16 @@ class FaultHooks:
         faults = self.of_kind(*STORAGE_KINDS)
         return FaultyStorage(storage, faults, self.clock, self.record) if faults else storage
 
-    def on_model(self, model: torch.nn.Module) -> None:
-        if self.of_kind(*COMM_KINDS):
-            # DDP checks the hook's annotations at run time, and this module's are strings
-            # (postponed evaluation), so the hook it sees is an unannotated closure.
-            def hook(state, bucket):  # type: ignore[no-untyped-def]
-                return self._comm_hook(state, bucket)
+    def wrap_comm_hook(self, hook: CommHook) -> CommHook:
+        if not self.of_kind(*COMM_KINDS):
+            return hook
 
-            model.register_comm_hook(state=None, hook=hook)  # type: ignore[operator]
+        # DDP checks the hook's annotations at run time, and this module's are strings
+        # (postponed evaluation), so the hook it sees is an unannotated closure.
+        def faulty(state, bucket):  # type: ignore[no-untyped-def]
+            return self._comm_hook(hook, state, bucket)
+
+        return faulty
 
     # ----- helpers ------------------------------------------------------------------------
 
@@ -222,16 +225,14 @@ class FaultHooks:
 
     # ----- the communication hook ---------------------------------------------------------
 
-    def _comm_hook(self, state: Any, bucket: Any) -> Any:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
+    def _comm_hook(self, reduce: CommHook, state: Any, bucket: Any) -> Any:
         for fault in self.of_kind(*COMM_KINDS):
             if fault["id"] in self.fired or fault["step"] != self.clock.step:
                 continue
             result = self._comm_fault(fault, bucket)
             if result is not None:
                 return result
-        return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+        return reduce(state, bucket)
 
     def _comm_fault(self, fault: dict[str, Any], bucket: Any) -> Any:
         import torch

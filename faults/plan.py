@@ -26,6 +26,8 @@ from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
 PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
 """What a plan looks like, for error messages."""
 IN_RANK, STORAGE, BETWEEN, HARNESS = "in-rank", "in-rank storage", "between attempts", "harness"
+FOREIGN = "in-rank foreign save"
+"""Inside a framework's own checkpoint save (faults/foreign.py intercepts its file operations)."""
 
 
 
@@ -142,6 +144,16 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           ("atomicity", "continuity", "coverage"), rank=_rank(False, 0), step=_step(doc="the update whose save crashes"),
           op_index=Field(INT, required=True, minimum=0, doc="0-based index among the save's mutating ops"),
           when=Field(STR, default="before", choices=CRASH_WHEN, doc="torn: a write persists half its bytes")),
+    # ----- in-rank, inside a framework's own save (faults/foreign.py) -------------------
+    _kind("foreign_crash", FOREIGN,
+          "SIGKILL before/after the `op_index`-th file operation of a framework's save at `step`, or tear it",
+          ("atomicity", "continuity", "coverage"), rank=_rank(False, 0),
+          step=_step(doc="the framework's save after this update (the adapter says which saves exist)"),
+          op_index=Field(INT, required=True, minimum=0,
+                         doc="0-based index among the save's file operations (open for write, rename, remove, "
+                             "mkdir, rmtree, torch.save, safetensors save_file)"),
+          when=Field(STR, default="before", choices=CRASH_WHEN,
+                     doc="torn: the written file is cut at a block boundary, then SIGKILL")),
     # ----- between attempts (rank 0 at bind of `attempt`) --------------------------------
     _kind("corrupt", BETWEEN, "damage checkpoint files before `attempt` selects one", ("atomicity", "continuity"),
           how=Field(STR, required=True, choices=CORRUPTIONS),
@@ -411,7 +423,7 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
     if step is not None and step > cfg.total_steps:
         raise PlanError(f"fault {fid}: field 'step'={step} is beyond total_steps={cfg.total_steps}; "
                         f"use a step in 1..{cfg.total_steps}")
-    if kind.where == IN_RANK and step is not None and step < 1:
+    if kind.where in (IN_RANK, FOREIGN) and step is not None and step < 1:
         raise PlanError(f"fault {fid}: field 'step'={step}: updates are numbered from 1")
     point = fault.get("point", fp.STEP_START)
     needs_save = point in fp.SAVE_POINTS or fault["kind"] in ("torn_write", "crash_op")

@@ -3,6 +3,7 @@
 ``warm``     forks ranks from a fork server that already imported torch (default; fast)
 ``spawn``    fresh interpreters ``python -m harness.rank`` (slow, nothing shared)
 ``torchrun`` the real elastic agent; see ``harness.torchrun`` (it owns restarts itself)
+``cmd``      a user's own command per rank, torchrun's environment contract (CmdLauncher)
 
 Every attempt is one process group, so one killpg takes the whole attempt; every
 rank also has a parent-death signal, so a dead harness leaves nothing behind.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -21,9 +23,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainwreck.harness.procs import signal_group, signal_pid
+from trainwreck.harness.cmdfaults import corrupt_before
+from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
-from trainwreck.harness.store import Rendezvous
+from trainwreck.harness.store import HarnessStore, Rendezvous
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDir
 
@@ -280,6 +283,79 @@ class SpawnLauncher:
         pass
 
 
+# ----- cmd: a user's own command, once per rank -------------------------------------
+
+
+class CmdLauncher:
+    """Starts the user's command once per rank with torchrun's environment contract, so an
+    unmodified torchrun script runs as it would under torchrun. A loopback store in the
+    harness plays the elastic agent's store (TORCHELASTIC_USE_AGENT_STORE): every rank's
+    env:// rendezvous connects to it as a client, so no rank listens on a port of its own.
+    env:// adds no per-attempt prefix (torch expects a new agent store per restart), so
+    each attempt gets a new store, not the job's: reused keys break the next attempt."""
+
+    name = "cmd"
+
+    def __init__(self, command: str, plan: list[dict[str, Any]] | None = None, ckpt_dir: str = "checkpoints") -> None:
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise ValueError("--cmd is empty; give the command that trains one rank, e.g. --cmd 'python train.py'")
+        self.plan, self.ckpt_dir = plan or [], ckpt_dir
+
+    def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
+        corrupt_before(run_dir, self.ckpt_dir, self.plan, attempt)  # the previous attempt is reaped by now
+        store = HarnessStore()
+        rdzv = store.rendezvous(attempt)
+        procs: list[subprocess.Popen[bytes]] = []
+        parent = os.getpid()
+        try:
+            for rank in range(world_size):
+                with open(RunDir(run_dir).rank_log(attempt, rank), "ab") as log:
+                    procs.append(subprocess.Popen(
+                        self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        env=cmd_env(run_dir, attempt, rank, world_size, rdzv),
+                        preexec_fn=lambda: set_parent_death_signal(parent),
+                        **_process_group(procs[0].pid if procs else 0)))
+        except BaseException:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+            store.close()
+            raise
+        return CmdAttempt(attempt, world_size, procs, store)
+
+    def close(self) -> None:
+        pass
+
+
+class CmdAttempt(SpawnAttempt):
+    """A --cmd attempt: its ranks, and the store they rendezvous on (closed once they are reaped)."""
+
+    def __init__(self, attempt: int, world_size: int, procs: list[subprocess.Popen[bytes]],
+                 store: HarnessStore) -> None:
+        super().__init__(attempt, world_size, procs)
+        self.store = store
+
+    def reap(self, timeout_s: float) -> dict[int, int | None]:
+        codes = super().reap(timeout_s)
+        self.store.close()
+        return codes
+
+
+def cmd_env(run_dir: Path, attempt: int, rank: int, world_size: int, rdzv: Rendezvous) -> dict[str, str]:
+    """What torchrun gives a worker (single host), plus where the probe writes."""
+    env = _child_env()
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world_size), "MASTER_ADDR": rdzv.host, "MASTER_PORT": str(rdzv.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": str(attempt),
+        "TORCHELASTIC_RUN_ID": rdzv.prefix.split("/")[0],
+        "TRAINWRECK_RUN_DIR": str(Path(run_dir).absolute()), "TRAINWRECK_ATTEMPT": str(attempt),
+    })
+    return env
+
+
 def _process_group(pgid: int) -> dict[str, Any]:
     """Popen arguments that put the child into process group `pgid` (0: a new group it leads)."""
     if sys.version_info >= (3, 11):
@@ -306,7 +382,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def get_launcher(name: str) -> Launcher:
+def get_launcher(name: str, command: str | None = None, plan: list[dict[str, Any]] | None = None,
+                 ckpt_dir: str = "checkpoints") -> Launcher:
+    if name == "cmd":
+        if command is None:
+            raise ValueError("launcher 'cmd' needs the command to run (trainwreck run --cmd ...)")
+        return CmdLauncher(command, plan, ckpt_dir)
     if name == "warm":
         return WarmLauncher()
     if name == "spawn":

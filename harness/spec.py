@@ -11,7 +11,7 @@ from typing import Any
 
 from trainwreck.trainer.config import ConfigError, InputError, TrainConfig
 
-LAUNCHERS = ("warm", "spawn", "torchrun")
+LAUNCHERS = ("warm", "spawn", "torchrun", "cmd")
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 
 
@@ -51,6 +51,11 @@ class JobSpec:
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
     """Which hang watchdog supervises: 'reference', or a planted defect from harness/watchdogs.py (self-tests)."""
+    command: str | None = None
+    """launcher 'cmd': the user's command line, started once per rank with torchrun's environment
+    (harness/launchers.py CmdLauncher); its trainer writes the run format through the probe."""
+    ckpt_dir: str = "checkpoints"
+    """launcher 'cmd': the command's checkpoint directory, relative to the run directory (corrupt faults damage its newest entry)."""
     scenario: dict[str, Any] | None = None
     """The built-in scenario this job runs (name, summary, question, threatens), recorded in
     run.json so a report can quote it without knowing where the job came from."""
@@ -77,6 +82,9 @@ class JobSpec:
                 "--nproc-per-node, so the world size cannot change between attempts; "
                 "use launcher 'warm' or 'spawn' for a world-size schedule"
             )
+        if (self.launcher == "cmd") != (self.command is not None):
+            raise SpecError("launcher 'cmd' and command go together: give both (trainwreck run --cmd \"python train.py\") "
+                            "or neither")
         for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "poll_interval_s"):
             value = getattr(self, name)
             # inf: a hang would never be declared and the run never end; nan passes no bound.
@@ -110,11 +118,26 @@ class JobSpec:
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
         # Every fault is checked against this job (kinds, fields, ranks, steps) before any
         # process starts; the external ones also by the injector the harness will run.
-        from trainwreck.faults.external import ExternalFaults
+        from trainwreck.faults.external import EXTERNAL_KINDS, ExternalFaults
         from trainwreck.faults.plan import PlanError, validate_plan
         try:
             ExternalFaults(self.plan)
-            if self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
+            if self.command is not None:  # a user's command has no fault points the harness can reach
+                inrank = [f.get("id") for f in self.plan if f.get("kind") not in (*EXTERNAL_KINDS, "corrupt")]
+                if inrank:
+                    raise PlanError(f"fault(s) {inrank}: a --cmd run takes only faults the harness applies "
+                                    f"from outside ({', '.join(EXTERNAL_KINDS)}, corrupt); remove the others")
+                if Path(self.ckpt_dir).is_absolute() or ".." in Path(self.ckpt_dir).parts:
+                    raise PlanError(f"ckpt_dir={self.ckpt_dir!r} must be a path inside the run directory, "
+                                    "e.g. 'checkpoints'")
+                from trainwreck.harness.cmdfaults import check_corrupt_fault
+                for fault in self.plan:
+                    if fault.get("kind") == "corrupt":
+                        try:
+                            check_corrupt_fault(fault)
+                        except ValueError as exc:
+                            raise PlanError(str(exc)) from None
+            elif self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
                 validate_plan(self.plan, self.config, sizes)
         except PlanError as exc:
             raise SpecError(str(exc)) from None

@@ -97,7 +97,7 @@ class Supervisor(JobSupervisor):
     def supervise(self) -> str:
         spec = self.spec
         store = HarnessStore()
-        launcher = get_launcher(spec.launcher)
+        launcher = get_launcher(spec.launcher, command=spec.command, plan=spec.plan, ckpt_dir=spec.ckpt_dir)
         try:
             stalled, at_last_restart = 0, newest_committed_step(self.run_dir)
             while True:

@@ -11,12 +11,10 @@ import torch.distributed as dist
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.defects import DEFECTS
-from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.launch import RankContext, init_process_group, pick_device
 from trainwreck.trainer.loop import Trainer, resolve_backend
-from trainwreck.trainer.progress import ProgressBoard
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.probe import Probe
 
 VARIANTS: dict[str, type[Trainer]] = {"reference": Trainer, **DEFECTS}
 """TrainConfig.variant -> the Trainer class that runs it."""
@@ -35,18 +33,14 @@ def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> 
     if device.type == "cpu":
         torch.set_num_threads(1)  # every rank shares the same few cores
     hooks = hooks or NoHooks()
-    events = EventLog(RunDir(ctx.run_dir).rank_events(ctx.attempt, ctx.rank, os.getpid()),
-                      attempt=ctx.attempt, rank=ctx.rank, world_size=ctx.world_size)
-    progress = ProgressBoard(ctx.run_dir, ctx.attempt, ctx.rank)
+    probe = Probe(ctx.run_dir, ctx.rank, ctx.world_size, ctx.attempt, hooks)
     try:
-        events.emit("start", pid=os.getpid())
-        progress.publish(0, "start")
-        hooks.bind(events, ctx.rank, ctx.world_size, ctx.attempt)
+        probe.start()
+        hooks.bind(probe.events, ctx.rank, ctx.world_size, ctx.attempt)
         init_process_group(ctx, resolve_backend(cfg, device))
         try:
-            trainer_class(cfg.variant)(ctx, cfg, device, events, progress, hooks).train()
+            trainer_class(cfg.variant)(ctx, cfg, device, probe, hooks).train()
         finally:
             dist.destroy_process_group()
     finally:
-        events.close()
-        progress.close()
+        probe.close()

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # typing only: the trainer does not depend on these at run time
-    import torch
-
     from trainwreck.trainer.events import EventLog
+    from trainwreck.trainer.gradsync import CommHook
     from trainwreck.trainer.storage import Storage
 
 # Points in the train loop; each fires before the named work of update `step`.
@@ -56,8 +55,9 @@ class Hooks(Protocol):
     def wrap_storage(self, storage: Storage) -> Storage:
         """Return the storage the checkpoint store should use (storage faults wrap it)."""
 
-    def on_model(self, model: torch.nn.Module) -> None:
-        """The DDP model exists (communication hooks are registered here)."""
+    def wrap_comm_hook(self, hook: CommHook) -> CommHook:
+        """Return the DDP communication hook to register (communication faults wrap the
+        trainer's own reduction, so a faulty rank still runs the same collectives)."""
 
 
 class NoHooks:
@@ -72,5 +72,5 @@ class NoHooks:
     def wrap_storage(self, storage: Storage) -> Storage:
         return storage
 
-    def on_model(self, model: torch.nn.Module) -> None:
-        pass
+    def wrap_comm_hook(self, hook: CommHook) -> CommHook:
+        return hook

@@ -15,6 +15,7 @@ import torch
 import torch._dynamo  # noqa: F401  DDP imports it lazily (~2 s); a warm parent pays it once for all forks
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.async_ckpt import AsyncCheckpointer
@@ -22,12 +23,12 @@ from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, F
     Verified, from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
-from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.gradsync import per_parameter_allreduce
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
 from trainwreck.trainer.parallel import build_state, full_state_digest, no_sync, wrap
-from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 from trainwreck.trainer.sharded import check_parallelism, decode_sharded, load_shards, save_sharded
@@ -67,10 +68,15 @@ class Trainer:
     async_writer_class: type[AsyncCheckpointer] = AsyncCheckpointer
     sampler_class: type[ElasticSampler] = ElasticSampler
 
-    def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, events: EventLog,
-                 progress: ProgressBoard, hooks: Hooks) -> None:
+    def __init__(self, ctx: RankContext, cfg: TrainConfig, device: torch.device, probe: Probe,
+                 hooks: Hooks) -> None:
         self.ctx, self.cfg, self.device = ctx, cfg, device
-        self.events, self.progress, self.hooks = events, progress, hooks
+        # Every event and progress record goes through the probe, the run format's one writer;
+        # the checkpoint store and planted defects write their events through its log.
+        self.probe, self.hooks = probe, hooks
+        if probe.events is None or probe.progress is None:
+            raise ValueError("the reference trainer needs an enabled probe: build it with a run directory")
+        self.events, self.progress = probe.events, probe.progress
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.identity = cfg.identity()
         self.dataset = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
@@ -78,22 +84,23 @@ class Trainer:
         self.amp = amp_dtype(cfg, device)
         self.state = self._fresh_state()
         self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
-        hooks.on_model(self.ddp)
+        if isinstance(self.ddp, DistributedDataParallel):
+            self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
         self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
         raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root))
-        storage = Heartbeat(raw_storage, lambda: progress.publish(self.state.step, "checkpoint"))
-        self.checkpoints = self.store_class(storage, events, hooks, cfg.keep_last)
+        storage = Heartbeat(raw_storage, lambda: probe.phase(self.state.step, "checkpoint"))
+        self.checkpoints = self.store_class(storage, self.events, hooks, cfg.keep_last)
         # The background writer's progress is the rank's only while the training thread
         # waits for it: a training thread that hangs must not look alive because a persist moves.
         persist_storage = Heartbeat(raw_storage, self._beat_while_waiting_for_persist)
-        self.async_writer = (self.async_writer_class(self.store_class(persist_storage, events, hooks, cfg.keep_last))
+        self.async_writer = (self.async_writer_class(self.store_class(persist_storage, self.events, hooks, cfg.keep_last))
                              if cfg.ckpt_mode == "async" else None)
         self._last_save_seconds = 0.0
         self._digest, self._digest_step = "", -1
 
     def _beat_while_waiting_for_persist(self) -> None:
         if self.async_writer is not None and self.async_writer.waiting:
-            self.progress.publish(self.state.step, "checkpoint")
+            self.probe.phase(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
         return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
@@ -109,48 +116,47 @@ class Trainer:
             if self.cfg.saves_after(step):
                 self.save(step)
         if self.async_writer is not None:
-            self.progress.publish(self.state.step, "checkpoint")
+            self.probe.phase(self.state.step, "checkpoint")
             self.async_writer.wait()  # done means the last checkpoint is committed
-        self.progress.publish(self.state.step, "done")
+        self.probe.phase(self.state.step, "done")
         if self.ctx.standalone and self.rank == 0:
-            self.events.emit("end", status="completed", final_step=self.state.step)
+            self.probe.emit("end", status="completed", final_step=self.state.step)
 
     def train_step(self, step: int) -> None:
         timer = PhaseTimer()
-        self.progress.publish(step, "start")
-        self.hooks.point(fp.STEP_START, step)
+        self.probe.phase(step, "start")
+        self.probe.point(fp.STEP_START, step)
 
-        self.progress.publish(step, "data")
+        self.probe.phase(step, "data")
         epoch, global_ids = self.sampler.next_global_batch()
         ids = self.shard(global_ids)
         x, y = (t.to(self.device) for t in self.dataset.batch(ids))
         if self.cfg.instrument:
-            self.events.emit("batch", step=step, epoch=epoch, samples=ids.tolist())
+            self.probe.batch(step, epoch, ids.tolist())
         timer.mark("data")
-        self.hooks.point(fp.AFTER_DATA, step)
+        self.probe.point(fp.AFTER_DATA, step)
 
         loss_sum = self.forward_backward(step, x, y, ids.to(self.device), len(global_ids), timer)
-        self.hooks.point(fp.AFTER_BACKWARD, step, model=self.ddp)
+        self.probe.point(fp.AFTER_BACKWARD, step, model=self.ddp)
 
         loss = None
         if self.cfg.instrument:
-            self.progress.publish(step, "sync")
+            self.probe.phase(step, "sync")
             loss = self.global_mean(loss_sum, len(global_ids))
             timer.mark("sync")
 
-        self.progress.publish(step, "optimizer")
+        self.probe.phase(step, "optimizer")
         self.optimizer_step()
         self.state.step = step
         timer.mark("optimizer")
-        self.hooks.point(fp.AFTER_OPTIMIZER, step)
+        self.probe.point(fp.AFTER_OPTIMIZER, step)
 
         if self.cfg.instrument:
             timer.seconds["checkpoint"] = self._last_save_seconds
-            self.events.emit("step", step=step, loss=loss, digest=self.digest(),
-                             lr=self.state.scheduler.get_last_lr()[0],
-                             phases={k: round(v, 6) for k, v in timer.seconds.items()})
+            self.probe.step(step, loss, self.digest(), lr=self.state.scheduler.get_last_lr()[0],
+                            phases={k: round(v, 6) for k, v in timer.seconds.items()})
         self._last_save_seconds = 0.0
-        self.events.flush()
+        self.probe.flush()
 
     def shard(self, global_ids: torch.Tensor) -> torch.Tensor:
         """This rank's sample ids of a global batch (a seam: planted defects override it)."""
@@ -159,7 +165,7 @@ class Trainer:
     def forward_backward(self, step: int, x: torch.Tensor, y: torch.Tensor, ids: torch.Tensor,
                          n_global: int, timer: PhaseTimer) -> torch.Tensor:
         """Sum of per-sample losses on this rank; gradients end up as the global-batch mean."""
-        self.progress.publish(step, "forward")
+        self.probe.phase(step, "forward")
         noise_key = draw_noise_key()
         # DDP averages over ranks; scaling the local sum by world/n_global makes the
         # result the mean over the whole global batch, however it is partitioned.
@@ -175,8 +181,8 @@ class Trainer:
                 loss = F.cross_entropy(logits.float(), my, reduction="sum")
                 timer.mark("forward")
                 if last:
-                    self.hooks.point(fp.AFTER_FORWARD, step)
-                    self.progress.publish(step, "backward")
+                    self.probe.point(fp.AFTER_FORWARD, step)
+                    self.probe.phase(step, "backward")
                 scaled = loss * scale
                 (self.state.scaler.scale(scaled) if self.state.scaler else scaled).backward()
                 timer.mark("backward")
@@ -205,19 +211,19 @@ class Trainer:
             save_sharded(self, step)  # every rank writes its shards (trainer/sharded.py)
             return
         started = time.perf_counter()
-        self.progress.publish(step, "checkpoint_wait")
+        self.probe.phase(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
         dist.all_gather_object(rngs, capture_rng(cuda=self.device.type == "cuda"))
         if self.rank == 0:
-            self.progress.publish(step, "checkpoint")  # only the writer; storage ops republish it
+            self.probe.phase(step, "checkpoint")  # only the writer; storage ops republish it
             files = self.checkpoint_files(rngs)
             meta = checkpoint_meta(self.world_size, self.identity, self.digest(), self.ctx.attempt)
             if self.async_writer is not None:
                 self.async_writer.submit(step, files, meta)  # the step pays for the snapshot only
             else:
                 self.checkpoints.save(step, files, meta)
-            self.progress.publish(step, "checkpoint_wait")
-        self.hooks.point(fp.SAVE_WAIT, step)
+            self.probe.phase(step, "checkpoint_wait")
+        self.probe.point(fp.SAVE_WAIT, step)
         # Nobody runs ahead of a save: a crash inside it must find every rank in this phase.
         dist.barrier()
         self._last_save_seconds = time.perf_counter() - started
@@ -266,7 +272,7 @@ class Trainer:
         self.load(verified)
         if self.rank == 0:
             self.checkpoints.announce_if_unannounced(verified)
-        self.events.emit("restore", step=self.state.step, checkpoint=name, digest=self.digest())
+        self.probe.restore(self.state.step, name, self.digest())
 
     def load(self, verified: Verified) -> None:
         payloads = verified.payloads or self.decode(verified)

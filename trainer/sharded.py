@@ -26,9 +26,8 @@ from trainwreck.trainer.checkpoint import (CheckpointRejected, IncompatibleCheck
 from trainwreck.trainer.checkpoint import CheckpointStore
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.sampler import ElasticSampler
 from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta
 
@@ -46,8 +45,7 @@ class Trainer(Protocol):
     identity: str
     state: TrainState
     sampler: ElasticSampler
-    progress: ProgressBoard
-    hooks: Hooks
+    probe: Probe
     checkpoints: CheckpointStore
     checkpoint_root: Path
     _last_save_seconds: float
@@ -108,7 +106,7 @@ def save_sharded(trainer: Trainer, step: int) -> None:
     """Every rank writes its shards; rank 0 commits only after all are durable (see module doc)."""
     started = time.perf_counter()
     t = trainer
-    t.progress.publish(step, "checkpoint_wait")
+    t.probe.phase(step, "checkpoint_wait")
     digest = t.digest()  # a collective for FSDP: every rank computes it here
     rngs: list[Any] = [None] * t.world_size
     dist.all_gather_object(rngs, capture_rng(cuda=t.device.type == "cuda"))
@@ -117,7 +115,7 @@ def save_sharded(trainer: Trainer, step: int) -> None:
         t.checkpoints.storage.remove(tmp)
         t.checkpoints.storage.mkdir(tmp)
     dist.barrier()  # the staging directory exists before any rank writes into it
-    t.progress.publish(step, "checkpoint")
+    t.probe.phase(step, "checkpoint")
     write_shards(t.state, t.checkpoint_root / tmp)
     dist.barrier()  # every rank's shards are durable before anything commits them
     if t.rank == 0:
@@ -125,8 +123,8 @@ def save_sharded(trainer: Trainer, step: int) -> None:
                 "parallelism": "fsdp", "shards": t.world_size}
         stage_small_files(t, step, tmp, rngs, meta)
         t.checkpoints.commit(step, tmp, meta, started)
-        t.progress.publish(step, "checkpoint_wait")
-    t.hooks.point(fp.SAVE_WAIT, step)
+        t.probe.phase(step, "checkpoint_wait")
+    t.probe.point(fp.SAVE_WAIT, step)
     dist.barrier()  # nobody runs ahead of a save, as for DDP
     t._last_save_seconds = time.perf_counter() - started
 

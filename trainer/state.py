@@ -63,11 +63,16 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
 
 def state_digest(state: TrainState) -> str:
     """sha256 of parameters and optimizer state, in a fixed order: equal states, equal digests."""
+    return model_optimizer_digest(state.model, state.optimizer)
+
+
+def model_optimizer_digest(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str:
+    """The digest rule (the probe's `state_digest` uses it too, so every trainer agrees)."""
     h = hashlib.sha256()
-    for key, tensor in state.model.state_dict().items():
+    for key, tensor in model.state_dict().items():
         h.update(key.encode())
         h.update(_tensor_bytes(tensor))
-    opt_state = state.optimizer.state_dict()["state"]
+    opt_state = optimizer.state_dict()["state"] if optimizer is not None else {}
     for index in sorted(opt_state):
         for key in sorted(opt_state[index]):
             value = opt_state[index][key]

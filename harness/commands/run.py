@@ -31,9 +31,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="override one config field (repeatable), e.g. --set width=64")
     parser.add_argument("--out", type=Path, help="run directory (default: ./trainwreck-out/run-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
+                                      "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+    parser.add_argument("--ckpt-dir", default="checkpoints",
+                        help="--cmd: the command's checkpoint directory, relative to the run directory "
+                             "(corrupt faults damage its newest entry; default checkpoints)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.cmd is not None:
+        return main_cmd(args)
     try:
         scenario = build_scenario(args)
         out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -94,3 +101,34 @@ def print_result(judged: JudgedRun, as_json: bool) -> None:
           f"{judged.record.wall_s:.1f}s)")
     print(f"run directory: {judged.record.run_dir}")
     print(f"reproduce: {judged.reproduce}")
+
+
+CMD_HANG_TIMEOUT_S = 30.0
+"""--cmd's default --hang-timeout (seconds)."""
+
+
+def main_cmd(args: argparse.Namespace) -> int:
+    """`--cmd`: the user's command per rank, judged against its own golden run."""
+    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.rundir import check_out_dir
+    from trainwreck.harness.spec import JobSpec
+    from trainwreck.trainer.config import TrainConfig
+
+    try:
+        if args.scenario or args.total_steps is not None or args.backend:
+            raise ValueError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "
+                             "itself sets the steps, the backend and the rest")
+        scenario = build_scenario(args)
+        out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
+        spec = JobSpec(config=TrainConfig(), world_sizes=scenario.world_sizes, plan=list(scenario.plan),
+                       # A foreign trainer imports its framework after its first progress
+                       # record; the built-in scenarios' few seconds are for the warm reference.
+                       hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
+                       launcher="cmd", command=args.cmd, ckpt_dir=args.ckpt_dir, run_dir=out,
+                       keep=True)
+    except (ValueError, KeyError, SpecError, OSError) as exc:
+        print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    judged = run_cmd_judged(spec)
+    print_result(judged, args.json)
+    return judged.exit_code

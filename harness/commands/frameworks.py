@@ -1,0 +1,63 @@
+"""trainwreck frameworks [--json] [--out DIR] [--frameworks A,B] [--scenarios A,B]: judge real trainers.
+
+Frameworks x scenarios (harness/frameworks.py): each run judged by every invariant against the
+framework's golden run, a report per run, and a casebook (OUT/index.html). A framework whose extra
+is not installed gets rows saying how to install it, valid "unknown". Exit per DESIGN: 0 every
+row valid, 1 a row invalid, 2 a row not judged (and none invalid) or bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from trainwreck.invariants.verdict import exit_code, verdict_word
+from trainwreck.trainer.config import InputError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/frameworks-TIMESTAMP)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON list, one row per run: framework, scenario, valid, invalid, report")
+    parser.add_argument("--frameworks", help="comma-separated framework names instead of all of them")
+    parser.add_argument("--scenarios", help="comma-separated scenario names instead of all of them")
+
+
+def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
+    """--option a,b -> ['a', 'b'], each checked against `known`; None: all of them."""
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in known:
+            raise InputError(f"{option} {name!r} is unknown; choose from {', '.join(known)}")
+    if not names:
+        raise InputError(f"{option} is empty; give comma-separated names from {', '.join(known)}")
+    return names
+
+
+def main(args: argparse.Namespace) -> int:
+    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, Row, default_launcher, rows_json,
+                                               run_table, table_validity)
+    from trainwreck.harness.report.casebook import render_casebook
+
+    frameworks = pick(args.frameworks, list(FRAMEWORKS), "--frameworks")
+    scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP], "--scenarios")
+    out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def progress(row: Row) -> None:
+        if not args.json:
+            why = f"invalid: {', '.join(row.invalid)}" if row.invalid else row.reason
+            print(f"{verdict_word(row.valid):<8} {row.framework:<11} {row.scenario:<28} {why}", flush=True)
+
+    rows = run_table(out, default_launcher(), frameworks, scenarios, progress)
+    reports = [Path(r.report).parent.parent for r in rows if r.report]
+    casebook = render_casebook(out, reports, "trainwreck frameworks") if reports else None
+    if args.json:
+        print(json.dumps(rows_json(rows), indent=1))
+    else:
+        print(f"\n{verdict_word(table_validity(rows))}: {len(rows)} run(s)"
+              + (f"; casebook: {casebook}" if casebook else ""))
+    return exit_code(table_validity(rows))

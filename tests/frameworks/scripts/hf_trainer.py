@@ -1,0 +1,44 @@
+"""A Hugging Face Trainer job (tiny GPT-2 from config, offline) instrumented by trainwreck's
+HF adapter: `trainwreck run --cmd "python hf_trainer.py" --world-sizes 2`."""
+import argparse
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
+from transformers.trainer_utils import get_last_checkpoint
+
+from trainwreck.trainer.frameworks.hf import TrainwreckHF
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--run-dir"), parser.add_argument("--total-steps", type=int, default=12)
+parser.add_argument("--save-steps", type=int, default=3)
+cli = parser.parse_args()
+
+
+class Tokens(torch.utils.data.Dataset):
+    """64 fixed random token sequences (the same on every rank)."""
+
+    def __init__(self) -> None:
+        self.ids = torch.randint(0, 64, (64, 16), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+tw = TrainwreckHF.from_env(cli.run_dir)
+args = TrainingArguments(
+    output_dir=tw.checkpoint_dir(), max_steps=cli.total_steps, per_device_train_batch_size=4,
+    save_strategy="steps", save_steps=cli.save_steps, logging_strategy="no", report_to=[], use_cpu=True,
+    ddp_backend="gloo", dataloader_drop_last=True, seed=0, disable_tqdm=True, learning_rate=1e-3)
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+trainer = Trainer(model=model, args=args, train_dataset=tw.dataset(Tokens()),
+                  data_collator=tw.collator(default_data_collator), callbacks=[tw.callback()])
+last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+trainer.train(resume_from_checkpoint=last)

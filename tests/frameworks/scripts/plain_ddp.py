@@ -1,0 +1,75 @@
+"""A plain torchrun DDP script instrumented with the trainwreck probe (docs/FRAMEWORKS.md).
+
+    torchrun --nproc-per-node 2 plain_ddp.py --run-dir RUN      # on its own
+    trainwreck run --cmd "python plain_ddp.py" --world-sizes 2   # under the harness
+
+Checkpoints: rank 0 writes one file, atomically (tmp, fsync, rename), named by its sha256;
+a resume verifies that checksum, loads weights-only, and falls back to the previous file."""
+import argparse, hashlib, io, os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainwreck.trainer.probe import Probe, state_digest
+
+p = argparse.ArgumentParser()
+p.add_argument("--run-dir"), p.add_argument("--ckpt-dir", default="checkpoints")
+p.add_argument("--total-steps", type=int, default=12), p.add_argument("--save-every", type=int, default=3)
+args = p.parse_args()
+N, B, T = 64, 8, args.total_steps                              # dataset size, global batch, updates
+
+probe = Probe.from_env(args.run_dir)                           # 1. the probe (a no-op without a run dir)
+probe.write_run_json(dataset_size=N, global_batch=B, drop_last=True, total_steps=T)   # 2.
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+probe.start()                                                  # 3.
+torch.manual_seed(0)
+X = torch.randn(N, 4)
+Y = (X.sum(1) > 0).long()
+model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+ddp = DDP(model)
+ckpts = Path(probe.run_dir or ".") / args.ckpt_dir
+ckpts.mkdir(parents=True, exist_ok=True)
+
+done = 0
+for path in sorted(ckpts.glob("ckpt-*.pt"), reverse=True):    # newest first; a bad one is skipped
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest()[:16] != path.stem.split("-")[2]:
+        probe.reject(path.name, "checksum mismatch")           # 4.
+        continue
+    state = torch.load(io.BytesIO(data), weights_only=True)
+    model.load_state_dict(state["model"]), opt.load_state_dict(state["opt"])
+    done = state["step"]
+    probe.restore(done, path.name, state_digest(model, opt))   # 5.
+    break
+
+for step in range(done + 1, T + 1):
+    epoch, index = divmod(step - 1, N // B)
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(epoch))
+    ids = order[index * B:(index + 1) * B][rank * B // world:(rank + 1) * B // world]
+    probe.batch(step, epoch, ids)                              # 6.
+    loss = F.cross_entropy(ddp(X[ids]), Y[ids], reduction="sum")
+    (loss * world / B).backward()                              # DDP's mean over ranks: the global-batch mean
+    opt.step(), opt.zero_grad()
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    digest = state_digest(model, opt)
+    probe.step(step, total.item() / B, digest)                 # 7.
+    if step % args.save_every == 0 and rank == 0:               # rank 0 writes all of it
+        buf = io.BytesIO()
+        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, buf)
+        name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
+        tmp = ckpts / f".{name}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(buf.getvalue()), f.flush(), os.fsync(f.fileno())
+        os.replace(tmp, ckpts / name)
+        fd = os.open(ckpts, os.O_RDONLY); os.fsync(fd); os.close(fd)   # the rename is durable
+        probe.commit(step, name, digest)                       # 8. only now: `save`
+probe.phase(T, "done"), probe.end(T)                           # 9.
+dist.barrier()                                                 # nobody tears gloo down under a peer
+dist.destroy_process_group()
+probe.close()                                                  # 10.

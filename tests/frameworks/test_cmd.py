@@ -1,0 +1,130 @@
+"""`trainwreck run --cmd`: a plain torchrun DDP script (tests/frameworks/scripts/plain_ddp.py)
+judged like the reference trainer, and commands that break the contract judged "unknown"."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.harness.cmd import run_cmd_judged
+from trainwreck.harness.spec import JobSpec
+from trainwreck.invariants.verdict import UNKNOWN
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.rundir import iter_events
+
+PLAIN = Path(__file__).parent / "scripts" / "plain_ddp.py"
+PYTHON = sys.executable
+# Kill tests run long enough that a kill at step 8 lands mid-run: the harness polls progress,
+# and the tiny script runs a dozen updates between two polls on an idle machine.
+LONG = f"{PYTHON} {PLAIN} --total-steps 60"
+
+
+def cmd_spec(command: str, out: Path, plan: list[dict[str, Any]] | None = None) -> JobSpec:
+    return JobSpec(config=TrainConfig(), world_sizes=(2,), plan=plan or [], hang_timeout_s=30.0, launcher="cmd",
+                   command=command, run_dir=out, keep=True)
+
+
+def test_a_plain_ddp_scripts_uninterrupted_run_is_judged_valid(tmp_path: Path, golden_cache: Path) -> None:
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run"), golden_cache=golden_cache)
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+    steps = {(e["rank"], e["step"]) for e in iter_events(judged.record.run_dir) if e["kind"] == "step"}
+    assert steps == {(r, s) for r in range(2) for s in range(1, 13)}
+
+
+def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_judged_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
+    plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
+    judged = run_cmd_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
+    assert {"attempt": 0, "rank": 1, "code": -9}.items() <= next(
+        e for e in events if e["kind"] == "exit" and e["rank"] == 1 and e["attempt"] == 0).items()
+    restores = [e for e in events if e["kind"] == "restore"]
+    # The kill lands at step 8 or a little later (the harness polls): the resume point is
+    # whatever attempt 0 saved last, at least step 6, and not its final state.
+    newest = max(e["step"] for e in events if e["kind"] == "save" and e["attempt"] == 0)
+    assert 6 <= newest < 60
+    assert sorted((e["attempt"], e["rank"], e["step"]) for e in restores) == [(1, 0, newest), (1, 1, newest)]
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+
+
+IGNORES_WORLD = """
+    import os
+    from trainwreck.trainer.probe import Probe
+    # Builds its probe by hand as a lone rank, whatever the harness said.
+    probe = Probe(os.environ["TRAINWRECK_RUN_DIR"], rank=0, world_size=1, attempt=int(os.environ["TRAINWRECK_ATTEMPT"]))
+    probe.write_run_json(dataset_size=4, global_batch=2, drop_last=True, total_steps=2)
+    probe.start()
+    for step in (1, 2):
+        probe.batch(step, 0, [2 * step - 2, 2 * step - 1])
+        probe.step(step, 0.5, "d")
+    probe.close()
+"""
+BREAKS_CONTRACT = """
+    from trainwreck.trainer.probe import Probe
+    probe = Probe.from_env()
+    probe.write_run_json(dataset_size=4, global_batch=2, drop_last=True, total_steps=2)
+    probe.start()
+    probe.emit("batch", step=1, epoch=0, samples="all of them")
+    probe.emit("step", step="one", loss=0.5)
+    probe.close()
+"""
+
+
+@pytest.mark.parametrize("case, script, reason", [
+    ("exits at once", "raise SystemExit(3)", "the command wrote no events (exit codes by attempt and rank {'a0r0': "),
+    ("never writes events", "print('training...')", "the command wrote no events"),
+    ("ignores the world size", IGNORES_WORLD, "ignores torchrun's RANK/WORLD_SIZE"),
+    ("breaks the event contract", BREAKS_CONTRACT, "cannot be judged"),
+])
+def test_a_command_that_breaks_the_contract_is_judged_unknown_with_the_reason(
+        tmp_path: Path, golden_cache: Path, case: str, script: str, reason: str) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(script))
+    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {path}", tmp_path / "run"), golden_cache=golden_cache)
+    assert judged.judgement.valid == UNKNOWN and judged.exit_code == 2
+    assert any(reason in note for note in judged.judgement.notes), (case, judged.judgement.notes)
+    if case == "exits at once":
+        assert ": 3" in judged.judgement.notes[0]
+
+
+def test_the_cli_exits_2_for_a_command_that_writes_no_events(tmp_path: Path, golden_cache: Path) -> None:
+    env = {**os.environ, "TRAINWRECK_GOLDEN_CACHE": str(golden_cache)}
+    result = subprocess.run([PYTHON, "-m", "trainwreck.harness.cli", "run", "--cmd", f"{PYTHON} -c pass",
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "wrote no events" in result.stdout and "overall: UNKNOWN" in result.stdout
+
+
+def test_cmd_refuses_reference_trainer_options_with_the_fix(tmp_path: Path) -> None:
+    result = subprocess.run([PYTHON, "-m", "trainwreck.harness.cli", "run", "--cmd", "python t.py", "--total-steps",
+                             "5", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--cmd takes --plan, --world-sizes" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_run_stays_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
+    plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8},
+            {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}]
+    judged = run_cmd_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    corrupt = next(e for e in events if e["kind"] == "fault" and e["fault_id"] == "c1")
+    newest = max((e for e in events if e["kind"] == "save" and e["attempt"] == 0), key=lambda e: e["step"])
+    assert corrupt["checkpoint"] == newest["checkpoint"] and corrupt["attempt"] == 1
+    rejects = [e["checkpoint"] for e in events if e["kind"] == "reject" and e["attempt"] == 1]
+    assert rejects == [newest["checkpoint"]] * 2  # both ranks verify and skip it
+    assert {e["step"] for e in events if e["kind"] == "restore" and e["attempt"] == 1} == {newest["step"] - 3}
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+
+
+def test_a_corrupt_fault_before_the_first_attempt_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from trainwreck.harness.spec import SpecError
+
+    with pytest.raises(SpecError, match="'attempt'=0"):
+        cmd_spec("python t.py", tmp_path / "run", [{"id": "c1", "kind": "corrupt", "attempt": 0}])

@@ -1,0 +1,145 @@
+"""The probe, the run format's one writer: what it writes, when it stays silent, and the
+collective `save` that is only reported once every rank's part is durable."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainwreck.trainer.probe import Probe, ProbeError, state_digest
+from trainwreck.trainer.progress import read_progress
+from trainwreck.trainer.rundir import RunDir, read_run_json
+
+
+def events_of(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(RunDir(run_dir).events.glob("a*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_a_probe_without_a_run_directory_writes_nothing_and_does_not_fail(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TRAINWRECK_RUN_DIR", "TRAINWRECK_ATTEMPT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    probe = Probe.from_env()
+    probe.start(), probe.batch(1, 0, [1, 2]), probe.step(1, 0.5, "d"), probe.write_run_json(dataset_size=4)
+    assert not probe.enabled and probe.save(1, "c", "d", durable_on_every_rank=True)
+    probe.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_from_env_takes_rank_world_and_attempt_from_the_harness_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("TRAINWRECK_ATTEMPT", "3")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with Probe.from_env() as probe:
+        probe.start()
+        probe.batch(4, 1, torch.tensor([7, 8]))
+        probe.step(4, 0.25, "abc", lr=0.1)
+        probe.phase(4, "done")
+    events = events_of(tmp_path)
+    assert [e["kind"] for e in events] == ["start", "batch", "step"]
+    assert all((e["attempt"], e["rank"], e["world_size"]) == (3, 1, 2) for e in events)
+    assert events[1]["samples"] == [7, 8] and events[2]["lr"] == 0.1
+    board = read_progress(RunDir(tmp_path).rank_progress(3, 1))
+    assert board is not None and (board.step, board.phase) == (4, "done")
+
+
+def test_probe_events_keep_the_reference_trainers_field_order(tmp_path: Path) -> None:
+    """Golden runs and the judges' fast batch reader rely on `kind` first and these keys."""
+    with Probe(tmp_path, rank=0, world_size=1, attempt=0) as probe:
+        probe.batch(1, 0, [3])
+        probe.step(1, 1.5, "dd", lr=0.1, phases={"data": 0.0})
+    lines = next(RunDir(tmp_path).events.glob("*.jsonl")).read_text().splitlines()
+    assert lines[0].startswith('{"kind":"batch","t":')
+    assert list(json.loads(lines[0])) == ["kind", "t", "attempt", "rank", "world_size", "step", "epoch", "samples"]
+    assert list(json.loads(lines[1])) == ["kind", "t", "attempt", "rank", "world_size", "step", "loss", "digest",
+                                          "lr", "phases"]
+
+
+def test_a_rank_outside_the_world_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ProbeError, match="RANK=2 is outside WORLD_SIZE=2"):
+        Probe.from_env()
+
+
+def test_run_json_is_written_by_rank_0_once_and_needs_the_contract_fields(tmp_path: Path) -> None:
+    spec = {"dataset_size": 64, "global_batch": 8, "drop_last": True, "total_steps": 10}
+    with Probe(tmp_path, rank=1, world_size=2) as other:
+        other.write_run_json(**spec)
+    assert not RunDir(tmp_path).run_json.exists()
+    with Probe(tmp_path, rank=0, world_size=2) as probe:
+        with pytest.raises(ProbeError, match="total_steps"):
+            probe.write_run_json(dataset_size=64)
+        probe.write_run_json(**spec)
+        probe.write_run_json(**{**spec, "total_steps": 99})  # an earlier run.json wins
+    written = read_run_json(tmp_path)
+    assert written["total_steps"] == 10 and written["world_sizes"] == [2]
+
+
+def test_equal_states_give_equal_digests_and_a_wrapper_does_not_change_it() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    twin = torch.nn.Linear(3, 2)
+    twin.load_state_dict(model.state_dict())
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+    assert state_digest(model) == state_digest(twin) == state_digest(Wrapper(model))
+    model(torch.ones(1, 3)).sum().backward()
+    before = state_digest(model, optimizer)
+    optimizer.step()
+    assert state_digest(model, optimizer) != before
+    assert state_digest(model, optimizer) != state_digest(twin)
+
+
+def _save_rank(rank: int, store_path: str, run_dir: str, durable: list[bool]) -> None:
+    store = dist.FileStore(store_path, 2)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    try:
+        with Probe(run_dir, rank=rank, world_size=2) as probe:
+            for step, parts in enumerate(durable, start=1):
+                probe.save(step, f"ckpt-{step}", "d", durable_on_every_rank=parts if rank == 1 else True)
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)
+
+
+def test_save_is_reported_only_when_every_ranks_part_is_durable(tmp_path: Path) -> None:
+    """Rank 1's part is missing at step 1 and present at step 2: exactly one save, step 2, from rank 0."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_save_rank, args=(r, str(tmp_path / "store"), str(tmp_path), [False, True]))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    saves = [e for e in events_of(tmp_path) if e["kind"] == "save"]
+    assert [(e["step"], e["rank"], e["checkpoint"]) for e in saves] == [(2, 0, "ckpt-2")]
+
+
+def test_commit_reports_a_checkpoint_its_rank_wrote_alone_without_a_collective(tmp_path: Path) -> None:
+    """No process group exists here: a collective would raise, commit does not need one."""
+    with Probe(tmp_path, rank=0, world_size=2) as probe:
+        probe.commit(3, "ckpt-3", "dd")
+    assert [(e["kind"], e["step"], e["checkpoint"]) for e in events_of(tmp_path)] == [("save", 3, "ckpt-3")]

@@ -1,0 +1,210 @@
+"""The probe: the one writer side of the run format (`trainwreck-run/1`), for any trainer.
+
+The reference trainer writes every event through a Probe, and so can a user's own
+torchrun script, a Hugging Face Trainer callback or a Lightning callback: the harness
+and the checkers cannot tell them apart. A Probe owns this rank's event log, its
+progress record for the watchdog and its fault points; run.json, file names and
+attempt numbers come from trainer/rundir.py, digests from one rule (`state_digest`).
+
+Outside a harness and without a run directory, ``Probe.from_env()`` returns a disabled
+probe whose methods do nothing, so an instrumented script still trains on its own.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from trainwreck.trainer.events import FORMAT, EventLog
+from trainwreck.trainer.hooks import Hooks, NoHooks
+from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.rundir import (RunDir, ensure_writable, launcher_identity, read_run_json, standalone_attempt,
+                                       write_json_atomic)
+from trainwreck.trainer.state import model_optimizer_digest
+
+# The environment the harness gives a `--cmd` rank (beside torchrun's RANK, WORLD_SIZE, ...).
+ENV_RUN_DIR = "TRAINWRECK_RUN_DIR"
+ENV_ATTEMPT = "TRAINWRECK_ATTEMPT"
+
+
+class ProbeError(ValueError):
+    """The probe was misused or misconfigured; the message says the fix."""
+
+
+class Probe:
+    """One rank's writer of the run format. Build it with `from_env` (any trainer) or
+    directly (the reference trainer, which knows its context already)."""
+
+    def __init__(self, run_dir: str | Path | None, rank: int = 0, world_size: int = 1, attempt: int = 0,
+                 hooks: Hooks | None = None, pid: int | None = None) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.rank, self.world_size, self.attempt = rank, world_size, attempt
+        self.hooks: Hooks = hooks or NoHooks()
+        self.events: EventLog | None = None
+        self.progress: ProgressBoard | None = None
+        if self.run_dir is not None:
+            paths = RunDir(self.run_dir)
+            self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
+                                   attempt=attempt, rank=rank, world_size=world_size)
+            self.progress = ProgressBoard(self.run_dir, attempt, rank)
+
+    @classmethod
+    def from_env(cls, run_dir: str | Path | None = None, hooks: Hooks | None = None) -> Probe:
+        """torchrun's contract (RANK, WORLD_SIZE) and TRAINWRECK_RUN_DIR / TRAINWRECK_ATTEMPT
+        from the harness; the `run_dir` argument stands in when no harness set one."""
+        env = os.environ
+        chosen = env.get(ENV_RUN_DIR) or run_dir
+        rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+        if not 0 <= rank < world_size:
+            raise ProbeError(f"RANK={rank} is outside WORLD_SIZE={world_size}; launch with torchrun or trainwreck run --cmd")
+        if chosen is None:
+            return cls(None, rank, world_size)
+        root = Path(chosen)
+        ensure_writable(root)
+        if ENV_ATTEMPT in env:
+            attempt = _env_int(ENV_ATTEMPT, 0)
+        elif "RANK" in env:  # torchrun alone: every worker of one invocation agrees on the base
+            attempt = standalone_attempt(root, _env_int("TORCHELASTIC_RESTART_COUNT", 0), launcher_identity())
+        else:
+            attempt = standalone_attempt(root, 0, None)
+        return cls(root, rank, world_size, attempt, hooks)
+
+    @property
+    def enabled(self) -> bool:
+        return self.events is not None
+
+    # ----- run.json -----------------------------------------------------------------------
+
+    def write_run_json(self, **spec: Any) -> None:
+        """Rank 0 records the fields only the trainer knows: dataset_size, global_batch,
+        drop_last, total_steps (plus any extras). Under plain torchrun it writes run.json;
+        under `trainwreck run --cmd` the harness wrote one without them and they are added
+        (the harness's own fields win). Rank > 0, a disabled probe, or fields already there:
+        nothing is written."""
+        if self.run_dir is None or self.rank != 0:
+            return
+        missing = [k for k in ("dataset_size", "global_batch", "drop_last", "total_steps") if k not in spec]
+        if missing:
+            raise ProbeError(f"write_run_json needs {', '.join(missing)}; pass them as keyword arguments")
+        path = RunDir(self.run_dir).run_json
+        existing = read_run_json(self.run_dir) if path.exists() else {}
+        if "dataset_size" in existing:
+            return  # an earlier attempt wrote them; it describes the run
+        defaults = {"format": FORMAT, "hang_timeout_s": None, "world_sizes": [self.world_size], "faults": [],
+                    "launcher": "standalone"}
+        write_json_atomic(path, {**defaults, **spec, **existing})
+
+    # ----- events -------------------------------------------------------------------------
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Any event (the typed methods below are the contract's; this is for extra kinds)."""
+        if self.events is not None:
+            self.events.emit(kind, **fields)
+
+    def start(self) -> None:
+        self.emit("start", pid=os.getpid())
+        self.phase(0, "start")
+
+    def restore(self, step: int, checkpoint: str, digest: str) -> None:
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest)
+
+    def reject(self, checkpoint: str, reason: str) -> None:
+        self.emit("reject", checkpoint=checkpoint, reason=reason)
+
+    def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None:
+        if type(samples) is not list:  # a tensor or array of ids: JSON needs plain ints
+            samples = samples.tolist() if hasattr(samples, "tolist") else [int(s) for s in samples]
+        self.emit("batch", step=step, epoch=epoch, samples=samples)
+
+    def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None:
+        """Update `step` is applied. Also tells the watchdog this rank is past it."""
+        self.emit("step", step=step, loss=loss, digest=digest, **extra)
+        self.flush()
+        self.phase(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
+
+    def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool) -> bool:
+        """Collective: every rank calls it with whether its own part of the checkpoint is
+        durably written. Rank 0 emits `save` only when every rank said yes, because a
+        checkpoint with one rank's file missing is not a checkpoint. Returns that answer."""
+        everyone = all_ranks_agree(durable_on_every_rank, self.world_size)
+        if everyone and self.rank == 0:
+            self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+        return everyone
+
+    def commit(self, step: int, checkpoint: str, digest: str) -> None:
+        """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
+        is durable now: report it at once, no collective. A rank-0-only writer must use this,
+        not `save`: a peer that dies after the write would otherwise leave a durable
+        checkpoint that was never reported, which the next attempt restores anyway."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+
+    def prune(self, checkpoint: str) -> None:
+        self.emit("prune", checkpoint=checkpoint)
+
+    def end(self, final_step: int, status: str = "completed") -> None:
+        """Rank 0 of a run no harness supervises says the job is over (the harness does otherwise)."""
+        if self.rank == 0 and self.run_dir is not None and not os.environ.get(ENV_ATTEMPT):
+            self.emit("end", status=status, final_step=final_step)
+
+    # ----- watchdog and faults ------------------------------------------------------------
+
+    def phase(self, step: int, name: str) -> None:
+        """Progress for the watchdog: this rank is in phase `name` of update `step`
+        (trainer/progress.py BOARD_PHASES)."""
+        if self.progress is not None:
+            self.progress.publish(step, name)
+
+    def point(self, name: str, step: int, **ctx: Any) -> None:
+        """A named in-rank fault point (trainer/hooks.py names them)."""
+        self.hooks.point(name, step, **ctx)
+
+    def flush(self) -> None:
+        if self.events is not None:
+            self.events.flush()
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+        if self.progress is not None:
+            self.progress.close()
+        self.events = self.progress = None
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ProbeError(f"{name}={raw!r} is not an integer; set it to a rank count or unset it") from None
+
+
+def all_ranks_agree(value: bool, world_size: int) -> bool:
+    """True when every rank passed True: one all-reduce (MIN) over the default process
+    group; a lone rank, or no process group, decides alone."""
+    import torch.distributed as dist
+
+    if world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return bool(value)
+    flag = torch.tensor([1 if value else 0], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        flag = flag.cuda()
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def state_digest(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> str:
+    """sha256 (16 hex digits) of parameters and buffers and optimizer state, in a fixed order:
+    equal states give equal digests, and every DDP replica gives the same one. The same
+    rule as the reference trainer's digest (trainer/state.py model_optimizer_digest).
+    A DDP/FSDP-style wrapper's `module.` prefix is dropped, so wrapped and bare agree."""
+    return model_optimizer_digest(getattr(model, "module", model), optimizer)
