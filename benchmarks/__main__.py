@@ -18,6 +18,7 @@ import torch
 
 from trainwreck.benchmarks.checker import bench_checker
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
+from trainwreck.benchmarks.fsdp import bench_fsdp
 from trainwreck.benchmarks.instrumentation import bench_instrumentation
 from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
 from trainwreck.benchmarks.scenarios import bench_hang, bench_hang_16, bench_throughput
@@ -57,6 +58,7 @@ def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
                                                 repeats=2 if quick else 3)),
         ("throughput", lambda: bench_throughput(runs=3 if quick else 10)),
         ("hang", lambda: bench_hang(hangs=5 if quick else 20)),
+        ("fsdp", lambda: bench_fsdp(steps=4 if quick else 8)),
         ("hang_16", lambda: bench_hang_16(hangs=2 if quick else 5)),
     ]
     results: dict[str, Any] = {"machine": machine(), "quick": quick}

@@ -13,7 +13,7 @@ different trajectory (a forgotten RNG restore, an epoch-blind shuffle) is still 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -60,6 +60,19 @@ PREEMPT_ALL = Scenario(
     threatens=("progress",),
     plan=({"id": "preempt", "kind": "node_loss", "ranks": [0, 1], "signal": "SIGTERM", "step": 10},),
     config=MID_EPOCH)
+
+FSDP_RESUME_MID_EPOCH = Scenario(
+    name="fsdp-resume-mid-epoch",
+    summary="FSDP on 2 ranks; rank 1 is SIGKILLed before update 10; the job resumes from the step-8 sharded checkpoint",
+    question="What must a sharded checkpoint hold for a resume to be exact?",
+    threatens=("coverage", "continuity", "atomicity"),
+    plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},),
+    config={**MID_EPOCH, "parallelism": "fsdp"})
+
+FSDP_CRASH_AFTER_POINTER = replace(
+    _crash_in_save("save.after_pointer"), name="fsdp-crash-after-pointer",
+    summary="FSDP on 2 ranks; rank 0 is SIGKILLed just after committing the step-8 sharded checkpoint",
+    config={**MID_EPOCH, "parallelism": "fsdp"})
 
 CRASH_AFTER_FILE = _crash_in_save("save.after_file")
 CRASH_BEFORE_RENAME = _crash_in_save("save.before_rename")
@@ -109,6 +122,12 @@ DEFECTS: tuple[Defect, ...] = (
     Defect("rank_restores_different", "replicas", RESUME_MID_EPOCH, bug="one rank restores a different checkpoint"),
     Defect("sigterm_exits_clean", "progress", PREEMPT_ALL, bug="SIGTERM handled as a clean, successful exit"),
     Defect("disabled", "hang", HANG_QUICK, component="watchdog", bug="hang watchdog disabled"),
+    Defect("fsdp_optimizer_not_loaded", "continuity", FSDP_RESUME_MID_EPOCH,
+           bug="FSDP resume loads the model shards but not the optimizer's"),
+    Defect("fsdp_only_rank0_shards", "atomicity", FSDP_RESUME_MID_EPOCH,
+           bug="only rank 0's shards reach the sharded checkpoint"),
+    Defect("fsdp_commit_before_shards", "atomicity", FSDP_CRASH_AFTER_POINTER,
+           bug="the sharded checkpoint is committed before every rank's shards are written"),
     Defect("async_commit_before_durable", "atomicity", _async_kill_persist(),
            bug="async writer commits before its data is durable"),
     Defect("async_no_snapshot", "continuity", _async_kill_persist(),

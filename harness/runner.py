@@ -68,6 +68,10 @@ def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
               "--total-steps", str(spec.config.total_steps),
               "--hang-timeout", f"{spec.hang_timeout_s:g}",
               "--launcher", spec.launcher]
+    # Every other field that differs from a custom run's config (parallelism, --set ...), so the line is exact.
+    base = Scenario(name="custom", summary="", question="", threatens=()).train_config().to_dict()
+    parts += [f"--set={k}={v}" for k, v in spec.config.to_dict().items()
+              if k not in ("total_steps", "variant") and v != base[k]]
     return shlex.join(parts)
 
 

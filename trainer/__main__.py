@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
-from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg
+from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg, parse_set_items
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDirError, prepare_standalone, refuse_foreign
 
@@ -39,26 +38,10 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
             raise ConfigError(f"--config must be a JSON object of config fields, got {type(loaded).__name__}; "
                               'e.g. {"width": 128}')
         values.update(loaded)
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    for item in args.set:
-        name, sep, raw = item.partition("=")
-        if not sep or name not in types:
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(types)}")
-        values[name] = _parse_value(raw, str(types[name]), name)
+    values.update(parse_set_items(args.set))
     if args.total_steps is not None:
         values["total_steps"] = args.total_steps
     return TrainConfig.tiny(**values) if args.tiny else TrainConfig.from_dict(values)
-
-
-def _parse_value(raw: str, type_name: str, name: str) -> Any:
-    try:
-        if type_name == "bool":
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(raw)
-            return raw.lower() in ("true", "1")
-        return {"int": int, "float": float}.get(type_name, str)(raw)
-    except ValueError:
-        raise ConfigError(f"--set {name}={raw!r}: not a valid {type_name}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,8 +271,12 @@ class CheckpointStore:
     def save(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> str:
         """Write and commit the checkpoint of the state after update `step`; returns its name."""
         started = time.perf_counter()
+        return self.commit(step, self.stage(step, files, meta), meta, started)
+
+    def commit(self, step: int, tmp: str, meta: dict[str, Any], started: float) -> str:
+        """Rename a durably staged directory into place and commit it with the pointer
+        (also the sharded writer's commit: trainer/sharded.py stages, this commits)."""
         name = checkpoint_name(step)
-        tmp = self.stage(step, files, meta)
         self._move_aside(name)
         self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
         self.storage.rename(tmp, name)
@@ -297,11 +301,15 @@ class CheckpointStore:
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
             for file_name, content in files.items():
                 entries[file_name] = self._write_file(step, name, f"{tmp}/{file_name}", file_name, content, pool)
+        self.write_manifest(step, tmp, entries, meta)
+        return tmp
+
+    def write_manifest(self, step: int, tmp: str, entries: dict[str, Any], meta: dict[str, Any]) -> None:
+        """The manifest (every file's size and sha256) last, then the directory made durable."""
         manifest = {"format": CKPT_FORMAT, "step": step, "files": entries, **meta}
-        self._write_file(step, name, f"{tmp}/{MANIFEST}", MANIFEST,
+        self._write_file(step, checkpoint_name(step), f"{tmp}/{MANIFEST}", MANIFEST,
                          json.dumps(manifest, indent=1, sort_keys=True).encode())
         self.storage.fsync_dir(tmp)
-        return tmp
 
     def _write_file(self, step: int, name: str, path: str, file_name: str, content: FileContent,
                     pool: ThreadPoolExecutor | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Callable, NoReturn
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
+PARALLELISMS = ("ddp", "fsdp")
 CKPT_MODES = ("sync", "async")
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
@@ -19,6 +20,9 @@ CKPT_MODES = ("sync", "async")
 _NOT_IDENTITY = frozenset(
     {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
     | {"ckpt_mode"}
+    # Not hashed so that every DDP identity (and golden cache) stays what it was; a checkpoint
+    # of the other parallelism is refused by name instead (trainer/sharded.py).
+    | {"parallelism"}
 )
 
 
@@ -126,6 +130,30 @@ def _check_type(name: str, type_name: str, value: Any) -> None:
         raise ConfigError(f"{name}={value!r} is not a finite number; give a finite {name}")
 
 
+def parse_set_items(items: list[str]) -> dict[str, Any]:
+    """`--set FIELD=VALUE` values (repeatable) as typed config fields: the one parser both
+    `python -m trainwreck.trainer` and `trainwreck run` use."""
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in types:
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+        values[name] = _parse_value(raw, types[name], name)
+    return values
+
+
+def _parse_value(raw: str, type_name: str, name: str) -> Any:
+    try:
+        if type_name == "bool":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1")
+        return {"int": int, "float": float}.get(type_name, str)(raw)
+    except ValueError:
+        raise ConfigError(f"--set {name}={raw!r}: not a valid {type_name}; give {_TYPE_NAMES.get(type_name, type_name)}") from None
+
+
 def saves_after_step(step: int, ckpt_interval: int, total_steps: int) -> bool:
     """The save schedule, the one rule everybody asks: every ckpt_interval updates, and after the last."""
     return step % ckpt_interval == 0 or step == total_steps
@@ -179,6 +207,9 @@ class TrainConfig:
     """Upper bound used when listing world sizes that divide the global batch."""
     variant: str = "reference"
     """Which trainer implementation runs: 'reference', or a planted defect from trainer/defects.py (self-tests)."""
+    parallelism: str = "ddp"
+    """ddp (every rank holds the full state; rank 0 writes it) or fsdp (FSDP2 fully_shard; every rank
+    writes its own shards through torch.distributed.checkpoint, loadable on another world size)."""
     ckpt_mode: str = "sync"
     """sync: the save is written and committed inside the step; async: the step pays only for a
     snapshot to host memory and a background thread writes and commits it (trainer/async_ckpt.py)."""
@@ -213,7 +244,8 @@ class TrainConfig:
                 f"global_batch={self.global_batch} exceeds dataset_size={self.dataset_size}: "
                 "an epoch would hold no full batch; lower global_batch or raise dataset_size"
             )
-        for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES)):
+        for name, allowed in (("backend", BACKENDS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
+                              ("parallelism", PARALLELISMS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
         if self.ckpt_mode not in CKPT_MODES:
@@ -221,6 +253,12 @@ class TrainConfig:
                               "(save inside the step) or 'async' (snapshot, then persist in the background)")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("backend='nccl' needs device='cuda' (or 'auto'); use backend='gloo' on CPU")
+        if self.parallelism == "fsdp" and self.ckpt_mode == "async":
+            raise ConfigError("ckpt_mode='async' with parallelism='fsdp': the async writer persists rank 0's full "
+                              "state, not every rank's shards; use ckpt_mode='sync' with fsdp")
+        if self.parallelism == "fsdp" and self.amp_dtype == "fp16":
+            raise ConfigError("amp_dtype='fp16' with parallelism='fsdp': GradScaler does not unscale sharded "
+                              "gradients; use amp_dtype='bf16' (or 'none') with fsdp")
         if self.global_batch % self.grad_accum:
             raise ConfigError(
                 f"global_batch={self.global_batch} is not divisible by grad_accum={self.grad_accum}"

@@ -328,6 +328,61 @@ class RenameNoFsyncTrainer(Trainer):
     store_class = RenameNoFsyncStore
 
 
+# ----- the sharded (FSDP) checkpoint ---------------------------------------------------
+
+
+@register_variant("fsdp_optimizer_not_loaded")
+class FsdpOptimizerNotLoadedTrainer(Trainer):
+    """FSDP resume reads the model's shards but not the optimizer's, so AdamW's sharded
+    moments restart cold (caught by: continuity, restore digest != save digest)."""
+
+    def read_shards(self, verified: Verified) -> None:
+        from trainwreck.trainer.sharded import load_shards
+
+        load_shards(self.state, self.checkpoint_root / verified.name, optimizer=False)
+
+
+@register_variant("fsdp_only_rank0_shards")
+class FsdpOnlyRank0ShardsTrainer(Trainer):
+    """Only rank 0's shard file reaches the committed checkpoint (the others are dropped, as a
+    writer that keeps only 'its' output does): every such checkpoint is rejected on resume and
+    the job silently restarts from step 0 (caught by: atomicity)."""
+
+    def shard_manifest_files(self, tmp: str) -> list[str]:
+        storage = self.checkpoints.storage
+        kept = []
+        for name in storage.list(tmp):
+            if name.endswith(".distcp") and not name.startswith("__0_"):
+                storage.remove(f"{tmp}/{name}")
+            else:
+                kept.append(name)
+        return kept
+
+
+@register_variant("fsdp_commit_before_shards")
+class FsdpCommitBeforeShardsTrainer(Trainer):
+    """Rank 0 commits the step (manifest, rename, pointer) first and the ranks write their shards
+    into the committed directory afterwards: a crash in between leaves a committed checkpoint
+    without shards (caught by: atomicity)."""
+
+    def save(self, step: int) -> None:
+        from trainwreck.trainer.sharded import stage_small_files, staging_name, write_shards
+        from trainwreck.trainer.state import capture_rng, checkpoint_meta
+
+        digest = self.digest()
+        rngs: list[Any] = [None] * self.world_size
+        dist.all_gather_object(rngs, capture_rng(cuda=self.device.type == "cuda"))
+        if self.rank == 0:
+            tmp = staging_name(step)
+            self.checkpoints.storage.remove(tmp)
+            self.checkpoints.storage.mkdir(tmp)
+            meta = {**checkpoint_meta(self.world_size, self.identity, digest, self.ctx.attempt),
+                    "parallelism": "fsdp", "shards": self.world_size}
+            stage_small_files(self, step, tmp, rngs, meta)
+            self.checkpoints.commit(step, tmp, meta, 0.0)
+        dist.barrier()
+        write_shards(self.state, self.checkpoint_root / checkpoint_name(step))
+        dist.barrier()
 # ----- asynchronous checkpoints (trainer/async_ckpt.py) ---------------------------------
 
 

@@ -27,11 +27,12 @@ from trainwreck.trainer.gradsync import per_parameter_allreduce
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
+from trainwreck.trainer.parallel import build_state, full_state_digest, no_sync, wrap
 from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
-from trainwreck.trainer.state import (TrainState, capture_rng, checkpoint_meta, fresh_state, restore_rng, state_digest,
-                                     training_files)
+from trainwreck.trainer.sharded import check_parallelism, decode_sharded, load_shards, save_sharded
+from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta, restore_rng, training_files
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 
@@ -82,10 +83,11 @@ class Trainer:
         self.sampler = self.sampler_class(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
         self.amp = amp_dtype(cfg, device)
         self.state = self._fresh_state()
-        self.ddp = DistributedDataParallel(
-            self.state.model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
-        raw_storage = hooks.wrap_storage(LocalStorage(RunDir(ctx.run_dir).checkpoints))
+        self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
+        if isinstance(self.ddp, DistributedDataParallel):
+            self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
+        self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
+        raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root))
         storage = Heartbeat(raw_storage, lambda: probe.phase(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, self.events, hooks, cfg.keep_last)
         # The background writer's progress is the rank's only while the training thread
@@ -101,7 +103,7 @@ class Trainer:
             self.probe.phase(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
-        return fresh_state(self.cfg, self.device, grad_scaler=self.amp == torch.float16)
+        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -172,7 +174,7 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for index, (mx, my, mids) in enumerate(micro):
             last = index == len(micro) - 1
-            with (nullcontext() if last else self.ddp.no_sync()):
+            with (nullcontext() if last else no_sync(self.ddp)):
                 with torch.autocast(self.device.type, dtype=self.amp or torch.float32,
                                     enabled=self.amp is not None):
                     logits = self.ddp(mx, mids, noise_key)
@@ -205,6 +207,9 @@ class Trainer:
     # ----- checkpoints ------------------------------------------------------------------
 
     def save(self, step: int) -> None:
+        if self.cfg.parallelism == "fsdp":
+            save_sharded(self, step)  # every rank writes its shards (trainer/sharded.py)
+            return
         started = time.perf_counter()
         self.probe.phase(step, "checkpoint_wait")
         rngs: list[Any] = [None] * self.world_size
@@ -226,16 +231,25 @@ class Trainer:
     def digest(self) -> str:
         """The state digest, hashed once per update: the step event and a save share it."""
         if self._digest_step != self.state.step:
-            self._digest, self._digest_step = state_digest(self.state), self.state.step
+            self._digest, self._digest_step = full_state_digest(self.cfg, self.state), self.state.step
         return self._digest
 
     def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
         """The files of a checkpoint of the current state (a seam: planted defects override it)."""
         return training_files(self.state, self.sampler.state_dict(), rngs, self.identity)
 
+    def shard_manifest_files(self, tmp: str) -> list[str]:
+        """The staged files a sharded checkpoint's manifest covers: all of them (a seam for defects)."""
+        return self.checkpoints.storage.list(tmp)
+
+    def decode(self, verified: Verified) -> dict[str, Any]:
+        """Refuse the other parallelism's checkpoint by name, then decode this one's files."""
+        check_parallelism(verified, self.cfg, self.events)
+        return decode_sharded(verified) if self.cfg.parallelism == "fsdp" else decode_payloads(verified)
+
     def restore(self) -> None:
         # Verification decodes every payload, so rank 0 finds an undecodable one before it decides.
-        self.checkpoints.decode = decode_payloads
+        self.checkpoints.decode = self.decode
         verified, error = None, None
         if self.rank == 0:
             try:
@@ -261,11 +275,14 @@ class Trainer:
         self.probe.restore(self.state.step, name, self.digest())
 
     def load(self, verified: Verified) -> None:
-        payloads = verified.payloads or decode_payloads(verified)
+        payloads = verified.payloads or self.decode(verified)
         state = self.state
         self._digest_step = -1  # the state changes under whatever step number it had
-        state.model.load_state_dict(payloads["model.pt"])
-        state.optimizer.load_state_dict(payloads["optimizer.pt"])
+        if self.cfg.parallelism == "fsdp":
+            self.read_shards(verified)
+        else:
+            state.model.load_state_dict(payloads["model.pt"])
+            state.optimizer.load_state_dict(payloads["optimizer.pt"])
         sched = payloads["scheduler.pt"]
         state.scheduler.load_state_dict(sched["scheduler"])
         if state.scaler is not None and sched["scaler"] is not None:
@@ -274,6 +291,10 @@ class Trainer:
         state.step = int(trainer_state["step"])
         self.sampler.load_state_dict(trainer_state["sampler"])
         self.load_rng(payloads["rng.pt"])
+
+    def read_shards(self, verified: Verified) -> None:
+        """Model and optimizer shards of a verified sharded checkpoint (a seam: planted defects override it)."""
+        load_shards(self.state, self.checkpoint_root / verified.name)
 
     def load_rng(self, rngs: list[Any]) -> None:
         # RNG draws are replicated across ranks by design, so a rank that did not exist

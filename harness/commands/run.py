@@ -14,7 +14,7 @@ from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
 from trainwreck.harness.spec import LAUNCHERS, SpecError
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
-from trainwreck.trainer.config import backend_fields, load_json_arg
+from trainwreck.trainer.config import PARALLELISMS, backend_fields, load_json_arg, parse_set_items
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-timeout", type=float, help="seconds without progress before a hang is declared")
     parser.add_argument("--launcher", default="warm", help=f"one of {', '.join(LAUNCHERS)} (default warm)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), help="process-group backend (default: auto)")
+    parser.add_argument("--parallelism", choices=PARALLELISMS,
+                        help="ddp (default) or fsdp: FSDP2 with sharded DCP checkpoints")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override one config field (repeatable), e.g. --set width=64")
     parser.add_argument("--out", type=Path, help="run directory (default: ./trainwreck-out/run-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
@@ -65,6 +69,9 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
         config["total_steps"] = args.total_steps
     if args.backend:
         config.update(backend_fields(args.backend))
+    config.update(parse_set_items(args.set))
+    if args.parallelism:
+        config["parallelism"] = args.parallelism
     changes["config"] = config
     if args.hang_timeout is not None:
         changes["hang_timeout_s"] = args.hang_timeout

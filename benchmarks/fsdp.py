@@ -1,0 +1,121 @@
+"""DDP against FSDP, measured: per-rank bytes of parameters, gradients and AdamW state, step
+time, and the loss trajectory of the same spec.
+
+The "12 bytes per parameter for Adam" rule counts fp32 parameters plus AdamW's two fp32
+moments (4 + 4 + 4); gradients add 4 more while they exist. DDP keeps all of it on every rank
+(its gradient buckets hold another copy of the gradients, not counted here); FSDP keeps
+1/world of each. The figures are the tensors a rank actually holds after a real backward and
+optimizer step, so the arithmetic is checked, not assumed.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.data import SyntheticDataset
+from trainwreck.trainer.parallel import build_state, wrap
+from trainwreck.trainer.sampler import rank_slice
+
+SPEC = TrainConfig(width=1024, depth=3, dropout=0.0, dataset_size=4096, global_batch=256, warmup_steps=0)
+LOSS_RTOL = 1e-3
+"""The tolerance docs/TRAINER.md states for another reduction order."""
+
+
+def _local_bytes(tensors: list[torch.Tensor]) -> int:
+    # A DTensor's local shard is what this rank stores; a plain tensor is all of it.
+    return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
+
+
+def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any]:
+    device = torch.device("cpu")
+    state = build_state(cfg, device, False, None)
+    model = wrap(cfg, state, device)
+    data = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
+    losses, seconds, grads = [], [], 0
+    for step in range(steps):
+        ids = rank_slice(torch.arange(step * cfg.global_batch, (step + 1) * cfg.global_batch), rank, world)
+        x, y = data.batch(ids)
+        started = time.perf_counter()
+        loss = F.cross_entropy(model(x, ids, 0), y, reduction="sum")
+        (loss * world / cfg.global_batch).backward()
+        grads = _local_bytes([p.grad for p in state.model.parameters() if p.grad is not None])
+        state.optimizer.step()
+        state.optimizer.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - started)
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item() / cfg.global_batch)
+    moments = [v for s in state.optimizer.state.values() for k, v in s.items() if k != "step"]
+    return {"params": _local_bytes(list(state.model.parameters())), "grads": grads,
+            "optimizer": _local_bytes(moments), "losses": losses,
+            "numel": sum(p.numel() for p in state.model.parameters()),
+            "step_s": sorted(seconds[1:])[len(seconds[1:]) // 2]}
+
+
+def _rank(rank: int, world: int, port: int, cfg: TrainConfig, steps: int, out: Any) -> None:
+    try:
+        torch.set_num_threads(1)
+        store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+        result = _train(rank, world, cfg, steps)
+        if rank == 0:
+            out.put(result)
+            out.close()
+            out.join_thread()  # the queue's feeder thread must flush before os._exit
+        dist.destroy_process_group()
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
+    """One forked gloo job on loopback; rank 0's figures. Every child is reaped or killed."""
+    cfg = replace(SPEC, parallelism=parallelism)
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    fork = multiprocessing.get_context("fork")
+    out = fork.Queue()
+    procs = [fork.Process(target=_rank, args=(r, world, store.port, cfg, steps, out), daemon=True)
+             for r in range(world)]
+    for proc in procs:
+        proc.start()
+    try:
+        return out.get(timeout=300)
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.exitcode is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join()
+
+
+def bench_fsdp(steps: int = 6) -> dict[str, Any]:
+    """Per-rank bytes per parameter (params + AdamW moments; gradients apart), median step
+    milliseconds, at world sizes 2 and 4, and FSDP's loss gap to DDP on the same spec."""
+    runs = {(p, w): measure(p, w, steps) for p in ("ddp", "fsdp") for w in (2, 4)}
+    numel = runs["ddp", 2]["numel"]
+    results: dict[str, Any] = {"fsdp_bench_params": numel}
+    for (p, w), run in runs.items():
+        results[f"{p}_bytes_per_param_w{w}"] = round((run["params"] + run["optimizer"]) / numel, 3)
+        results[f"{p}_grad_bytes_per_param_w{w}"] = round(run["grads"] / numel, 3)
+        results[f"{p}_step_ms_w{w}"] = round(run["step_s"] * 1000, 2)
+    gaps = [abs(a - b) / max(1.0, abs(b)) for a, b in zip(runs["fsdp", 2]["losses"], runs["ddp", 2]["losses"])]
+    results["fsdp_vs_ddp_loss_gap_w2"] = max(gaps)
+    results["fsdp_vs_ddp_loss_within_tolerance"] = max(gaps) <= LOSS_RTOL
+    return results
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(bench_fsdp(), indent=1))

@@ -1,0 +1,106 @@
+"""How the reference model is parallelised: DDP (replicated) or FSDP2 (sharded).
+
+Model, data, sampler and optimizer are the same for both; only the wrap, the
+gradient-sync switch for accumulation, and the state digest differ. FSDP2 comes from
+`torch.distributed.fsdp` (torch >= 2.6) or `torch.distributed._composable.fsdp` (2.4, 2.5).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.model import MLP
+from trainwreck.trainer.state import TrainState, _tensor_bytes, lr_factor, state_digest
+
+try:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch 2.4/2.5 ship FSDP2 under its composable name
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
+
+
+def build_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool, amp: torch.dtype | None) -> TrainState:
+    """The state before update 1. For FSDP the model is sharded before the optimizer is
+    built, so AdamW holds (and a checkpoint stores) only this rank's shard of its moments."""
+    if cfg.parallelism == "ddp":
+        from trainwreck.trainer.state import fresh_state
+        return fresh_state(cfg, device, grad_scaler=grad_scaler)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # the same full init on every rank, then each keeps its shard
+    model = MLP(cfg).to(device)
+    shard_model(model, device, amp)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
+    scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
+    return TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+
+
+def shard_model(model: MLP, device: torch.device, amp: torch.dtype | None) -> None:
+    """fully_shard every Linear, then the root (FSDP2's usual bottom-up order). bf16 parameters
+    only on CUDA: gloo cannot reduce-scatter bf16 as fast, and CPU runs are the exact reference."""
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda" and amp == torch.bfloat16:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in [*model.hidden, model.head]:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+
+
+def wrap(cfg: TrainConfig, state: TrainState, device: torch.device) -> nn.Module:
+    """The module the loop calls: DDP around the bare model, or the FSDP-sharded model itself."""
+    if cfg.parallelism == "fsdp":
+        return state.model
+    return DistributedDataParallel(state.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+@contextmanager
+def no_sync(wrapped: nn.Module) -> Iterator[None]:
+    """Skip the gradient reduction for a micro-batch that is not the last of its step."""
+    if isinstance(wrapped, DistributedDataParallel):
+        with wrapped.no_sync():
+            yield
+        return
+    if not hasattr(wrapped, "set_requires_gradient_sync"):
+        with nullcontext():
+            yield
+        return
+    wrapped.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        wrapped.set_requires_gradient_sync(True)
+
+
+def full_state_digest(cfg: TrainConfig, state: TrainState) -> str:
+    """One digest of the whole training state, equal on every rank.
+
+    DDP: every rank holds the full state, hashed as trainer/state.py always has.
+    FSDP: the full (unsharded) parameters and optimizer state are all-gathered (a
+    collective: every rank must call this) and hashed by FQN in sorted order. The value
+    therefore does not depend on how the state is sharded: the same full state on 2 or 4
+    ranks gives the same digest. Training on different world sizes still gives different
+    digests (reduction order changes float rounding), so it is compared with the golden run
+    only at equal world sizes, which is all the contract asks."""
+    if cfg.parallelism == "ddp":
+        return state_digest(state)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer,
+                                        options=StateDictOptions(full_state_dict=True))
+    h = hashlib.sha256()
+    for key in sorted(model_sd):
+        h.update(key.encode())
+        h.update(_tensor_bytes(model_sd[key]))
+    opt_state = optim_sd.get("state", {})
+    for fqn in sorted(opt_state):
+        for key in sorted(opt_state[fqn]):
+            value = opt_state[fqn][key]
+            h.update(f"{fqn}.{key}".encode())
+            h.update(_tensor_bytes(value) if torch.is_tensor(value) else repr(value).encode())
+    return h.hexdigest()[:16]
