@@ -19,7 +19,7 @@ from pathlib import Path
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.runner import JudgedRun, _render_report
+from trainwreck.harness.runner import JudgedRun, publish
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import InputError, Judgement, judge, load_history
@@ -125,11 +125,7 @@ def run_cmd_judged(spec: JobSpec, golden_cache: Path | None = None) -> JudgedRun
     else:
         judgement = judge_cmd_run(record, golden_dir)
     judged = JudgedRun(record, judgement, golden_dir, reproduce_cmd(spec))
-    RunDir(record.run_dir).verdicts.write_text(json.dumps(
-        {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
-         "outcome": record.outcome, "attempts": record.attempts, "root_cause": None},
-        indent=1, default=str) + "\n")
-    _render_report(record.run_dir)
+    publish(judged)
     return judged
 
 

@@ -97,13 +97,18 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
     judgement = judge(load_history(record.run_dir), load_history(golden_dir))
     judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
                        _root_cause(record.run_dir))
-    cause = judged.root_cause.to_json() if judged.root_cause else None
+    publish(judged)
+    return judged
+
+
+def publish(judged: JudgedRun) -> None:
+    """Write the run's verdicts.json and render its report: the one shape every judged run leaves."""
+    record, cause = judged.record, judged.root_cause.to_json() if judged.root_cause else None
     RunDir(record.run_dir).verdicts.write_text(json.dumps(
-        {**judgement.to_json(), "golden": str(golden_dir), "reproduce": judged.reproduce,
+        {**judged.judgement.to_json(), "golden": str(judged.golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
         indent=1, default=str) + "\n")
     _render_report(record.run_dir)
-    return judged
 
 
 def _root_cause(run_dir: Path) -> RootCause | None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from trainwreck.faults.plan import CRASH_WHEN
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.invariants.verdict import compose, exit_code, verdict_word
 from trainwreck.trainer.config import InputError
 
 
@@ -71,10 +71,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
         print_table(result, time.perf_counter() - started, out)
-    verdicts = [row.verdict for row in result.rows]
-    if any(v is False for v in verdicts):
-        return 1
-    return 0 if verdicts and all(v is True for v in verdicts) else 2
+    return exit_code(compose(row.verdict for row in result.rows))
 
 
 def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
@@ -109,10 +106,7 @@ def power_loss_main(args: argparse.Namespace, out: Path) -> int:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
         print_power_loss_table(result, time.perf_counter() - started, out)
-    verdicts = [row.verdict for row in result.rows]
-    if any(v is False for v in verdicts):
-        return 1
-    return 0 if verdicts and all(v is True for v in verdicts) else 2
+    return exit_code(compose(row.verdict for row in result.rows))
 
 
 def print_power_loss_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
