@@ -80,12 +80,15 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig, steps: int, out: A
 
 
 def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
-    """One forked gloo job on loopback; rank 0's figures. Every child is reaped or killed."""
+    """One gloo job of fresh processes on loopback; rank 0's figures. Every child is reaped or killed."""
     cfg = replace(SPEC, parallelism=parallelism)
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    fork = multiprocessing.get_context("fork")
-    out = fork.Queue()
-    procs = [fork.Process(target=_rank, args=(r, world, store.port, cfg, steps, out), daemon=True)
+    # spawn, not fork: `python -m trainwreck.benchmarks` has run threaded benchmarks (hashing
+    # pools, process groups) before this one, and a fork copies whatever lock a thread held
+    # at that moment; the forked job deadlocked there, idle, until killed.
+    spawn = multiprocessing.get_context("spawn")
+    out = spawn.Queue()
+    procs = [spawn.Process(target=_rank, args=(r, world, store.port, cfg, steps, out), daemon=True)
              for r in range(world)]
     for proc in procs:
         proc.start()
