@@ -9,11 +9,13 @@ optimizer step, so the arithmetic is checked, not assumed.
 """
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
 import time
-import traceback
+from pathlib import Path
 from dataclasses import replace
 from typing import Any
 
@@ -62,63 +64,56 @@ def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any
             "step_s": sorted(seconds[1:])[len(seconds[1:]) // 2]}
 
 
-def _rank(rank: int, world: int, port: int, cfg: TrainConfig, steps: int, out: Any) -> None:
-    try:
-        torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-        result = _train(rank, world, cfg, steps)
-        if rank == 0:
-            out.put(result)
-            out.close()
-            out.join_thread()  # the queue's feeder thread must flush before os._exit
-        dist.destroy_process_group()
-    except BaseException:
-        traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
+def _rank(rank: int, world: int, port: int, parallelism: str, steps: int, out: Path) -> None:
+    """One rank of a measuring job (run as `python -m trainwreck.benchmarks.fsdp --rank ...`)."""
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    result = _train(rank, world, replace(SPEC, parallelism=parallelism), steps)
+    if rank == 0:
+        out.write_text(json.dumps(result))
+    dist.destroy_process_group()
 
 
 def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
-    """One gloo job of fresh processes on loopback; rank 0's figures. Every child is reaped or killed."""
-    cfg = replace(SPEC, parallelism=parallelism)
+    """One gloo job on loopback; rank 0's figures. Every rank is reaped or killed.
+
+    Ranks are fresh interpreters, not forks: `python -m trainwreck.benchmarks` has run threaded
+    benchmarks (hashing pools, process groups) before this one, and a fork copies whatever lock
+    a thread held at that moment (the forked job once deadlocked there, idle). Plain
+    subprocesses, not multiprocessing's spawn, which leaves a resource-tracker process behind."""
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    # spawn, not fork: `python -m trainwreck.benchmarks` has run threaded benchmarks (hashing
-    # pools, process groups) before this one, and a fork copies whatever lock a thread held
-    # at that moment; the forked job deadlocked there, idle, until killed.
-    spawn = multiprocessing.get_context("spawn")
-    out = spawn.Queue()
-    procs = [spawn.Process(target=_rank, args=(r, world, store.port, cfg, steps, out), daemon=True)
-             for r in range(world)]
-    for proc in procs:
-        proc.start()
-    try:
-        return out.get(timeout=300)
-    finally:
-        for proc in procs:
-            proc.join(timeout=60)
-            if proc.exitcode is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.join()
+    with tempfile.TemporaryDirectory(prefix="trainwreck-fsdp-bench-") as tmp:
+        out = Path(tmp) / "rank0.json"
+        procs = [subprocess.Popen([sys.executable, "-m", "trainwreck.benchmarks.fsdp", "--rank", str(r),
+                                   "--world", str(world), "--port", str(store.port), "--parallelism", parallelism,
+                                   "--steps", str(steps), "--out", str(out)]) for r in range(world)]
+        try:
+            codes = [proc.wait(timeout=300) for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if any(codes) or not out.exists():
+            raise RuntimeError(f"the {parallelism} job at world {world} failed: exit codes {codes}")
+        return json.loads(out.read_text())
 
 
-def bench_fsdp(steps: int = 6) -> dict[str, Any]:
-    """Per-rank bytes per parameter (params + AdamW moments; gradients apart), median step
-    milliseconds, at world sizes 2 and 4, and FSDP's loss gap to DDP on the same spec."""
-    runs = {(p, w): measure(p, w, steps) for p in ("ddp", "fsdp") for w in (2, 4)}
-    numel = runs["ddp", 2]["numel"]
-    results: dict[str, Any] = {"fsdp_bench_params": numel}
-    for (p, w), run in runs.items():
-        results[f"{p}_bytes_per_param_w{w}"] = round((run["params"] + run["optimizer"]) / numel, 3)
-        results[f"{p}_grad_bytes_per_param_w{w}"] = round(run["grads"] / numel, 3)
-        results[f"{p}_step_ms_w{w}"] = round(run["step_s"] * 1000, 2)
-    gaps = [abs(a - b) / max(1.0, abs(b)) for a, b in zip(runs["fsdp", 2]["losses"], runs["ddp", 2]["losses"])]
-    results["fsdp_vs_ddp_loss_gap_w2"] = max(gaps)
-    results["fsdp_vs_ddp_loss_within_tolerance"] = max(gaps) <= LOSS_RTOL
-    return results
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainwreck.benchmarks.fsdp", description=__doc__.splitlines()[0])
+    parser.add_argument("--rank", type=int, help="internal: run one rank of a measuring job")
+    parser.add_argument("--world", type=int)
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--parallelism", choices=("ddp", "fsdp"))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.rank is None:
+        print(json.dumps(bench_fsdp(args.steps), indent=1))
+    else:
+        _rank(args.rank, args.world, args.port, args.parallelism, args.steps, args.out)
 
 
 if __name__ == "__main__":
-    import json
-
-    print(json.dumps(bench_fsdp(), indent=1))
+    main()
