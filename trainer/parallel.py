@@ -6,7 +6,6 @@ gradient-sync switch for accumulation, and the state digest differ. FSDP2 comes 
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
@@ -17,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.model import MLP
-from trainwreck.trainer.state import TrainState, _tensor_bytes, lr_factor, state_digest
+from trainwreck.trainer.state import TrainState, digest_of, lr_factor, state_digest
 
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -93,14 +92,4 @@ def full_state_digest(cfg: TrainConfig, state: TrainState) -> str:
 
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer,
                                         options=StateDictOptions(full_state_dict=True))
-    h = hashlib.sha256()
-    for key in sorted(model_sd):
-        h.update(key.encode())
-        h.update(_tensor_bytes(model_sd[key]))
-    opt_state = optim_sd.get("state", {})
-    for fqn in sorted(opt_state):
-        for key in sorted(opt_state[fqn]):
-            value = opt_state[fqn][key]
-            h.update(f"{fqn}.{key}".encode())
-            h.update(_tensor_bytes(value) if torch.is_tensor(value) else repr(value).encode())
-    return h.hexdigest()[:16]
+    return digest_of(sorted(model_sd.items()), optim_sd.get("state", {}))

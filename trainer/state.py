@@ -6,7 +6,7 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -68,15 +68,22 @@ def state_digest(state: TrainState) -> str:
 
 def model_optimizer_digest(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str:
     """The digest rule (the probe's `state_digest` uses it too, so every trainer agrees)."""
+    opt_state = optimizer.state_dict()["state"] if optimizer is not None else {}
+    return digest_of(model.state_dict().items(), opt_state)
+
+
+def digest_of(params: Iterable[tuple[str, torch.Tensor]], opt_state: Mapping[Any, Mapping[str, Any]]) -> str:
+    """sha256 of named tensors in the order given, then of the optimizer state by parameter
+    key and state name, sorted: the one hashing rule behind every trainer's digest (a
+    sharded trainer gives the gathered full state, keyed by FQN)."""
     h = hashlib.sha256()
-    for key, tensor in model.state_dict().items():
+    for key, tensor in params:
         h.update(key.encode())
         h.update(_tensor_bytes(tensor))
-    opt_state = optimizer.state_dict()["state"] if optimizer is not None else {}
-    for index in sorted(opt_state):
-        for key in sorted(opt_state[index]):
-            value = opt_state[index][key]
-            h.update(f"{index}.{key}".encode())
+    for param in sorted(opt_state):
+        for key in sorted(opt_state[param]):
+            value = opt_state[param][key]
+            h.update(f"{param}.{key}".encode())
             h.update(_tensor_bytes(value) if torch.is_tensor(value) else repr(value).encode())
     return h.hexdigest()[:16]
 
