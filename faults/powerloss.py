@@ -24,7 +24,9 @@ effect:
    renamed as part of its directory gets no such guarantee.
 5. A rename is atomic; an entry operation inside a directory that is not reachable is
    invisible (directories and files are tracked by identity, so renames do not confuse
-   which directory an operation belongs to).
+   which directory an operation belongs to). A rename into the root from outside it (a
+   framework's temporary file) only adds the entry: the file's data is recorded just before
+   it, so rule 4 applies to it as to any rename.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ BLOCK = 4096
 """The granularity at which unsynced file data tears (a page and an ext4 block)."""
 ROOT = 0
 """The identity of the storage root directory."""
+OUTSIDE = -2
+"""The parent of a file renamed into the root from outside it (its source is not modelled)."""
 ENTRY_KINDS = ("create", "mkdir", "rename", "unlink")
 
 Tree = dict[str, "bytes | None"]
@@ -141,13 +145,17 @@ class PowerLossRecorder:
         self._issued = 0.0
         """When the current Storage call was issued (its ops carry this time)."""
 
-    def start(self) -> None:
-        """Snapshot the root as the durable state and start a fresh log."""
-        before = snapshot(self.root)
+    def start(self, before: Tree | None = None) -> None:
+        """Snapshot the root (or take `before`) as the durable state and start a fresh log."""
+        before = snapshot(self.root) if before is None else before
         self.ids, self.dirs, self._next = {".": ROOT}, {ROOT}, 1
         for path, content in sorted(before.items()):
             self.ids[path] = self._new(content is None)
         self.log = OpLog(before, dict(self.ids))
+
+    def _clock(self) -> float:
+        """When a Storage call is issued (a replay of ops recorded elsewhere gives their time)."""
+        return time.time()
 
     def _new(self, is_dir: bool) -> int:
         self._next += 1
@@ -183,7 +191,7 @@ class PowerLossRecorder:
         return self.inner.list(path)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
-        self._issued = time.time()
+        self._issued = self._clock()
         self.inner.write(path, data, durable=durable)
         path = _norm(path)
         if path not in self.ids:
@@ -200,7 +208,7 @@ class PowerLossRecorder:
         return len(data)
 
     def mkdir(self, path: str) -> None:
-        self._issued = time.time()
+        self._issued = self._clock()
         self.inner.mkdir(path)
         parts = _norm(path).split("/")
         for depth in range(1, len(parts) + 1):  # mkdir -p: each missing ancestor is created
@@ -210,7 +218,7 @@ class PowerLossRecorder:
                 self._add("mkdir", here, inode=self.ids[here], **self._entry(here))
 
     def rename(self, src: str, dst: str) -> None:
-        self._issued = time.time()
+        self._issued = self._clock()
         self.inner.rename(src, dst)
         src, dst = _norm(src), _norm(dst)
         if src == dst:
@@ -225,13 +233,13 @@ class PowerLossRecorder:
             self.ids[dst + p[len(src):]] = self.ids.pop(p)
 
     def fsync_dir(self, path: str) -> None:
-        self._issued = time.time()
+        self._issued = self._clock()
         self.inner.fsync_dir(path)
         path = _norm(path)
         self._add("fsync_dir", path, inode=self.ids[path])
 
     def remove(self, path: str) -> None:
-        self._issued = time.time()
+        self._issued = self._clock()
         self.inner.remove(path)
         for p in self._subtree(_norm(path)):
             self._add("unlink", p, inode=self.ids[p], **self._entry(p))
@@ -240,6 +248,18 @@ class PowerLossRecorder:
 
 OPS_DIR = "powerloss"
 """RUN_DIR/powerloss/: the in-rank recording (ops-aNNN.jsonl) and the written data (blobs/SHA256)."""
+
+
+def store_blob(blobs: Path, data: bytes) -> str:
+    """Keep `data` once in `blobs`, named by its sha256 (returned). Written under a private
+    name and renamed, so two ranks storing the same content never see half of it."""
+    digest = hashlib.sha256(data).hexdigest()
+    target = Path(blobs) / digest
+    if not target.exists():
+        scratch = target.with_name(f".{digest}.{os.getpid()}")
+        scratch.write_bytes(data)
+        os.replace(scratch, target)
+    return digest
 
 
 class ShippedRecorder(PowerLossRecorder):
@@ -259,11 +279,7 @@ class ShippedRecorder(PowerLossRecorder):
         self._line({"before": before, "ids": self.log.ids})
 
     def _blob(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        target = self.blobs / digest
-        if not target.exists():
-            target.write_bytes(data)
-        return digest
+        return store_blob(self.blobs, data)
 
     def _logged(self, op: LowOp) -> None:
         fields = {k: v for k, v in vars(op).items() if k != "data"}
@@ -428,6 +444,10 @@ def _namespace(log: OpLog, ops: tuple[LowOp, ...], persisted: set[int]) -> dict[
             if log.before[path] is None:
                 dirs[log.ids[path]] = {}
     for op in ops:
+        if op.index in persisted and op.kind == "rename" and op.parent == OUTSIDE:
+            if op.dst_parent in dirs:  # moved in from outside the root: only the entry is new
+                dirs[op.dst_parent][op.dst_name] = op.inode
+            continue
         if op.index not in persisted or op.kind not in ENTRY_KINDS or op.parent not in dirs:
             continue  # lost, or inside a directory whose creation was lost
         children = dirs[op.parent]
