@@ -119,6 +119,22 @@ def _describe(name: str, stored: Stored) -> str:
     return f"{name} (step {stored.save['step']}, saved in attempt {stored.save['attempt']})"
 
 
+def _passed_over(history: History, attempt: int, name: str, stored: Stored) -> str:
+    """What the events show about a committed checkpoint an attempt did not resume from: the
+    `save` event that announced it, and what the attempt itself said of it. The checker
+    sees no disk: "intact" means only that no fault, prune or reject was recorded against it
+    before the attempt; when the attempt then rejected it (a power cut can take an announced
+    checkpoint away), the reject is the evidence of what was on disk."""
+    assert stored.save is not None
+    said = (f"{name} (step {stored.save['step']}) was announced by the save event at {stored.save['_src']} "
+            f"(attempt {stored.save['attempt']}) and no fault or retention touched it since")
+    rejects = [ev for ev in history.of_kind("reject") if ev["attempt"] == attempt and ev["checkpoint"] == name]
+    if rejects:
+        return (f"{said}, yet the attempt found it unusable and rejected it ({rejects[0].get('reason')}, "
+                f"{rejects[0]['_src']}): a checkpoint announced as committed was lost")
+    return f"{said}, and the attempt neither restored nor rejected it: needless lost work"
+
+
 def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evidence: Evidence, counts: dict[str, int]) -> None:
     intact = [(s.save["step"], name) for name, s in state.items() if s.intact and s.save]
     newest = max(intact) if intact else None
@@ -128,7 +144,7 @@ def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evi
     if chosen is None:
         counts["fresh_starts"] += 1
         if newest is not None:
-            evidence.add(f"attempt {attempt} started fresh although {_describe(newest[1], state[newest[1]])} was intact: needless lost work")
+            evidence.add(f"attempt {attempt} started fresh although {_passed_over(history, attempt, newest[1], state[newest[1]])}")
     counts["restores"] += len({ev["checkpoint"] for ev in restores})
     for name in sorted({ev["checkpoint"] for ev in restores}):
         ev = next(e for e in restores if e["checkpoint"] == name)
@@ -141,7 +157,8 @@ def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evi
         elif stored.prune is not None:
             evidence.add(f"{where}, which retention had pruned ({stored.prune['_src']})")
         elif newest is not None and stored.save["step"] < newest[0]:
-            evidence.add(f"{where} at step {stored.save['step']} although {_describe(newest[1], state[newest[1]])} was newer and intact: needless lost work")
+            evidence.add(f"{where} at step {stored.save['step']} although the newer "
+                         f"{_passed_over(history, attempt, newest[1], state[newest[1]])}")
     anchors = _anchors(history, attempt, restores)
     for name, stored in sorted(state.items()):
         if stored.save is None or stored.damage is None or stored.prune is not None:

@@ -88,7 +88,9 @@ def test_restore_older_than_the_newest_intact_checkpoint_is_invalid(builder):
     b.attempt(2, restore="step-00000002").train(8)
     verdict = check_atomicity(b.load())
     assert verdict.valid is False
-    assert "at step 2 although step-00000004 (step 4, saved in attempt 0) was newer and intact" in verdict.evidence[0]
+    assert "at step 2 although the newer step-00000004 (step 4) was announced by the save event at events/a000-r000" \
+        in verdict.evidence[0]
+    assert verdict.evidence[0].endswith("and the attempt neither restored nor rejected it: needless lost work")
 
 
 def test_corrupted_checkpoint_restored_without_rejection_is_invalid(builder):
@@ -133,6 +135,31 @@ def test_fresh_start_while_an_intact_checkpoint_exists_is_needless_lost_work(bui
     verdict = check_atomicity(b.load())
     assert verdict.valid is False
     assert "attempt 1 started fresh although step-00000004" in verdict.evidence[0]
+
+
+def test_an_announced_checkpoint_the_resume_rejects_is_called_lost_not_intact(builder):
+    # What a power cut does: the save event announced step 4, nothing the harness did touched
+    # it, and the next attempt found it unusable. The words must say that, not "intact".
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2, rejects=("step-00000004", "step-00000002")).train(8)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is False
+    line = verdict.evidence[0]
+    assert line.startswith("attempt 1 started fresh although step-00000004 (step 4) was announced by the save event "
+                           "at events/a000-r000")
+    assert "(attempt 0) and no fault or retention touched it since, yet the attempt found it unusable and rejected " \
+           "it (verification failed, events/a001-r000" in line
+    assert line.endswith("a checkpoint announced as committed was lost") and "intact" not in line
+
+
+def test_an_announced_checkpoint_the_resume_ignored_is_needless_lost_work(builder):
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2).train(8)
+    line = check_atomicity(b.load()).evidence[0]
+    assert line.endswith("and the attempt neither restored nor rejected it: needless lost work")
+    assert "yet the attempt found it unusable" not in line
 
 
 def test_restore_of_a_pruned_checkpoint_is_invalid(builder):
