@@ -243,6 +243,14 @@ def power_loss_row(n: int, state: CrashState, judged: JudgedRun) -> PowerLossRow
                         row.failing, row.unknown, row.run_dir, report, row.outcome, row.summary)
 
 
+def spread(states: list[CrashState], limit: int | None) -> list[tuple[int, CrashState]]:
+    """(index, state) of at most `limit` states, spread evenly over the explored ones."""
+    picked = list(enumerate(states))
+    if limit is not None and limit < len(picked):
+        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    return picked
+
+
 def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
                          seed: int = POWER_LOSS_SEED, cap: int = POWER_LOSS_CAP, limit: int | None = None,
                          golden_cache: Path | None = None) -> PowerLossResult:
@@ -255,9 +263,7 @@ def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, pro
     states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
     result = PowerLossResult(writer, len(log.ops), stats.describe(), len(states), str(observed))
     say(f"{writer}: {len(log.ops)} recorded ops over the job's saves; {stats.describe()}")
-    picked = list(enumerate(states))
-    if limit is not None and limit < len(picked):
-        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    picked = spread(states, limit)
     cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
     for k, (n, state) in enumerate(picked, 1):
         run_dir = crash_run_dir(observed, log, state, base / f"state{n:03d}")
@@ -290,9 +296,7 @@ def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, see
     states, stats = crash_states(log, seed=seed, cap=cap, epoch=lambda point: point == returned)
     result = PowerLossResult(DCP_WRITER, len(log.ops), stats.describe(), len(states), str(base / "observed"))
     say(f"{DCP_WRITER}: {len(log.ops)} recorded ops of one dcp.save; {stats.describe()}")
-    picked = list(enumerate(states))
-    if limit is not None and limit < len(picked):
-        picked = [picked[i * len(picked) // limit] for i in range(limit)]
+    picked = spread(states, limit)
     for k, (n, state) in enumerate(picked, 1):
         run_dir = base / f"state{n:03d}"
         valid, why = judge_dcp_state(state, state.point == returned, run_dir / "checkpoints")
@@ -303,4 +307,134 @@ def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, see
                                         "loaded" if valid else "load_failed", "" if valid else why))
         say(f"[{k}/{len(picked)}] {DCP_WRITER}: state {n} (power cut after op {state.point}): "
             f"{verdict_word(valid)}{'' if valid else f' ({why})'}")
+    return result
+
+
+# ----- the framework writers: their own saves, judged by resuming their own scripts ----------
+
+
+@dataclass(frozen=True)
+class ForeignWriter:
+    """A framework's example trainer (tests/frameworks/scripts), run through `trainwreck run
+    --cmd`'s launcher; its saves are the framework's own code, recorded in its ranks."""
+
+    name: str
+    module: str
+    """The import whose absence means the extra is not installed."""
+    extra: str
+    script: str
+    args: tuple[str, ...]
+    """Every attempt gets the same arguments: the script resumes from what it finds, if anything."""
+
+    @property
+    def install(self) -> str:
+        return f"pip install 'trainwreck[{self.extra}]'"
+
+    def installed(self) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec(self.module) is not None
+
+
+FOREIGN_STEPS, FOREIGN_DATASET, FOREIGN_BATCH = 12, 64, 8
+"""The example trainers' job (harness/frameworks.py uses the same): 12 updates of 8 over 64 samples."""
+FOREIGN_WRITERS: dict[str, ForeignWriter] = {w.name: w for w in (
+    ForeignWriter("lightning", "lightning", "lightning", "lightning_train.py",
+                  ("--steps", "12", "--global-batch", "8", "--save-every", "4", "--resume")),
+    ForeignWriter("accelerate", "accelerate", "accelerate", "accelerate_train.py",
+                  ("--steps", "12", "--global-batch", "8", "--save-every", "3", "--resume")),
+    ForeignWriter("hf", "transformers", "hf", "hf_trainer.py", ("--total-steps", "12", "--save-steps", "4")),
+)}
+FOREIGN_LIMIT = 4
+"""Default --limit of a framework writer: each state is a 2-rank resume that imports the
+framework (5-10 s a rank on 2 shared cores)."""
+FOREIGN_HANG_TIMEOUT_S = 30.0
+"""As `trainwreck run --cmd`'s default: a framework imports itself after its first progress record."""
+
+
+class ForeignWriterMissing(RuntimeError):
+    """The framework of a writer is not installed; the message says how to install it."""
+
+
+def foreign_command(writer: ForeignWriter, record: bool) -> str:
+    """The command per rank: the example script under faults/foreign_record.py's wrapper, which
+    records with `record` and writes run.json's dataset fields before the script starts. The
+    Lightning and accelerate scripts never write them, and HF's adapter only once training
+    begins: a resume that dies loading a torn checkpoint would leave the run unjudgeable
+    (a resumed --cmd run's run.json is rewritten from the spec, without an earlier attempt's)."""
+    import shlex
+    import sys
+
+    from trainwreck.harness.frameworks import SCRIPTS
+
+    sizes = ["--dataset-size", str(FOREIGN_DATASET), "--global-batch", str(FOREIGN_BATCH),
+             "--total-steps", str(FOREIGN_STEPS)]
+    return shlex.join([sys.executable, "-m", "trainwreck.faults.foreign_record", *(["--record"] if record else []),
+                       *sizes, "--", str(SCRIPTS / writer.script), *writer.args])
+
+
+def foreign_spec(writer: ForeignWriter, run_dir: Path, record: bool = False) -> JobSpec:
+    return JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, launcher="cmd",
+                   command=foreign_command(writer, record), run_dir=run_dir, keep=True, max_restarts=2)
+
+
+def observe_foreign(writer: ForeignWriter, run_dir: Path) -> tuple[Path, OpLog]:
+    """One clean 2-rank run of the framework's script, every rank's file operations under
+    its checkpoint folder recorded in the rank (faults/foreign_record.py)."""
+    from trainwreck.faults.foreign_record import load_foreign_oplog
+
+    record = run_job(foreign_spec(writer, run_dir, record=True))
+    if record.outcome != "completed":
+        raise RuntimeError(f"the observed run of {writer.name} did not complete ({record.outcome}): "
+                           f"see {RunDir(run_dir).logs}")
+    return record.run_dir, load_foreign_oplog(RunDir(record.run_dir).root / OPS_DIR)
+
+
+def judge_resumed_cmd(spec: JobSpec, golden_cache: Path | None, reproduce: str) -> JudgedRun:
+    """Resume a --cmd job in spec.run_dir (a crash state) as its next attempt and judge it
+    against the command's golden run, as `trainwreck run --cmd` judges any run."""
+    from trainwreck.harness.cmd import GoldenFailed, contract_problems, golden_cmd_run, judge_cmd_run
+    from trainwreck.harness.runner import publish
+    from trainwreck.invariants import Judgement
+    from trainwreck.invariants.verdict import UNKNOWN
+
+    try:
+        golden_dir: Path | None = golden_cmd_run(spec, golden_cache)
+    except GoldenFailed as exc:
+        golden_dir, reason = None, str(exc)
+    record = run_job(spec, resume=True)
+    if golden_dir is None:
+        judgement = Judgement(UNKNOWN, {}, [], [reason, *contract_problems(record)])
+    else:
+        judgement = judge_cmd_run(record, golden_dir)
+    judged = JudgedRun(record, judgement, golden_dir or Path(""), reproduce)
+    publish(judged)
+    return judged
+
+
+def run_foreign_power_loss(name: str, out: Path | None = None, progress: Say | None = None,
+                           seed: int = POWER_LOSS_SEED, cap: int = POWER_LOSS_CAP, limit: int | None = FOREIGN_LIMIT,
+                           golden_cache: Path | None = None) -> PowerLossResult:
+    """A framework writer's power-loss sweep: record every save of one clean run of its
+    script, generate the crash states (faults/powerloss.py, unchanged), and resume the
+    script from each one as the job's next attempt, judged by every invariant."""
+    writer = FOREIGN_WRITERS[name]
+    if not writer.installed():
+        raise ForeignWriterMissing(f"--writer {name}: {writer.module} is not installed; {writer.install}")
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / name
+    observed, log = observe_foreign(writer, base / "observed")
+    states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
+    result = PowerLossResult(name, len(log.ops), stats.describe(), len(states), str(observed))
+    say(f"{name}: {len(log.ops)} recorded ops over the job's saves (every rank); {stats.describe()}")
+    picked = spread(states, limit)
+    for k, (n, state) in enumerate(picked, 1):
+        run_dir = crash_run_dir(observed, log, state, base / f"state{n:03d}")
+        judged = judge_resumed_cmd(foreign_spec(writer, run_dir), golden_cache,
+                                   f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {seed})")
+        row = power_loss_row(n, state, judged)
+        result.rows.append(row)
+        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
+        say(f"[{k}/{len(picked)}] {name}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
+            f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
     return result

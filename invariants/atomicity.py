@@ -132,7 +132,8 @@ def _passed_over(history: History, attempt: int, name: str, stored: Stored) -> s
     if rejects:
         return (f"{said}, yet the attempt found it unusable and rejected it ({rejects[0].get('reason')}, "
                 f"{rejects[0]['_src']}): a checkpoint announced as committed was lost")
-    return f"{said}, and the attempt neither restored nor rejected it: needless lost work"
+    return (f"{said}, and the attempt neither restored nor rejected it: needless lost work if it was still on disk "
+            "(a power cut can take an announced checkpoint away without a trace)")
 
 
 def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evidence: Evidence, counts: dict[str, int]) -> None:

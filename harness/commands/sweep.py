@@ -25,7 +25,8 @@ from trainwreck.trainer.config import InputError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
                         help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
-                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit)")
+                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit) and the framework "
+                             "writers lightning, accelerate, hf (their own saves, resumed by their example scripts)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn)")
@@ -33,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="cut the power instead: judge every crash state a file system may leave (unsynced "
                              "data lost or torn, unsynced renames/creates lost)")
     parser.add_argument("--limit", type=int, help="--power-loss: judge at most N of the explored states, "
-                                                  "spread evenly (default: all)")
+                                                  "spread evenly (default: all; 4 for a framework writer)")
     parser.add_argument("--seed", type=int, default=0, help="--power-loss: the seed of the state sampling (default 0)")
 
 
@@ -52,11 +53,12 @@ def parse_points(text: str | None) -> list[tuple[int, str]] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.sweep import run_sweep
+    from trainwreck.harness.sweep import FOREIGN_WRITERS, run_sweep
     from trainwreck.trainer.entry import trainer_class
 
     try:
-        if not (args.power_loss and args.writer == "dcp"):  # DCP's own commit is no trainer variant
+        # DCP's own commit and the framework writers are no trainer variants
+        if not (args.power_loss and (args.writer == "dcp" or args.writer in FOREIGN_WRITERS)):
             trainer_class(args.writer)
     except ValueError as exc:
         print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
@@ -87,7 +89,8 @@ def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-u
 
 
 def power_loss_main(args: argparse.Namespace, out: Path) -> int:
-    from trainwreck.harness.sweep import run_dcp_power_loss, run_power_loss_sweep
+    from trainwreck.harness.sweep import (FOREIGN_LIMIT, FOREIGN_WRITERS, ForeignWriterMissing, run_dcp_power_loss,
+                                          run_foreign_power_loss, run_power_loss_sweep)
 
     if args.points is not None:
         print("trainwreck sweep: error: --points names process-crash points; with --power-loss use --limit N",
@@ -98,7 +101,14 @@ def power_loss_main(args: argparse.Namespace, out: Path) -> int:
         return 2
     started = time.perf_counter()
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - progress goes to stderr
-    if args.writer == "dcp":
+    if args.writer in FOREIGN_WRITERS:
+        try:
+            result = run_foreign_power_loss(args.writer, out, progress=say, seed=args.seed,
+                                            limit=FOREIGN_LIMIT if args.limit is None else args.limit)
+        except ForeignWriterMissing as exc:
+            print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.writer == "dcp":
         result = run_dcp_power_loss(out, progress=say, seed=args.seed, limit=args.limit)
     else:
         result = run_power_loss_sweep(args.writer, out, progress=say, seed=args.seed, limit=args.limit)

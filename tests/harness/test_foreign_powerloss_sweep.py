@@ -1,0 +1,90 @@
+"""Power loss for the framework writers (harness/sweep.py run_foreign_power_loss): a
+framework's own saves recorded in its ranks (faults/foreign_record.py), each crash state
+materialised with the event log cut at the power cut, and the framework's own example
+script resumed from it through `trainwreck run --cmd`'s launcher, judged by every invariant.
+Each resume imports the framework on 2 ranks (5-10 s each here): the runs are `slow`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
+from trainwreck.faults.powerloss import CrashState, OpLog, states_at
+from trainwreck.harness.commands import sweep as sweep_command
+from trainwreck.harness.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
+                                      observe_foreign)
+
+
+def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(FOREIGN_WRITERS, "lightning",
+                        ForeignWriter("lightning", "trainwreck_no_such_framework", "lightning", "lightning_train.py", ()))
+    args = argparse.Namespace(writer="lightning", power_loss=True, points=None, limit=None, seed=0, json=False,
+                              out=tmp_path / "out")
+    assert sweep_command.main(args) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'trainwreck[lightning]'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists(), "nothing may start before the check"
+
+
+def test_the_framework_writers_command_runs_their_script_under_the_recording_wrapper() -> None:
+    spec = foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/nonexistent/run"), record=True)
+    assert spec.launcher == "cmd" and spec.world_sizes == (2,)
+    words = spec.command.split()  # type: ignore[union-attr]
+    assert words[1:4] == ["-m", "trainwreck.faults.foreign_record", "--record"]
+    assert words[words.index("--") + 1].endswith("tests/frameworks/scripts/accelerate_train.py")
+    assert "--record" not in foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/r")).command  # type: ignore[operator]
+
+
+def judge_state(observed: Path, log: OpLog, state: CrashState, writer: str, run_dir: Path):  # type: ignore[no-untyped-def]
+    crash_run_dir(observed, log, state, run_dir)
+    return judge_resumed_cmd(foreign_spec(FOREIGN_WRITERS[writer], run_dir), None, f"test {writer}")
+
+
+def whole(log: OpLog, point: int) -> CrashState:
+    """The state of `point` in which every issued op reached the disk (nothing lost or torn)."""
+    return next(s for s in states_at(log, point, cap=4096) if not s.damage)
+
+
+@pytest.fixture(scope="module")
+def lightning_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OpLog]:
+    pytest.importorskip("lightning")
+    return observe_foreign(FOREIGN_WRITERS["lightning"], tmp_path_factory.mktemp("lightning") / "observed")
+
+
+@pytest.mark.slow
+def test_lightnings_own_moves_are_recorded_each_followed_by_the_adapters_fsyncs(lightning_run) -> None:  # type: ignore[no-untyped-def]
+    _, log = lightning_run
+    renames = [op for op in log.ops if op.kind == "rename"]
+    assert [op.dst for op in renames] == ["epoch=0-step=4.ckpt", "last.ckpt", "epoch=0-step=8.ckpt", "last.ckpt",
+                                          "epoch=1-step=12.ckpt", "last.ckpt"]
+    for op in renames:  # fsspec wrote it in $TMPDIR and moved it in; trainwreck's CheckpointIO then fsyncs
+        assert op.path == "<outside the root>" and log.ops[op.index - 1].kind == "data"
+        assert [o.kind for o in log.ops[op.index + 1:op.index + 3]] == ["fsync_file", "fsync_dir"]
+
+
+@pytest.mark.slow
+def test_a_cut_after_lightning_replaced_last_ckpt_resumes_a_state_no_save_announced(
+        lightning_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = lightning_run
+    second = [op for op in log.ops if op.kind == "rename" and op.dst == "last.ckpt"][1]
+    judged = judge_state(observed, log, whole(log, second.index + 1), "lightning", tmp_path / "cut")
+    run_dir = judged.record.run_dir
+    # The cut is in the run's own events: attempt 0 announced last.ckpt at step 4 only, then attempt 1 ran.
+    saves = [(e["checkpoint"], e["step"]) for e in rank_events(run_dir, "save") if e["attempt"] == 0]
+    assert ("last.ckpt", 4) in saves and ("last.ckpt", 8) not in saves, saves
+    assert {e["attempt"] for e in harness_events(run_dir, "attempt")} == {0, 1}
+    continuity = judged.judgement.verdicts["continuity"]
+    assert continuity.valid is False
+    assert any("restored last.ckpt as step 8, but it was saved at step 4" in line for line in continuity.evidence)
+    assert_no_leftover_processes()
+
+
+@pytest.mark.slow
+def test_a_cut_after_lightnings_last_barrier_resumes_validly(lightning_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = lightning_run
+    judged = judge_state(observed, log, whole(log, len(log.ops)), "lightning", tmp_path / "end")
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+    assert_no_leftover_processes()
