@@ -83,8 +83,57 @@ def test_a_cut_after_lightning_replaced_last_ckpt_resumes_a_state_no_save_announ
 
 
 @pytest.mark.slow
-def test_a_cut_after_lightnings_last_barrier_resumes_validly(lightning_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_cut_after_the_barriers_of_lightnings_second_save_resumes_validly(
+        lightning_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     observed, log = lightning_run
-    judged = judge_state(observed, log, whole(log, len(log.ops)), "lightning", tmp_path / "end")
+    second = [op for op in log.ops if op.kind == "rename" and op.dst == "last.ckpt"][1]
+    judged = judge_state(observed, log, whole(log, second.index + 3), "lightning", tmp_path / "synced")
     assert judged.judgement.valid is True, judged.judgement.to_json()
+    assert {(e["checkpoint"], e["step"]) for e in rank_events(judged.record.run_dir, "restore")} == {("last.ckpt", 8)}
     assert_no_leftover_processes()
+
+
+@pytest.fixture(scope="module")
+def accelerate_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OpLog]:
+    pytest.importorskip("accelerate")
+    return observe_foreign(FOREIGN_WRITERS["accelerate"], tmp_path_factory.mktemp("accelerate") / "observed")
+
+
+def first_save_settled(log: OpLog) -> int:
+    """The crash point right before accelerate starts its second save (mkdir(checkpoint_1))."""
+    return next(op.index for op in log.ops if op.kind == "mkdir" and op.path == "checkpoint_1")
+
+
+@pytest.mark.slow
+def test_accelerate_announces_a_checkpoint_whose_counter_file_a_power_cut_can_empty(
+        accelerate_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = accelerate_run
+    point = first_save_settled(log)
+    counter = "checkpoint_0/custom_checkpoint_0.pkl"
+    assert not any(op.kind == "fsync_file" and op.path == counter for op in log.ops[:point]), "nobody fsyncs it"
+    state = next(s for s in states_at(log, point, cap=4096)
+                 if s.tree.get(counter) == b"" and s.damage == (f"{counter} is empty (its "
+                                                                f"{len(s.ops[_write_of(log, counter)].data)} bytes "
+                                                                "were never made durable)",))
+    judged = judge_state(observed, log, state, "accelerate", tmp_path / "cut")
+    run_dir = judged.record.run_dir
+    assert ("checkpoint_0", 3) in [(e["checkpoint"], e["step"]) for e in rank_events(run_dir, "save")]
+    assert not [e for e in rank_events(run_dir, "restore") if e["attempt"] >= 1], "load_state cannot load it"
+    verdicts = judged.judgement.verdicts
+    assert verdicts["progress"].valid is False and verdicts["atomicity"].valid is False
+    assert "checkpoint_0 (step 3) was announced by the save event at" in verdicts["atomicity"].evidence[0]
+    assert_no_leftover_processes()
+
+
+@pytest.mark.slow
+def test_the_same_accelerate_cut_with_every_issued_byte_on_disk_resumes_validly(
+        accelerate_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = accelerate_run
+    judged = judge_state(observed, log, whole(log, first_save_settled(log)), "accelerate", tmp_path / "whole")
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+    assert [e["checkpoint"] for e in rank_events(judged.record.run_dir, "restore") if e["attempt"] == 1] \
+        == ["checkpoint_0", "checkpoint_0"]
+
+
+def _write_of(log: OpLog, path: str) -> int:
+    return next(op.index for op in log.ops if op.kind == "data" and op.path == path)
