@@ -47,6 +47,7 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},
     "faults.foreign": {"safetensors"},
+    "faults.foreign_record": {"safetensors"},  # wraps serialize_file when installed, as faults.foreign does
 }
 
 

@@ -7,7 +7,9 @@ every invariant against one golden run.
 trainwreck sweep --power-loss [--writer NAME] [--limit N] [--seed S] [--json]: the power
 is cut instead (faults/powerloss.py): every save of one clean run is recorded, each crash
 state a file system may leave is materialised, and the job resumes from it as its next
-attempt, judged by every invariant (harness/sweep.py run_power_loss_sweep).
+attempt, judged by every invariant (harness/sweep.py run_power_loss_sweep). `--writer
+lightning|accelerate|hf` records the framework's own saves in its ranks and resumes its
+example script instead (run_foreign_power_loss; --limit defaults to 4 there).
 """
 from __future__ import annotations
 
