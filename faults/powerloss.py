@@ -613,6 +613,15 @@ def states_at(log: OpLog, point: int, seed: int = 0, cap: int = 64) -> list[Cras
     return states
 
 
+def issued_state(log: OpLog, point: int) -> CrashState:
+    """The state of crash point `point` in which every issued op reached the disk: what a
+    process crash there leaves (a control beside the states a power cut adds)."""
+    at = _Point(log, point)
+    entries = at.all_entries()
+    visible = _namespace(log, at.ops, entries)
+    return at.state(entries, visible, [(w, -1) for w, _ in at.data_dims(entries, visible)])
+
+
 Epoch = Callable[[int], object]
 """crash point -> what the observer had seen by then (e.g. how many events were logged):
 two states are the same only with the same tree *and* the same epoch, because one disk

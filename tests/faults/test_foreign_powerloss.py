@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from trainwreck.faults.foreign_record import load_foreign_oplog, raw_file
-from trainwreck.faults.powerloss import OPS_DIR, crash_states, states_at
+from trainwreck.faults.powerloss import OPS_DIR, crash_states, issued_state, states_at
 
 # A save written by hand the ways frameworks write theirs, in a process of its own (an audit
 # hook cannot be removed, so it must not be installed in the test process).
@@ -121,3 +121,12 @@ def test_a_directory_without_a_recording_is_refused_with_the_fix(tmp_path: Path)
         assert "foreign_record --record" in str(exc)
     else:
         raise AssertionError("an empty directory was read as a recording")
+
+
+def test_the_issued_state_of_a_crash_point_is_the_one_a_process_crash_leaves(tmp_path: Path) -> None:
+    log = load_foreign_oplog(hand_save(tmp_path) / OPS_DIR)
+    for point in range(len(log.ops) + 1):
+        state = issued_state(log, point)
+        assert state.damage == () and state.point == point
+        assert state.digest in {s.digest for s in states_at(log, point, cap=4096)}
+    assert issued_state(log, len(log.ops)).tree["last.ckpt"] == b"S" * 9000

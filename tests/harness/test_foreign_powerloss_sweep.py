@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
-from trainwreck.faults.powerloss import CrashState, OpLog, states_at
+from trainwreck.faults.powerloss import CrashState, OpLog, issued_state, states_at
 from trainwreck.harness.commands import sweep as sweep_command
 from trainwreck.harness.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
                                       observe_foreign)
@@ -45,7 +45,9 @@ def judge_state(observed: Path, log: OpLog, state: CrashState, writer: str, run_
 
 def whole(log: OpLog, point: int) -> CrashState:
     """The state of `point` in which every issued op reached the disk (nothing lost or torn)."""
-    return next(s for s in states_at(log, point, cap=4096) if not s.damage)
+    state = issued_state(log, point)
+    assert not state.damage, state.damage
+    return state
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +139,40 @@ def test_the_same_accelerate_cut_with_every_issued_byte_on_disk_resumes_validly(
 
 def _write_of(log: OpLog, path: str) -> int:
     return next(op.index for op in log.ops if op.kind == "data" and op.path == path)
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OpLog]:
+    pytest.importorskip("transformers")
+    return observe_foreign(FOREIGN_WRITERS["hf"], tmp_path_factory.mktemp("hf") / "observed")
+
+
+def second_save_begins(log: OpLog) -> int:
+    """The crash point right before the Trainer makes checkpoint-8's folder: checkpoint-4 is
+    announced by then (a cut after that mkdir leaves an empty checkpoint-8, which
+    get_last_checkpoint picks: the process-crash failure, not this one)."""
+    return next(op.index for op in log.ops if op.kind == "mkdir" and op.path == "checkpoint-8")
+
+
+@pytest.mark.slow
+def test_a_power_cut_can_tear_a_checkpoint_the_hf_trainer_already_announced(hf_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = hf_run
+    assert not [op for op in log.ops if op.kind.startswith("fsync")], "the Trainer fsyncs nothing"
+    model = "checkpoint-4/model.safetensors"
+    state = next(s for s in states_at(log, second_save_begins(log), cap=4096)
+                 if s.tree.get(model) == b"")
+    judged = judge_state(observed, log, state, "hf", tmp_path / "cut")
+    run_dir = judged.record.run_dir
+    assert ("checkpoint-4", 4) in [(e["checkpoint"], e["step"]) for e in rank_events(run_dir, "save")]
+    assert not [e for e in rank_events(run_dir, "restore") if e["attempt"] >= 1], "nothing loadable was resumed"
+    assert judged.judgement.verdicts["progress"].valid is False, judged.judgement.to_json()
+    assert_no_leftover_processes()
+
+
+@pytest.mark.slow
+def test_the_same_hf_cut_with_every_issued_byte_on_disk_resumes_validly(hf_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    observed, log = hf_run
+    judged = judge_state(observed, log, whole(log, second_save_begins(log)), "hf", tmp_path / "whole")
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+    assert {(e["checkpoint"], e["step"]) for e in rank_events(judged.record.run_dir, "restore")} \
+        == {("checkpoint-4", 4)}
