@@ -178,8 +178,10 @@ class ForeignRecorder:
                     self.renamed(src, dst, args[0])
             elif _no_dir_fd(args[2:] if name == "mkdir" else args[1:]):
                 rel = self.relative(args[0])
-                if rel is not None:
-                    (self.made_dir if name == "mkdir" else lambda r: self.removed(name, r))(rel)
+                if rel is not None and name == "mkdir":
+                    self.made_dir(rel)
+                elif rel is not None:
+                    self.removed(name, rel)
 
     @contextmanager
     def _busy(self) -> Iterator[None]:
