@@ -9,8 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from trainwreck.faults.foreign_record import load_foreign_oplog, raw_file
-from trainwreck.faults.powerloss import OPS_DIR, crash_states, issued_state, states_at
+from trainwreck.faults.powerloss import OPS_DIR, OpLog, crash_states, issued_state, states_at
 
 # A save written by hand the ways frameworks write theirs, in a process of its own (an audit
 # hook cannot be removed, so it must not be installed in the test process).
@@ -52,10 +54,16 @@ def hand_save(tmp_path: Path) -> Path:
     return run_dir
 
 
-def test_a_hand_driven_foreign_save_is_recorded_with_its_data_and_barriers(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def hand_log(tmp_path_factory: pytest.TempPathFactory) -> OpLog:
+    """One hand-driven save, recorded once for the module (a subprocess importing torch)."""
+    return load_foreign_oplog(hand_save(tmp_path_factory.mktemp("hand")) / OPS_DIR)
+
+
+def test_a_hand_driven_foreign_save_is_recorded_with_its_data_and_barriers(hand_log: OpLog) -> None:
     import torch
 
-    log = load_foreign_oplog(hand_save(tmp_path) / OPS_DIR)
+    log = hand_log
     assert log.before == {"old": None, "old/x": b"old"}
     assert [op.describe() for op in log.ops] == [
         "mkdir(ck)", "create(ck/a.bin)", "data(ck/a.bin) [5000 bytes]", "fsync_file(ck/a.bin)",
@@ -68,8 +76,8 @@ def test_a_hand_driven_foreign_save_is_recorded_with_its_data_and_barriers(tmp_p
     assert times == sorted(times) and times[0] > 0, "every op carries the time it was issued"
 
 
-def test_the_crash_states_of_a_recorded_foreign_save_keep_what_its_barriers_made_durable(tmp_path: Path) -> None:
-    log = load_foreign_oplog(hand_save(tmp_path) / OPS_DIR)
+def test_the_crash_states_of_a_recorded_foreign_save_keep_what_its_barriers_made_durable(hand_log: OpLog) -> None:
+    log = hand_log
     states, stats = crash_states(log, seed=0, cap=64)
     assert stats.explored == len(states) > 10
     # ck/a.bin's data was fsynced (op 3): whenever a later cut leaves it visible, it is whole.
@@ -123,8 +131,8 @@ def test_a_directory_without_a_recording_is_refused_with_the_fix(tmp_path: Path)
         raise AssertionError("an empty directory was read as a recording")
 
 
-def test_the_issued_state_of_a_crash_point_is_the_one_a_process_crash_leaves(tmp_path: Path) -> None:
-    log = load_foreign_oplog(hand_save(tmp_path) / OPS_DIR)
+def test_the_issued_state_of_a_crash_point_is_the_one_a_process_crash_leaves(hand_log: OpLog) -> None:
+    log = hand_log
     for point in range(len(log.ops) + 1):
         state = issued_state(log, point)
         assert state.damage == () and state.point == point
