@@ -470,12 +470,13 @@ def which_rank_hangs(ev: Evidence) -> list[str]:
 
 
 def _ckpt_phase(ev: Evidence, run: str) -> str:
-    """Rank 0's checkpoint-phase seconds (what its steps spent saving), quoted, then derived per save."""
+    """Rank 0's checkpoint-phase seconds, quoted, then derived per step that paid for a save (the save
+    after the last update is in no step's phases)."""
     i = next(i for i, r in enumerate(ev.reports[run]["phases"]["ranks"]) if r["rank"] == 0)
     total = float(ev.get(run, "phases", "ranks", i, "totals", "checkpoint"))
-    saves = ev.get(run, "phases", "save_seconds", "count")
-    return (f"{ev.q(run, 'phases', 'ranks', i, 'totals', 'checkpoint', unit=' s')} in their checkpoint phase "
-            f"over {ev.q(run, 'phases', 'save_seconds', 'count')} saves, "
+    saves = ev.get(run, "phases", "ranks", i, "checkpoint_steps")
+    return (f"{ev.q(run, 'phases', 'ranks', i, 'totals', 'checkpoint', unit=' s')} in the checkpoint phase of "
+            f"the {ev.q(run, 'phases', 'ranks', i, 'checkpoint_steps')} steps that saved, "
             + ev.derive(f"{run}_stall_per_save_s", total / saves, "checkpoint_phase_s / saves",
                         {"checkpoint_phase_s": total, "saves": saves}, " s") + " per save")
 
@@ -491,9 +492,12 @@ def async_checkpoints(ev: Evidence) -> list[str]:
         f"{_ckpt_phase(ev, 'wide-sync')}; asynchronously {_ckpt_phase(ev, 'wide-async')} (the copy into host "
         "memory), while the background thread took "
         f"{ev.q('wide-async', 'phases', 'save_seconds', 'mean', unit=' s')} per save to write and commit, against "
-        f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} inside the step. The step stops paying "
-        "for the disk; nothing else changed (continuity "
-        f"{ev.q('wide-async', 'verdicts', 'continuity', 'valid')} against its golden run).",
+        f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} inside the step. The background "
+        "write is not free: it competes with the ranks for the same cores (2 here), so it runs slower than a "
+        "synchronous one and can stretch the steps beside it; the median update took "
+        f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} with synchronous saves and "
+        f"{ev.q('wide-async', 'phases', 'median_step_s', unit=' s')} with asynchronous ones. The trajectory is "
+        f"the same (continuity {ev.q('wide-async', 'verdicts', 'continuity', 'valid')} against its golden run).",
         "What it can lose: <code>async-kill-persist</code> SIGKILLs rank 0 after the first file of the step-8 "
         "background persist, while training has moved on. The restart loaded "
         f"{ev.q('async-kill-persist', 'recovery', 0, 'restored', 'checkpoint')}, the newest committed checkpoint "

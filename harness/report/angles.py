@@ -343,11 +343,11 @@ def _answer_async(report: dict[str, Any]) -> str:
     phases, saves = report["phases"], report["phases"]["save_seconds"]
     rank0 = next((r for r in phases["ranks"] if r["rank"] == 0), None)
     out = []
-    if rank0 and saves["count"]:
-        stall = rank0["totals"].get("checkpoint", 0.0)
-        out.append(f"The step pays only for a copy of the state into host memory: rank 0 spent {stall:.3f} s in its "
-                   f"checkpoint phases for {saves['count']} save(s) ({stall / saves['count']:.3f} s each), while "
-                   f"writing and committing each one took {saves['mean']:.3f} s on average in the background.")
+    if rank0 and rank0.get("checkpoint_steps") and saves["count"]:
+        stall, paid = rank0["totals"].get("checkpoint", 0.0), rank0["checkpoint_steps"]
+        out.append(f"The step pays only for a copy of the state into host memory: rank 0 spent {stall:.3f} s in the "
+                   f"checkpoint phase of the {paid} step(s) that saved ({stall / paid:.3f} s each), while writing "
+                   f"and committing each save took {saves['mean']:.3f} s on average in the background.")
     for row in report["recovery"]:
         if row["restored"] is None:
             continue

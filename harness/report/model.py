@@ -340,17 +340,19 @@ def _lineage_json(lineage: Lineage | None) -> dict[str, Any] | None:
 def _phases(raw: RawRun) -> dict[str, Any]:
     per_rank: dict[int, dict[str, float]] = {}
     steps: dict[int, int] = {}
+    paid: dict[int, int] = {}
     for (_, rank), lane in raw.lanes.items():
         totals = per_rank.setdefault(rank, {})
         for name, seconds in lane.phase_totals.items():
             totals[name] = totals.get(name, 0.0) + seconds
         steps[rank] = steps.get(rank, 0) + lane.phase_steps
+        paid[rank] = paid.get(rank, 0) + lane.checkpoint_steps
     names = list(TIMED_PHASES) + sorted({n for t in per_rank.values() for n in t} - set(TIMED_PHASES))
     rows = []
     for rank in sorted(per_rank):
         totals = {n: round(per_rank[rank].get(n, 0.0), 6) for n in names}
         n = max(steps[rank], 1)
-        rows.append({"rank": rank, "steps": steps[rank], "totals": totals,
+        rows.append({"rank": rank, "steps": steps[rank], "checkpoint_steps": paid[rank], "totals": totals,
                      "mean_step_s": round(sum(totals.values()) / n, 6),
                      "own_s": round(sum(totals.get(p, 0.0) for p in OWN_PHASES), 6)})
     rows = [r for r in rows if r["steps"]]

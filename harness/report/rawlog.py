@@ -30,6 +30,7 @@ class LaneLog:
     losses: list[float | None] = field(default_factory=list)  # per step, None where it was not a number
     phase_totals: dict[str, float] = field(default_factory=dict)
     phase_steps: int = 0  # step events that carried `phases`
+    checkpoint_steps: int = 0  # step events whose checkpoint phase was not zero: the steps that paid for a save
     work: list[float] = field(default_factory=list)  # per step: seconds in every phase but checkpoint
     started: float | None = None  # the `start` event's time
 
@@ -126,5 +127,6 @@ def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
             totals[name] = totals.get(name, 0.0) + seconds
         lane.work.append(sum(phases.values()) - phases.get("checkpoint", 0.0))
         lane.phase_steps += 1
+        lane.checkpoint_steps += phases.get("checkpoint", 0.0) > 0
     except TypeError:  # a phase that is not a number: that step's phases are not trusted
         pass
