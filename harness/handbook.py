@@ -1,8 +1,9 @@
 """The executable handbook: interview questions on distributed training, answered by runs made on the spot.
 
 A suite beside demo, chaos and defects. The handbook is data: CASES are the runs (built-in
-scenarios, planted defects from harness/defects.py, and the reference trainer on a defect's
-scenario as its control), CHAPTERS the questions. Each chapter's answer is built from the
+scenarios, the handbook's own plans, planted defects from harness/defects.py, the reference
+trainer on a defect's scenario as its control, and benchmark jobs of benchmarks/fsdp.py run
+through its command), CHAPTERS the questions. Each chapter's answer is built from the
 runs' report.json by an answer function that can only quote numbers through Evidence, which
 records every quoted number with the report field it came from (handbook.json), so a test
 can check each claim against the reports. No answer holds a literal result.
@@ -123,8 +124,9 @@ def run_measurement(parallelism: str, run_dir: Path) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Case:
     """One run of the handbook. kind: scenario (a built-in scenario), plan (a handbook plan from
-    PLANS), defect (a planted defect on its scenario) or control (the reference trainer on the
-    scenario of defect `name`). `expect` is the verdict a correct suite gives it."""
+    PLANS), defect (a planted defect on its scenario), control (the reference trainer on the
+    scenario of defect `name`) or measure (benchmarks/fsdp.py's job for parallelism `name`).
+    `expect` is the verdict a correct suite gives it (MEASURED for a measurement)."""
 
     key: str
     kind: str

@@ -49,7 +49,7 @@ def main(handbook: Path, img: Path) -> None:
         shoot(excerpt(index, r'<section class="chapter" id="async">.*?</section>'), img / "handbook-async.png",
               "1100,2300", scratch)
         shoot(excerpt(report, r"<header>.*?</header>", r'<section id="plots">.*?</section>'),
-              img / "report-plots.png", "1000,1500", scratch)
+              img / "report-plots.png", "1000,1700", scratch)
 
 
 if __name__ == "__main__":
