@@ -47,7 +47,7 @@ def main(handbook: Path, img: Path) -> None:
         scratch = Path(tmp)
         shoot(index, img / "handbook.png", "1100,1900", scratch)
         shoot(excerpt(index, r'<section class="chapter" id="async">.*?</section>'), img / "handbook-async.png",
-              "1100,2300", scratch)
+              "1100,1650", scratch)
         shoot(excerpt(report, r"<header>.*?</header>", r'<section id="plots">.*?</section>'),
               img / "report-plots.png", "1000,1700", scratch)
 
