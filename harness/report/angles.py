@@ -307,7 +307,7 @@ def _median(values: list[float]) -> float:
 def _answer_sharding(report: dict[str, Any]) -> str:
     state, phases = report.get("state"), report["phases"]
     out = []
-    if state and state["parallelism"] == "fsdp":
+    if state and state["parallelism"] == "fsdp" and state["rank_share"] is not None:
         world = state["world_size"] or len(state["rank_bytes"])
         out.append(f"Its newest checkpoint, {state['checkpoint']}, holds the model and AdamW state as "
                    f"{len(state['rank_bytes'])} shard(s), one per rank, of {_bytes(state['rank_bytes'])}: each rank "

@@ -230,3 +230,15 @@ def test_a_symlinked_checkpoint_is_never_followed_for_the_state(tmp_path: Path) 
     assert build_report(run)["state"] is None
     _manifest(run, "step-00000006", {"model.pt": 4, "optimizer.pt": 8}, world_size=2, step=6)
     assert build_report(run)["state"]["checkpoint"] == "step-00000006"  # the newest one inside the run
+
+
+def test_an_fsdp_report_whose_shards_are_empty_still_gets_an_interview_angle(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    spec = json.loads((run / "run.json").read_text())
+    spec["config"]["parallelism"] = "fsdp"
+    (run / "run.json").write_text(json.dumps(spec))
+    _manifest(run, "step-00000008", {"__0_0.distcp": 0, "__1_0.distcp": 0}, world_size=2, step=8)
+    report = build_report(run)
+    assert report["state"]["rank_share"] is None
+    answer = next(a["answer"] for a in report["angles"] if a["topic"] == "sharding")
+    assert "median update here took" in answer and "shard(s)" not in answer
