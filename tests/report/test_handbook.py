@@ -231,6 +231,16 @@ def test_a_defect_the_suite_misses_is_shown_as_missed_and_fails_the_handbook(tmp
     assert handbook_word({"a": control, "b": caught}, [{"answered": False}]) == "UNKNOWN"
 
 
+def test_a_benchmark_job_that_did_not_finish_leaves_the_handbook_unknown(tmp_path: Path) -> None:
+    measured = CaseResult(get_case("bytes-ddp"), tmp_path, None, measured={"format": "trainwreck-measurement/1"})
+    failed = CaseResult(get_case("bytes-ddp"), tmp_path, None, error="the harness failed: RuntimeError: exited 1")
+    answered = [{"answered": True}]
+    assert measured.status == "MEASURED" and measured.passed
+    assert failed.status == "UNKNOWN" and not failed.passed
+    assert handbook_word({"m": measured}, answered) == "VALID"
+    assert handbook_word({"m": failed}, answered) == "UNKNOWN"
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
                     reason="chromium is not installed (CI: apt-get install -y --no-install-recommends chromium)")
 def test_in_a_real_browser_the_caught_badges_and_the_plots_are_drawn(handbook: dict[str, Any], tmp_path: Path) -> None:
@@ -381,6 +391,8 @@ def test_fsdp_and_async_reports_answer_their_interview_angle_with_their_own_numb
     answer = angle("wide-fsdp", "sharding")
     assert f"{state['rank_bytes'][0]:,}" in answer and "12/2 = 6" in answer
     shrink = _report(handbook, "fsdp-shrink-world")
+    assert [f["id"] for f in shrink["faults"]] == ["node-loss"] and shrink["unfired_faults"] == []
+    assert [a["world_size"] for a in shrink["attempts"]] == [4, 2] and shrink["valid"] is True
     restored = shrink["attempts"][1]["restored"]["checkpoint"]
     assert (f"Attempt 1 on 2 rank(s) restored {restored}, written as shards by attempt 0 on 4 rank(s)"
             in angle("fsdp-shrink-world", "sharding"))
