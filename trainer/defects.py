@@ -339,7 +339,7 @@ class FsdpOptimizerNotLoadedTrainer(Trainer):
     def read_shards(self, verified: Verified) -> None:
         from trainwreck.trainer.sharded import load_shards
 
-        load_shards(self.state, self.checkpoint_root / verified.name, optimizer=False)
+        load_shards(self.state, self.checkpoints.storage, self.checkpoint_root, verified.name, optimizer=False)
 
 
 @register_variant("fsdp_only_rank0_shards")
@@ -381,7 +381,7 @@ class FsdpCommitBeforeShardsTrainer(Trainer):
             stage_small_files(self, step, tmp, rngs, meta)
             self.checkpoints.commit(step, tmp, meta, 0.0)
         dist.barrier()
-        write_shards(self.state, self.checkpoint_root / checkpoint_name(step))
+        write_shards(self.state, self.checkpoints.storage, self.checkpoint_root, checkpoint_name(step))
         dist.barrier()
 # ----- asynchronous checkpoints (trainer/async_ckpt.py) ---------------------------------
 
