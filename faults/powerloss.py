@@ -724,12 +724,17 @@ def dcp_loads(root: Path, name: str, step: int) -> str | None:
         return f"{name}/.metadata is missing"
     want = dcp_state_dict(step)
     got = {k: torch.zeros_like(v) for k, v in want.items()}
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
-        return f"{name} does not load: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - any failure to load is the finding
+        # (CheckpointException, DCP's wrapper of a failed read, is a BaseException)
+        failures = getattr(exc, "failures", None)  # CheckpointException: rank -> the exception it wraps
+        cause = exc if not failures else next(iter(failures.values()))
+        return f"{name} does not load: {type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:160]}"
     wrong = [k for k in want if not torch.equal(want[k], got[k])]
     return f"{name} loads other values for {', '.join(wrong)}" if wrong else None
 

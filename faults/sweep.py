@@ -187,3 +187,4 @@ def rank_crash_points(ops_by_rank: dict[int, list[Op]]) -> list[tuple[int, int, 
     """(rank, op_index, op description, when): every crash point of every rank's own ops."""
     return [(rank, index, op, when) for rank in sorted(ops_by_rank)
             for index, op, when in crash_points(ops_by_rank[rank])]
+

@@ -184,6 +184,41 @@ def run_sharded_sweep(writer: str = "reference", out: Path | None = None, progre
     return result
 
 
+# ----- DCP's own writer on its own: what its commit protocol guarantees on a process crash --
+
+def run_dcp_crash_sweep(layout: str = "dcp", out: Path | None = None, progress: Say | None = None,
+                        points: Iterable[tuple[int, str]] | None = None) -> SweepResult:
+    """Crash torch.distributed.checkpoint's own save (no trainwreck pointer, no manifest) at
+    each of its mutating ops, in-process, and judge what is left by loading it
+    (faults/dcpcrash.py). `layout`: "dcp" (a new directory per save) or "dcp_in_place"
+    (every save into one directory). Each crash point's directory gets verdicts.json."""
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS, crash_dcp_save, judge_dcp_crash, record_dcp_ops
+
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / layout
+    ops = record_dcp_ops(base / "observed", layout)
+    result = SweepResult(layout, mutating_ops(ops), parallelism="dcp")
+    say(f"{layout} ({DCP_LAYOUTS[layout]}): the DCP save at step {CRASH_STEP} does {len(result.ops)} mutating ops")
+    wanted = set(points) if points is not None else None
+    todo = [p for p in crash_points(ops) if wanted is None or (p[0], p[2]) in wanted]
+    for n, (index, op, when) in enumerate(todo, 1):
+        run_dir = base / f"op{index:02d}-{when}"
+        details, returned = crash_dcp_save(run_dir / "checkpoints", layout, index, when)
+        valid, why = judge_dcp_crash(run_dir / "checkpoints", layout, returned)
+        if not details:  # the crash never happened: nothing was judged
+            valid, why = "unknown", f"the crash at op {index} ({when}) never fired"
+        (run_dir / "verdicts.json").write_text(json.dumps(
+            {"valid": valid, "why": why, "fault": details, "layout": layout,
+             "reproduce": f"trainwreck sweep --writer {layout} --points {index}:{when}"}, indent=1) + "\n")
+        row = SweepRow(index, op, when, valid, ["dcp_load"] if valid is False else [],
+                       ["unfired"] if valid == "unknown" else [], str(run_dir),
+                       "crashed" if details else "completed", "" if valid is True else why)
+        result.rows.append(row)
+        say(f"[{n}/{len(todo)}] {layout}: crash {row.label}: {verdict_word(valid)}"
+            + ("" if valid is True else f" ({why})"))
+    return result
+
+
 # ----- the power-loss sweep ------------------------------------------------------------------
 
 POWER_LOSS_SEED = 0

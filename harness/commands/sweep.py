@@ -27,7 +27,8 @@ from trainwreck.trainer.config import InputError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
                         help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
-                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit)")
+                             "or dcp (torch.distributed.checkpoint's own commit, a new directory per save), and "
+                             "without --power-loss dcp_in_place (every DCP save into the same directory)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn); "
@@ -76,20 +77,52 @@ def main(args: argparse.Namespace) -> int:
     from trainwreck.harness.sweep import run_sweep
     from trainwreck.trainer.entry import trainer_class
 
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS
+
+    dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
     try:
-        if not (args.power_loss and args.writer == "dcp"):  # DCP's own commit is no trainer variant
+        if not dcp_own:  # DCP's own commit is no trainer variant
             trainer_class(args.writer)
     except ValueError as exc:
         print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
         return 2
+    if dcp_own and args.parallelism != "ddp":
+        print(f"trainwreck sweep: error: --writer {args.writer} sweeps DCP's own save in one process; "
+              "leave out --parallelism", file=sys.stderr)
+        return 2
+    if args.power_loss and args.parallelism != "ddp":
+        print("trainwreck sweep: error: --power-loss with --parallelism fsdp is not implemented (the power-loss "
+              "sweep records rank 0's saves only); leave out --parallelism, or use --writer dcp for DCP's own "
+              "commit under power loss", file=sys.stderr)
+        return 2
     out = args.out or Path("trainwreck-out") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.power_loss:
         return power_loss_main(args, out)
+    if dcp_own:
+        return dcp_main(args, out)
     if args.parallelism == "fsdp":
         return sharded_main(args, out)
     started = time.perf_counter()
     result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                        points=parse_points(args.points))
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1, default=str))
+    else:
+        print_table(result, time.perf_counter() - started, out)
+    return exit_code(compose(row.verdict for row in result.rows))
+
+
+def dcp_main(args: argparse.Namespace, out: Path) -> int:
+    from trainwreck.harness.sweep import run_dcp_crash_sweep
+
+    try:
+        points = parse_points(args.points)
+    except InputError as exc:
+        print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    result = run_dcp_crash_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                 points=points)
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
