@@ -732,8 +732,9 @@ def dcp_loads(root: Path, name: str, step: int) -> str | None:
             dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
     except (Exception, CheckpointException) as exc:  # noqa: BLE001 - any failure to load is the finding
         # (CheckpointException, DCP's wrapper of a failed read, is a BaseException)
-        failures = getattr(exc, "failures", None)  # CheckpointException: rank -> the exception it wraps
+        failures = getattr(exc, "failures", None)  # CheckpointException: rank -> (exception, traceback)
         cause = exc if not failures else next(iter(failures.values()))
+        cause = cause[0] if isinstance(cause, tuple) and cause else cause
         return f"{name} does not load: {type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:160]}"
     wrong = [k for k in want if not torch.equal(want[k], got[k])]
     return f"{name} loads other values for {', '.join(wrong)}" if wrong else None

@@ -121,3 +121,29 @@ def test_trainwreck_chaos_exits_one_on_any_invalid_and_two_on_unknown_only(value
 @given(st.sampled_from(["s", "m", "h"]), st.integers(1, 10**6))
 def test_any_positive_whole_budget_parses(unit: str, number: int) -> None:
     assert parse_duration(f"{number}{unit}") == number * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chaos_cases())
+def test_an_fsdp_case_plans_no_comm_hook_fault_and_corrupts_only_files_a_sharded_checkpoint_has(
+        case: ChaosCase) -> None:
+    from trainwreck.faults.plan import KINDS
+    from trainwreck.faults.strategies import FSDP_FILES
+
+    assert case.config().parallelism == case.parallelism
+    if case.parallelism != "fsdp":
+        return
+    assert not [f for f in case.plan if KINDS[f["kind"]].comm_hook], case.plan
+    for fault in case.plan:
+        if fault["kind"] == "corrupt" and fault["how"] in ("truncate", "flip"):
+            assert fault["file"] in FSDP_FILES, fault
+    assert "--set=parallelism=fsdp" in case.reproduce()
+
+
+def test_chaos_draws_fsdp_cases_with_a_world_size_change_and_a_corrupted_shard() -> None:
+    from hypothesis import find
+
+    case = find(chaos_cases(), lambda c: c.parallelism == "fsdp" and len(set(c.world_sizes)) > 1
+                and any(f["kind"] == "corrupt" and f.get("file") == "__0_0.distcp" for f in c.plan),
+                settings=settings(max_examples=2000, database=None, suppress_health_check=list(HealthCheck)))
+    assert case.config().parallelism == "fsdp"
