@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainwreck.trainer.rundir import iter_events
 from trainwreck.harness.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
 
 
@@ -140,10 +141,25 @@ def test_an_fsdp_case_plans_no_comm_hook_fault_and_corrupts_only_files_a_sharded
     assert "--set=parallelism=fsdp" in case.reproduce()
 
 
-def test_chaos_draws_fsdp_cases_with_a_world_size_change_and_a_corrupted_shard() -> None:
+def test_chaos_draws_fsdp_cases_that_change_the_world_size_and_fsdp_corruptions_name_a_shard_file() -> None:
     from hypothesis import find
 
-    case = find(chaos_cases(), lambda c: c.parallelism == "fsdp" and len(set(c.world_sizes)) > 1
-                and any(f["kind"] == "corrupt" and f.get("file") == "__0_0.distcp" for f in c.plan),
-                settings=settings(max_examples=2000, database=None, suppress_health_check=list(HealthCheck)))
+    from trainwreck.faults.strategies import FSDP_FILES, corruptions
+
+    quick = settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck))
+    case = find(chaos_cases(), lambda c: c.parallelism == "fsdp" and len(set(c.world_sizes)) > 1, settings=quick)
     assert case.config().parallelism == "fsdp"
+    fault = find(corruptions(1, ("flip",), "fsdp"), lambda f: f["file"] == "__0_0.distcp", settings=quick)
+    assert fault["file"] in FSDP_FILES
+
+
+def test_an_fsdp_chaos_case_with_a_kill_and_a_corrupted_shard_keeps_every_invariant(chaos: Any) -> None:
+    # The derandomised smoke above may draw no FSDP case; this one always runs one.
+    case = ChaosCase((2,), [{"id": "kill-1", "kind": "kill", "rank": 1, "step": 10, "how": "sigkill", "attempt": 0},
+                            {"id": "corrupt-1", "kind": "corrupt", "how": "flip", "file": "__0_0.distcp",
+                             "attempt": 1}], parallelism="fsdp")
+    from trainwreck.harness.chaos import CaseRunner
+
+    judged = CaseRunner(chaos.out, chaos.golden_cache, chaos.settings.launcher, keep=True)(case)  # raises unless VALID
+    fired = {e["fault_id"] for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "fault"}
+    assert fired == {"kill-1", "corrupt-1"} and judged.judgement.valid is True
