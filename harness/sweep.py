@@ -21,6 +21,7 @@ from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, W
                                      describe, load_rank_ops, mutating_ops, rank_crash_points, record_save_ops)
 from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
                                         materialise, record_dcp_save)
+from trainwreck.faults.storage import Op
 from trainwreck.harness.runner import JudgedRun, run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import verdict_word
@@ -139,7 +140,7 @@ def sharded_config(writer: str) -> TrainConfig:
     return TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer, "parallelism": "fsdp"})
 
 
-def observe_sharded(writer: str, run_dir: Path) -> dict[int, list[Any]]:
+def observe_sharded(writer: str, run_dir: Path) -> dict[int, list[Op]]:
     """One clean FSDP job whose ranks record their own mutating ops of the save at CRASH_STEP."""
     record = run_job(JobSpec(config=sharded_config(writer), world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S,
                              run_dir=run_dir, keep=True,
@@ -155,7 +156,7 @@ def observe_sharded(writer: str, run_dir: Path) -> dict[int, list[Any]]:
 
 def run_sharded_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
                       points: Iterable[tuple[int, int, str]] | None = None, golden_cache: Path | None = None,
-                      observed: dict[int, list[Any]] | None = None) -> SweepResult:
+                      observed: dict[int, list[Op]] | None = None) -> SweepResult:
     """Crash each rank of an FSDP job at each of its own mutating ops of the save at
     CRASH_STEP (before, after, torn for a write), DCP's `.metadata` write and rename
     included; every crash point is a job judged by every invariant. `points`: only these
