@@ -50,6 +50,9 @@ def test_a_world_size_above_a_parameters_rows_gives_empty_shards_that_save_and_r
                 "ckpt_interval=2", "--plan", plan, "--out", str(out), "--json"])
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["valid"] is True, result
+    fired = [json.loads(line)["fault_id"] for p in (out / "events").glob("a000-*.jsonl")
+             for line in p.read_text().splitlines() if '"kind":"fault"' in line]
+    assert fired == ["k"], "the kill never fired: nothing was resharded"
     restores = [json.loads(line) for p in (out / "events").glob("a001-*.jsonl") for line in p.read_text().splitlines()
                 if '"restore"' in line]
     assert restores and {r["world_size"] for r in restores} == {2}
