@@ -74,10 +74,9 @@ def parse_rank_points(text: str | None) -> list[tuple[int, int, str]] | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS
     from trainwreck.harness.sweep import run_sweep
     from trainwreck.trainer.entry import trainer_class
-
-    from trainwreck.faults.dcpcrash import DCP_LAYOUTS
 
     dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
     try:
@@ -105,6 +104,11 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                        points=parse_points(args.points))
+    return finish(args, result, started, out)
+
+
+def finish(args: argparse.Namespace, result, started: float, out: Path) -> int:  # type: ignore[no-untyped-def]
+    """Print a process-crash sweep's result (--json or the table) and return its exit code."""
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
@@ -123,11 +127,7 @@ def dcp_main(args: argparse.Namespace, out: Path) -> int:
     started = time.perf_counter()
     result = run_dcp_crash_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                                  points=points)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=1, default=str))
-    else:
-        print_table(result, time.perf_counter() - started, out)
-    return exit_code(compose(row.verdict for row in result.rows))
+    return finish(args, result, started, out)
 
 
 def sharded_main(args: argparse.Namespace, out: Path) -> int:
@@ -141,11 +141,7 @@ def sharded_main(args: argparse.Namespace, out: Path) -> int:
     started = time.perf_counter()
     result = run_sharded_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                                points=points)
-    if args.json:
-        print(json.dumps(result.to_json(), indent=1, default=str))
-    else:
-        print_table(result, time.perf_counter() - started, out)
-    return exit_code(compose(row.verdict for row in result.rows))
+    return finish(args, result, started, out)
 
 
 def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
@@ -157,7 +153,8 @@ def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-u
     first = result.first_failure
     ops = (" + ".join(f"{len(o)} (rank {r})" for r, o in sorted(result.rank_ops.items()))
            if result.rank_ops else str(len(result.ops)))
-    print(f"\n{result.parallelism} {result.writer}: {ops} operations, {len(result.rows)} crash points, "
+    name = f"fsdp {result.writer}" if result.parallelism == "fsdp" else result.writer
+    print(f"\n{name}: {ops} operations, {len(result.rows)} crash points, "
           f"{len(result.failures)} not valid, {seconds:.0f}s; runs under {out}")
     if first is not None:
         print(f"first failing point: {first.label} -> {', '.join(first.failing + first.unknown)}: {first.summary}")
