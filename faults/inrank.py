@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainwreck.faults import blocking
 from trainwreck.faults.corrupt import corrupt_run_dir
-from trainwreck.faults.plan import HARNESS, KINDS, parse_plan, with_defaults
+from trainwreck.faults.plan import COMM_HOOK_KINDS, HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.async_ckpt import current_save_step
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 POINT_KINDS = ("kill", "hang", "nan_grad")
 GATE_MAX_S = 5.0
 """The longest a rank waits at a harness fault's step for the harness's signal."""
-COMM_KINDS = ("comm_delay", "comm_fail", "skip_collective")
+COMM_KINDS = COMM_HOOK_KINDS
 
 
 class InjectedFault(RuntimeError):

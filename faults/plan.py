@@ -62,6 +62,9 @@ class Kind:
     threatens: tuple[str, ...]
     hangs: bool = False
     """True: the harness must detect a hang, so the fault needs `expect: "hang"`."""
+    comm_hook: bool = False
+    """True: it acts inside DDP's gradient communication hook, which FSDP does not have, so
+    under parallelism="fsdp" it could never fire (validate_plan refuses it there)."""
 
 
 INT, NUM, STR = (int,), (int, float), (str,)
@@ -86,12 +89,12 @@ _SECONDS = Field(NUM, required=True, minimum=0, doc="seconds")
 
 
 def _kind(name: str, where: str, doc: str, threatens: tuple[str, ...], hangs: bool = False,
-          **fields: Field) -> Kind:
+          comm_hook: bool = False, **fields: Field) -> Kind:
     common = {"id": Field(STR, required=True), "kind": Field(STR, required=True)}
     if where != HARNESS:
         common["attempt"] = _ATTEMPT
         common["expect"] = _EXPECT
-    return Kind(name, where, {**common, **fields}, doc, threatens, hangs)
+    return Kind(name, where, {**common, **fields}, doc, threatens, hangs, comm_hook)
 
 
 STORAGE_OPS = ("read", "write")
@@ -113,14 +116,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           rank=_rank(), step=_step(), seconds=_SECONDS,
           until=Field(INT, minimum=0, doc="last slow update (default: to the end)")),
     _kind("comm_delay", IN_RANK, "the rank's gradient all-reduce of update `step` starts `seconds` late",
-          ("hang", "replicas", "continuity"), rank=_rank(), step=_step(), seconds=_SECONDS),
+          ("hang", "replicas", "continuity"), comm_hook=True, rank=_rank(), step=_step(), seconds=_SECONDS),
     _kind("comm_fail", IN_RANK, "the rank's gradient all-reduce of update `step` raises",
-          ("progress", "continuity", "coverage"), rank=_rank(), step=_step()),
+          ("progress", "continuity", "coverage"), comm_hook=True, rank=_rank(), step=_step()),
     _kind("nan_grad", IN_RANK, "one element of the rank's reduced gradient becomes NaN/inf at update `step`",
           ("replicas", "continuity"), rank=_rank(), step=_step(),
           value=Field(STR, default="nan", choices=("nan", "inf", "-inf"))),
     _kind("skip_collective", IN_RANK, "the rank skips its gradient all-reduce of update `step` (a desync)",
-          ("hang", "progress", "replicas"), hangs=True, rank=_rank(), step=_step(),
+          ("hang", "progress", "replicas"), hangs=True, comm_hook=True, rank=_rank(), step=_step(),
           then=Field(STR, default="wait", choices=("wait", "continue"),
                      doc="wait: the rank then waits for the missing result (others hang in the all-reduce); "
                          "continue: it goes on to its next collective (gloo aborts on the size mismatch)")),
@@ -172,6 +175,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
 )}
+COMM_HOOK_KINDS = tuple(k.name for k in KINDS.values() if k.comm_hook)
+"""The kinds faults/inrank.py applies in DDP's gradient communication hook."""
 # One list of the kinds the harness applies: faults/external.py's, which this table describes.
 assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)
 
@@ -406,6 +411,10 @@ def validate_plan(plan: str | Sequence[Mapping[str, Any]] | Plan, cfg: TrainConf
 
 def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]) -> None:
     fid, kind = repr(fault["id"]), KINDS[fault["kind"]]
+    if kind.comm_hook and cfg.parallelism != "ddp":
+        raise PlanError(f"fault {fid}: kind {kind.name!r} acts in DDP's gradient communication hook, which "
+                        f"parallelism={cfg.parallelism!r} does not have, so it could never fire; run it with "
+                        "parallelism='ddp', or slow or stop the rank instead (a straggler, hang or kill fault)")
     attempt = fault.get("from_attempt" if kind.where == HARNESS else "attempt", 0)
     if kind.where == HARNESS:
         # The harness waits for an attempt that has the rank, so any later one will do.
@@ -426,9 +435,13 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
     if kind.where in (IN_RANK, FOREIGN) and step is not None and step < 1:
         raise PlanError(f"fault {fid}: field 'step'={step}: updates are numbered from 1")
     point = fault.get("point", fp.STEP_START)
-    needs_save = point in fp.SAVE_POINTS or fault["kind"] in ("torn_write", "crash_op")
+    storage_in_save = fault["kind"] in ("torn_write", "crash_op")
+    needs_save = point in fp.SAVE_POINTS or storage_in_save
     if needs_save or point == fp.SAVE_WAIT:
-        _check_save_step(fid, fault, cfg, point, writer_only=needs_save)
+        # Rank 0 alone writes a DDP checkpoint and commits any checkpoint (the save points);
+        # under FSDP every rank writes its own shards through its Storage.
+        every_rank_writes = storage_in_save and cfg.parallelism == "fsdp"
+        _check_save_step(fid, fault, cfg, point, writer_only=needs_save and not every_rank_writes)
     if fault["kind"] == "corrupt" and attempt == 0:
         raise PlanError(f"fault {fid}: field 'attempt'=0: corruption is applied when an attempt starts, and "
                         "attempt 0 finds no checkpoint to damage; use attempt >= 1 (after a kill or hang)")
@@ -443,4 +456,5 @@ def _check_save_step(fid: str, fault: dict[str, Any], cfg: TrainConfig, point: s
                         f"{fault['kind']} at {point!r} would never fire; saves happen after updates "
                         f"{', '.join(map(str, saves))}")
     if writer_only and fault.get("rank", 0) != 0:
-        raise PlanError(f"fault {fid}: field 'rank'={fault['rank']}: only rank 0 writes checkpoints; use rank 0")
+        raise PlanError(f"fault {fid}: field 'rank'={fault['rank']}: only rank 0 writes checkpoints (and commits "
+                        "them); use rank 0, or parallelism='fsdp' for a storage fault in another rank's shard writes")

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.rundir import RunDir
-from trainwreck.trainer.storage import OnChunk, Produce, Storage, check_relative, gather
+from trainwreck.trainer.storage import OnChunk, Produce, Storage, check_relative, gather, storage_fs
 
 BLOCK = 4096
 """The granularity at which unsynced file data tears (a page and an ext4 block)."""
@@ -711,53 +711,6 @@ DCP_EARLIER = "dcp-step-00000008"
 """The recorded DCP save, and the earlier one already durable before it."""
 
 
-def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
-    """torch.distributed.checkpoint's FileSystem, every call routed through `storage`: DCP's
-    FileSystemWriter then writes through the same seam (and recorder) as our own stores.
-    Each written stream becomes one Storage.write, durable when DCP fsyncs its files
-    (sync_files=True, DCP's default; it fsyncs each file, never a directory)."""
-    import io
-    import tempfile
-    from contextlib import contextmanager
-
-    from torch.distributed.checkpoint.filesystem import FileSystem
-
-    def rel(path: str | os.PathLike) -> str:
-        return os.path.relpath(Path(path), root).replace(os.sep, "/")
-
-    class StorageFS(FileSystem):
-        @contextmanager
-        def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
-            if "r" in mode:
-                yield io.BytesIO(storage.read(rel(path)))
-                return
-            # A real file, so DCP's os.fsync(stream.fileno()) works as it does on disk;
-            # read back by name because DCP closes the stream itself.
-            fd, scratch = tempfile.mkstemp(prefix="trainwreck-dcp-stream-")
-            os.close(fd)
-            try:
-                with open(scratch, "w+b") as stream:
-                    yield stream
-                storage.write(rel(path), Path(scratch).read_bytes(), durable=sync_files)
-            finally:
-                os.unlink(scratch)
-
-        def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
-            storage.rename(rel(path), rel(new_path))
-
-        def mkdir(self, path: str | os.PathLike) -> None:
-            if rel(path) != ".":
-                storage.mkdir(rel(path))
-
-        def exists(self, path: str | os.PathLike) -> bool:
-            return rel(path) == "." or storage.exists(rel(path))
-
-        def rm_file(self, path: str | os.PathLike) -> None:
-            storage.remove(rel(path))
-
-    return StorageFS()
-
-
 def dcp_state_dict(step: int) -> dict[str, Any]:
     """A small model-and-optimizer-shaped state whose values name the step (a mix-up shows)."""
     import torch
@@ -800,12 +753,18 @@ def dcp_loads(root: Path, name: str, step: int) -> str | None:
         return f"{name}/.metadata is missing"
     want = dcp_state_dict(step)
     got = {k: torch.zeros_like(v) for k, v in want.items()}
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             dcp.load(got, checkpoint_id=str(Path(root) / name), no_dist=True)
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
-        return f"{name} does not load: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - any failure to load is the finding
+        # (CheckpointException, DCP's wrapper of a failed read, is a BaseException)
+        failures = getattr(exc, "failures", None)  # CheckpointException: rank -> (exception, traceback)
+        cause = exc if not failures else next(iter(failures.values()))
+        cause = cause[0] if isinstance(cause, tuple) and cause else cause
+        return f"{name} does not load: {type(cause).__name__}: {(str(cause).splitlines() or [''])[0][:160]}"
     wrong = [k for k in want if not torch.equal(want[k], got[k])]
     return f"{name} loads other values for {', '.join(wrong)}" if wrong else None
 

@@ -11,6 +11,8 @@ consecutive attempts at steps at least one checkpoint interval apart - so each
 restart passes the next one's step and commits a newer checkpoint first (the
 harness's no-progress guard) - and a corruption only in an attempt that follows one
 that committed a checkpoint. Small delays (tens of milliseconds) keep runs short.
+Under parallelism="fsdp" no fault acts in DDP's comm hook (there is none: validate_plan
+refuses it), and a corruption damages a file a sharded checkpoint has (FSDP_FILES).
 """
 from __future__ import annotations
 
@@ -18,12 +20,15 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from trainwreck.faults.plan import CORRUPTIONS, Plan, save_steps
+from trainwreck.faults.plan import CORRUPTIONS, KINDS, Plan, save_steps
 from trainwreck.trainer.config import TrainConfig
 
 Fault = dict[str, Any]
 
 KILL_HOWS = ("sigkill", "sigterm", "exit", "exception")
+FSDP_FILES = ("__0_0.distcp", ".metadata", "trainer.pt")
+"""Files every sharded checkpoint has, whatever world size wrote it (rank 0's shard, DCP's
+metadata, the trainer position); a DDP checkpoint's `model.pt`, the default, is not one."""
 HANG_HOWS = ("event", "gil", "sigstop")
 
 
@@ -49,10 +54,13 @@ def hangs(cfg: TrainConfig, world_sizes: Sequence[int], attempt: int = 0, min_st
         "how": st.sampled_from(HANG_HOWS), "attempt": st.just(attempt), "expect": st.just("hang")})
 
 
-def corruptions(attempt: int = 1, hows: Sequence[str] = CORRUPTIONS) -> st.SearchStrategy[Fault]:
+def corruptions(attempt: int = 1, hows: Sequence[str] = CORRUPTIONS,
+                parallelism: str = "ddp") -> st.SearchStrategy[Fault]:
     """A `corrupt` fault applied when `attempt` starts (to the newest committed checkpoint)."""
-    return st.fixed_dictionaries({"kind": st.just("corrupt"), "how": st.sampled_from(tuple(hows)),
-                                  "attempt": st.just(attempt)})
+    fields = {"kind": st.just("corrupt"), "how": st.sampled_from(tuple(hows)), "attempt": st.just(attempt)}
+    if parallelism == "fsdp":
+        fields["file"] = st.sampled_from(FSDP_FILES)
+    return st.fixed_dictionaries(fields)
 
 
 def slowdowns(cfg: TrainConfig, world_sizes: Sequence[int], before: int | None = None) -> st.SearchStrategy[Fault]:
@@ -66,6 +74,8 @@ def slowdowns(cfg: TrainConfig, world_sizes: Sequence[int], before: int | None =
         st.fixed_dictionaries({"kind": st.just("comm_delay"), "rank": _ranks(world_sizes),
                                "step": _steps(cfg, 1, last), "seconds": seconds}),
     ]
+    options = [o for o, kind in zip(options, ("straggler", "comm_delay"))
+               if cfg.parallelism == "ddp" or not KINDS[kind].comm_hook]
     saves = [s for s in save_steps(cfg) if s <= last]
     if saves:  # a write stall fires at the first save at or after its step
         options.append(st.fixed_dictionaries({"kind": st.just("storage_stall"), "step": st.sampled_from(saves),
@@ -94,7 +104,7 @@ def plans(draw: st.DrawFn, cfg: TrainConfig, world_sizes: Sequence[int] = (2,), 
     committed = [s for s in save_steps(cfg) if stops and s < stops[0]["step"]]
     if committed and draw(st.booleans()):
         hows = CORRUPTIONS if len(committed) >= 2 else tuple(h for h in CORRUPTIONS if h != "break_newest_two")
-        extras.append(draw(corruptions(1, hows)))
+        extras.append(draw(corruptions(1, hows, cfg.parallelism)))
     plan = Plan()
     for fault in stops + extras:
         plan.add(fault.pop("kind"), **fault)

@@ -10,18 +10,27 @@ same run-and-judge path as every other run.
 
 Only mutating ops (faults/storage.py MUTATING) are crash points: a crash just before
 an ``exists``/``read``/``list`` is the crash just after the previous mutating op.
+
+A sharded (FSDP) save has a writer in every rank, so it cannot be replayed in one
+process: one clean job runs with ``sharded_recording_hooks``, which record each rank's
+own mutating ops of the save at ``CRASH_STEP`` (its shard file, DCP's ``.metadata``
+write and rename on rank 0, trainwreck's manifest and commit), and each of those ops of
+each rank becomes crash points of that rank.
 """
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.faults.plan import CRASH_WHEN
-from trainwreck.faults.storage import MUTATING, Op, RecordingStorage
+from trainwreck.faults.storage import MUTATING, Op, RecordingStorage, StepClock
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.storage import LocalStorage, Storage
+from trainwreck.trainer.hooks import NoHooks
+from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.storage import LocalStorage, Produce, Storage, gather
 
 SWEEP_CONFIG = TrainConfig.tiny(total_steps=20, ckpt_interval=4)
 """keep_last=3 and saves at 4, 8, 12: the save at 16 also prunes step 4, so retention is swept too."""
@@ -101,6 +110,81 @@ def crash_points(ops: list[Op]) -> list[tuple[int, str, str]]:
     return points
 
 
-def crash_plan(op_index: int, when: str) -> list[dict[str, Any]]:
-    return [{"id": f"crash-{when}-op{op_index}", "kind": "crash_op", "step": CRASH_STEP,
+def crash_plan(op_index: int, when: str, rank: int | None = None) -> list[dict[str, Any]]:
+    """One crash_op fault; `rank` names the crashing rank of a sharded save (None: the DDP writer, rank 0)."""
+    if rank is None:
+        return [{"id": f"crash-{when}-op{op_index}", "kind": "crash_op", "step": CRASH_STEP,
+                 "op_index": op_index, "when": when}]
+    return [{"id": f"crash-r{rank}-{when}-op{op_index}", "kind": "crash_op", "rank": rank, "step": CRASH_STEP,
              "op_index": op_index, "when": when}]
+
+
+# ----- 3. a sharded save: every rank's own ops, recorded in a clean job ---------------------
+
+SHARDED_OPS_DIR = "sweep-ops"
+"""RUN_DIR/sweep-ops/ops-rNNN.jsonl: rank NNN's mutating ops of the save at CRASH_STEP."""
+
+
+class SaveOpsRecorder(RecordingStorage):
+    """Records the mutating ops made while the rank's clock reads `step` (the ops the
+    crash_op fault counts, in the same order), each appended to `out` as it happens."""
+
+    def __init__(self, inner: Storage, clock: StepClock, step: int, out: Path) -> None:
+        super().__init__(inner)
+        self.clock, self.step, self.out = clock, step, out
+
+    def _log(self, name: str, *args: str, size: int | None = None) -> None:
+        if name not in MUTATING or self.clock.step != self.step:
+            return
+        self.ops.append(Op(name, args, size))
+        with self.out.open("a") as f:
+            f.write(json.dumps({"name": name, "args": list(args), "size": size}) + "\n")
+
+    def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
+        data = gather(produce)  # a recording run: the size is part of the op's name
+        self.write(path, data, durable=durable)
+        return len(data)
+
+
+class ShardedRecordingHooks(NoHooks):
+    """Hooks of the sharded sweep's observed job: every rank records its own save ops."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        if plan:
+            raise ValueError("sharded_recording_hooks records a clean run: give it an empty plan")
+        self.clock = StepClock()
+        self.out: Path | None = None
+
+    def bind(self, events: Any, rank: int, world_size: int, attempt: int) -> None:
+        self.out = RunDir.of_events_file(events.path).root / SHARDED_OPS_DIR / f"ops-r{rank:03d}.jsonl"
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def point(self, name: str, step: int, **ctx: Any) -> None:
+        self.clock.step = step  # as FaultHooks does: the save after update S runs at clock S
+
+    def wrap_storage(self, storage: Storage) -> Storage:
+        if self.out is None:
+            raise RuntimeError("bind() must run before wrap_storage()")
+        return SaveOpsRecorder(storage, self.clock, CRASH_STEP, self.out)  # type: ignore[return-value]
+
+
+def sharded_recording_hooks(plan: list[dict[str, Any]]) -> ShardedRecordingHooks:
+    """The `hooks_factory` of the sharded sweep's observed job."""
+    return ShardedRecordingHooks(plan)
+
+
+def load_rank_ops(run_dir: Path) -> dict[int, list[Op]]:
+    """rank -> its recorded mutating ops of the save at CRASH_STEP (every rank that recorded)."""
+    out: dict[int, list[Op]] = {}
+    for path in sorted((Path(run_dir) / SHARDED_OPS_DIR).glob("ops-r*.jsonl")):
+        rank = int(path.stem.removeprefix("ops-r"))
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[rank] = [Op(r["name"], tuple(r["args"]), r["size"]) for r in records]
+    return out
+
+
+def rank_crash_points(ops_by_rank: dict[int, list[Op]]) -> list[tuple[int, int, str, str]]:
+    """(rank, op_index, op description, when): every crash point of every rank's own ops."""
+    return [(rank, index, op, when) for rank in sorted(ops_by_rank)
+            for index, op, when in crash_points(ops_by_rank[rank])]
+

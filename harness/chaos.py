@@ -34,6 +34,9 @@ CHAOS_BASE = Scenario(name="chaos", summary="a random fault plan", question="", 
                       config={"total_steps": 24}, hang_timeout_s=2.0)
 WORLD_SCHEDULES: tuple[tuple[int, ...], ...] = ((2,), (2,), (4, 2), (2, 4))
 """World-size schedules a case draws from (the plain 2-rank job twice as often)."""
+PARALLELISMS: tuple[str, str] = ("ddp", "fsdp")
+"""How a case parallelises the model, by a coin flip (a failure shrinks towards DDP, the
+first); under FSDP a world-size change reshards the checkpoint."""
 
 PROFILES = {"ci": "trainwreck-ci", "nightly": "trainwreck-nightly"}
 """Our profile names -> the names registered with Hypothesis (its own 'ci' exists already)."""
@@ -77,9 +80,10 @@ def parse_duration(text: str) -> float:
 class ChaosCase:
     world_sizes: tuple[int, ...]
     plan: list[dict[str, Any]] = field(default_factory=list)
+    parallelism: str = "ddp"
 
     def config(self, backend: str = "auto") -> TrainConfig:
-        overrides = {**CHAOS_BASE.config, **backend_fields(backend)}
+        overrides = {**CHAOS_BASE.config, "parallelism": self.parallelism, **backend_fields(backend)}
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **overrides})
 
     def spec(self, out: Path, launcher: str = "warm", backend: str = "auto") -> Any:
@@ -96,7 +100,7 @@ class ChaosCase:
 
     def describe(self) -> str:
         plan = json.dumps(self.plan, separators=(",", ":"))
-        return f"world sizes {'->'.join(map(str, self.world_sizes))}, plan {plan}"
+        return f"{self.parallelism}, world sizes {'->'.join(map(str, self.world_sizes))}, plan {plan}"
 
 
 def _external_plans(world_sizes: Sequence[int], cfg: TrainConfig) -> st.SearchStrategy[list[dict[str, Any]]]:
@@ -119,8 +123,9 @@ def plans_for(world_sizes: Sequence[int], cfg: TrainConfig) -> st.SearchStrategy
 @st.composite
 def chaos_cases(draw: st.DrawFn) -> ChaosCase:
     world_sizes = draw(st.sampled_from(WORLD_SCHEDULES))
-    plan = draw(plans_for(world_sizes, ChaosCase(world_sizes).config()))
-    return ChaosCase(world_sizes, plan)
+    parallelism = PARALLELISMS[draw(st.booleans())]  # a coin flip; a failure shrinks to False, DDP
+    plan = draw(plans_for(world_sizes, ChaosCase(world_sizes, parallelism=parallelism).config()))
+    return ChaosCase(world_sizes, plan, parallelism)
 
 
 # ----- running a case and the property -------------------------------------------------------

@@ -104,6 +104,10 @@ def _async_kill_persist() -> Scenario:
     return get_scenario("async-kill-persist")
 
 
+def _fsdp_shrink_world() -> Scenario:
+    return get_scenario("fsdp-shrink-world")
+
+
 DEFECTS: tuple[Defect, ...] = (
     Defect("sampler_not_saved", "coverage", RESUME_MID_EPOCH, bug="sampler state not saved"),
     Defect("shuffle_ignores_epoch", "coverage", RESUME_MID_EPOCH, bug="shuffling ignores the epoch"),
@@ -128,6 +132,10 @@ DEFECTS: tuple[Defect, ...] = (
            bug="only rank 0's shards reach the sharded checkpoint"),
     Defect("fsdp_commit_before_shards", "atomicity", FSDP_CRASH_AFTER_POINTER,
            bug="the sharded checkpoint is committed before every rank's shards are written"),
+    Defect("fsdp_optimizer_not_resharded", "continuity", _fsdp_shrink_world(),
+           bug="on a world-size change each rank loads the optimizer shard its rank index saved, as-is"),
+    Defect("fsdp_other_sharding_accepted", "continuity", _fsdp_shrink_world(),
+           bug="a checkpoint of another sharding (world size) is loaded as this run's, without resharding"),
     Defect("async_commit_before_durable", "atomicity", _async_kill_persist(),
            bug="async writer commits before its data is durable"),
     Defect("async_no_snapshot", "continuity", _async_kill_persist(),

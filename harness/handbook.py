@@ -1,8 +1,9 @@
 """The executable handbook: interview questions on distributed training, answered by runs made on the spot.
 
 A suite beside demo, chaos and defects. The handbook is data: CASES are the runs (built-in
-scenarios, planted defects from harness/defects.py, and the reference trainer on a defect's
-scenario as its control), CHAPTERS the questions. Each chapter's answer is built from the
+scenarios, the handbook's own plans, planted defects from harness/defects.py, the reference
+trainer on a defect's scenario as its control, and benchmark jobs of benchmarks/fsdp.py run
+through its command), CHAPTERS the questions. Each chapter's answer is built from the
 runs' report.json by an answer function that can only quote numbers through Evidence, which
 records every quoted number with the report field it came from (handbook.json), so a test
 can check each claim against the reports. No answer holds a literal result.
@@ -12,16 +13,23 @@ own table, never among the VALID runs.
 """
 from __future__ import annotations
 
+import json
 import math
+import shlex
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.harness.defects import Row, get_defect, judge_row, run_defect
+from trainwreck.harness.procs import signal_group
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.scenarios import Scenario, get_scenario
+from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 
@@ -49,19 +57,85 @@ RESTART_LOOP = Scenario(
     plan=tuple({"id": f"kill-a{a}", "kind": "kill", "rank": 1, "step": 3, "attempt": a} for a in (0, 1)))
 """A correct trainer that can never get past update 3: the supervisor must stop restarting it.
 Default config, so its `trainwreck run --plan ...` reproduce line is exact."""
-PLANS = {s.name: s for s in (RESTART_LOOP,)}
+WIDE = {"input_dim": 32, "num_classes": 8, "width": 1024, "depth": 3, "dropout": 0.0, "dataset_size": 4096,
+        "global_batch": 256, "warmup_steps": 0}
+"""The model and data of benchmarks/fsdp.py's SPEC (2.1 M parameters; a test keeps them equal), so the bytes
+the benchmark measures are this model's. Big enough that a save shows in the step's phases: the tiny
+model's saves take milliseconds either way."""
+ASYNC_QUESTION = "Why not make the training loop asynchronous, and when do you move from DDP to FSDP?"
+
+
+def _wide(name: str, summary: str, **config: Any) -> Scenario:
+    return Scenario(name=name, summary=summary, question=ASYNC_QUESTION, threatens=("continuity", "progress"),
+                    config={**WIDE, **config})
+
+
+CKPT_SYNC = _wide("wide-sync", "the 2.1 M-parameter MLP on 2 ranks, DDP, a synchronous checkpoint every 4 updates")
+CKPT_ASYNC = _wide("wide-async", "the same job with asynchronous checkpoints (ckpt_mode=async)", ckpt_mode="async")
+FSDP_WIDE = _wide("wide-fsdp", "the same job with FSDP2 (parallelism=fsdp): each rank holds half the state",
+                  parallelism="fsdp")
+_SHRINK = get_scenario("shrink-world")
+FSDP_SHRINK = Scenario(
+    name="fsdp-shrink-world",
+    summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
+    question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
+    plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
+PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK)}
+
+MEASUREMENT_FORMAT = "trainwreck-measurement/1"
+MEASURE_WORLD, MEASURE_STEPS = 2, 6
+MEASURE_TIMEOUT_S = 300.0
+"""The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
+
+
+def measure_command(parallelism: str) -> list[str]:
+    """benchmarks/fsdp.py's command for one job. The handbook runs it rather than importing it: the
+    harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command is its reproduce line."""
+    return ["python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", parallelism,
+            "--world", str(MEASURE_WORLD), "--steps", str(MEASURE_STEPS)]
+
+
+def run_measurement(parallelism: str, run_dir: Path) -> dict[str, Any]:
+    """Rank 0's bytes of parameters, gradients and AdamW state after a real step, its median step and its
+    losses (the benchmark's JSON), with bytes per parameter; written to RUN_DIR/measurement.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
+    proc = subprocess.Popen([sys.executable, *measure_command(parallelism)[1:]], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{shlex.join(measure_command(parallelism))} exited {proc.returncode}: {last}")
+    result = json.loads(out)
+    numel = result["numel"]
+    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(parallelism)),
+                "parallelism": parallelism, "world_size": MEASURE_WORLD, "steps": MEASURE_STEPS, **result,
+                "bytes_per_param": {k: round(result[k] / numel, 3) for k in ("params", "grads", "optimizer")}}
+    measured["bytes_per_param"]["state"] = round((result["params"] + result["optimizer"]) / numel, 3)
+    (run_dir / "measurement.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
+    return measured
 
 
 @dataclass(frozen=True)
 class Case:
     """One run of the handbook. kind: scenario (a built-in scenario), plan (a handbook plan from
-    PLANS), defect (a planted defect on its scenario) or control (the reference trainer on the
-    scenario of defect `name`). `expect` is the verdict a correct suite gives it."""
+    PLANS), defect (a planted defect on its scenario), control (the reference trainer on the
+    scenario of defect `name`) or measure (benchmarks/fsdp.py's job for parallelism `name`).
+    `expect` is the verdict a correct suite gives it (MEASURED for a measurement)."""
 
     key: str
     kind: str
     name: str
     expect: str = "VALID"
+
+    def report_file(self, run_dir: Path) -> Path:
+        """What the chapters quote: the run's report.json, or a measurement's measurement.json."""
+        return run_dir / "measurement.json" if self.kind == "measure" else RunDir(run_dir).report_file("report.json")
 
     def scenario(self) -> Scenario:
         if self.kind == "plan":
@@ -69,6 +143,9 @@ class Case:
         return get_scenario(self.name) if self.kind == "scenario" else get_defect(self.name).scenario
 
     def summary(self) -> str:
+        if self.kind == "measure":
+            return (f"benchmarks/fsdp.py: rank 0's bytes and step time for {self.name.upper()} on {MEASURE_WORLD} "
+                    f"ranks, the same 2.1 M-parameter model, {MEASURE_STEPS} steps")
         if self.kind == "defect":
             return f"planted defect: {get_defect(self.name).bug} ({self.scenario().name})"
         prefix = "reference trainer, control of the defects: " if self.kind == "control" else ""
@@ -99,6 +176,13 @@ CASES: tuple[Case, ...] = (
     Case("straggler", "scenario", "straggler"),
     Case("slow-disk", "scenario", "slow-disk"),
     Case("restart-loop", "plan", "restart-loop", expect="INVALID"),
+    Case("wide-sync", "plan", "wide-sync"),
+    Case("wide-async", "plan", "wide-async"),
+    Case("async-kill-persist", "scenario", "async-kill-persist"),
+    Case("wide-fsdp", "plan", "wide-fsdp"),
+    Case("fsdp-shrink-world", "plan", "fsdp-shrink-world"),
+    Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
+    Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
 )
 
 
@@ -131,12 +215,17 @@ class Evidence:
     def q(self, run: str, *path: str | int, unit: str = "") -> str:
         """The value, formatted for the text and marked as a claim."""
         value = self.get(run, *path)
-        return claim_html(fmt(value) + unit, f"{run}: report.json {'.'.join(map(str, path))}")
+        return claim_html(fmt(value) + unit, f"{run}: {source_file(self.reports[run])} {'.'.join(map(str, path))}")
 
     def derive(self, label: str, value: float, formula: str, inputs: dict[str, float], unit: str = "") -> str:
         """A number computed from claims (say, the Young/Daly interval); the formula is recorded."""
         self.derived.append({"label": label, "value": value, "formula": formula, "inputs": inputs})
         return claim_html(fmt(value) + unit, f"{label} = {formula}")
+
+
+def source_file(report: dict[str, Any]) -> str:
+    """The file a claim's number was read from, as the page's tooltip names it."""
+    return "measurement.json" if report.get("format") == MEASUREMENT_FORMAT else "report.json"
 
 
 def fmt(value: Any) -> str:
@@ -279,8 +368,18 @@ def world_size(ev: Evidence) -> list[str]:
         f"{ev.q('world_size_reslices', 'verdicts', 'coverage', 'counts', 'duplicated_ids')} id(s) used twice and "
         f"{ev.q('world_size_reslices', 'verdicts', 'coverage', 'counts', 'golden_mismatched_steps')} step(s) "
         "off the golden batches.",
-        "Sharded state (FSDP resharding on resume, 4 → 2 → 3) is tested in tests/fsdp but not run by this "
-        "handbook yet: this chapter does not answer that half.",
+        "Sharded state: with FSDP every rank holds and saves only its shard, so a checkpoint written by "
+        f"{ev.q('fsdp-shrink-world', 'attempts', 0, 'world_size')} ranks must be re-sliced to load on "
+        f"{ev.q('fsdp-shrink-world', 'attempts', 1, 'world_size')}. In <code>fsdp-shrink-world</code> attempt 1 "
+        f"restored {ev.q('fsdp-shrink-world', 'attempts', 1, 'restored', 'checkpoint')}, written as shards by the "
+        "4-rank attempt, and torch.distributed.checkpoint re-sliced it on load; its "
+        f"{ev.q('fsdp-shrink-world', 'verdicts', 'continuity', 'counts', 'golden_steps_checked')} lineage steps "
+        "match the 4-rank golden run (losses within tolerance, since the reduction order changed), coverage "
+        f"{ev.q('fsdp-shrink-world', 'verdicts', 'coverage', 'valid')} with "
+        f"{ev.q('fsdp-shrink-world', 'verdicts', 'coverage', 'counts', 'duplicated_ids')} duplicated id(s). Its "
+        f"newest checkpoint, saved on {ev.q('fsdp-shrink-world', 'state', 'world_size')} ranks, holds "
+        f"{ev.q('fsdp-shrink-world', 'state', 'rank_bytes')} bytes per rank: on this tiny model the checkpoint "
+        "format's framing outweighs the tensors, so chapter 11 measures the sharding on a bigger one.",
     ]
 
 
@@ -372,6 +471,100 @@ def which_rank_hangs(ev: Evidence) -> list[str]:
     ]
 
 
+def _ckpt_phase(ev: Evidence, run: str) -> str:
+    """Rank 0's checkpoint-phase seconds, quoted, then derived per step that paid for a save (the save
+    after the last update is in no step's phases)."""
+    i = next(i for i, r in enumerate(ev.reports[run]["phases"]["ranks"]) if r["rank"] == 0)
+    total = float(ev.get(run, "phases", "ranks", i, "totals", "checkpoint"))
+    saves = ev.get(run, "phases", "ranks", i, "checkpoint_steps")
+    return (f"{ev.q(run, 'phases', 'ranks', i, 'totals', 'checkpoint', unit=' s')} in the checkpoint phase of "
+            f"the {ev.q(run, 'phases', 'ranks', i, 'checkpoint_steps')} steps that saved, "
+            + ev.derive(f"{run}_stall_per_save_s", total / saves, "checkpoint_phase_s / saves",
+                        {"checkpoint_phase_s": total, "saves": saves}, " s") + " per save")
+
+
+def async_checkpoints(ev: Evidence) -> list[str]:
+    return [
+        "Make the checkpoint asynchronous, not the step. A training step ends at the gradient all-reduce: "
+        "every rank must agree on the update before the next one, which is what makes a replica's digest "
+        "comparable at all. A save is different: once the state is copied, nothing in the next update needs "
+        f"it on disk. The same 2.1 M-parameter job ({ev.q('wide-sync', 'state', 'state_bytes')} bytes of model "
+        "and AdamW state per checkpoint), saved every "
+        f"{ev.q('wide-sync', 'spec', 'ckpt_interval')} updates: synchronously, rank 0's steps spent "
+        f"{_ckpt_phase(ev, 'wide-sync')}; asynchronously {_ckpt_phase(ev, 'wide-async')} (the copy into host "
+        "memory), while the background thread took "
+        f"{ev.q('wide-async', 'phases', 'save_seconds', 'mean', unit=' s')} per save to write and commit, against "
+        f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} inside the step. The background "
+        "write is not free: it competes with the ranks for the same cores (2 here), so it runs slower than a "
+        "synchronous one and can stretch the steps beside it; the median update took "
+        f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} with synchronous saves and "
+        f"{ev.q('wide-async', 'phases', 'median_step_s', unit=' s')} with asynchronous ones. The trajectory is "
+        f"the same (continuity {ev.q('wide-async', 'verdicts', 'continuity', 'valid')} against its golden run).",
+        "What it can lose: <code>async-kill-persist</code> SIGKILLs rank 0 after the first file of the step-8 "
+        "background persist, while training has moved on. The restart loaded "
+        f"{ev.q('async-kill-persist', 'recovery', 0, 'restored', 'checkpoint')}, the newest committed checkpoint "
+        f"({ev.q('async-kill-persist', 'recovery', 0, 'checkpoint')}), and redid "
+        f"{ev.q('async-kill-persist', 'recovery', 0, 'steps_redone')} update(s) "
+        f"({ev.q('async-kill-persist', 'recovery', 0, 'samples_redone')} samples): the save in flight is lost, "
+        "nothing committed is (atomicity "
+        f"{ev.q('async-kill-persist', 'verdicts', 'atomicity', 'valid')}, coverage "
+        f"{ev.q('async-kill-persist', 'verdicts', 'coverage', 'valid')}). 'Saved' still means committed, never "
+        "'handed to a thread'; the price is one more interval of redo when the failure lands mid-persist, and a "
+        "host copy of the state while it is written.",
+    ]
+
+
+def ddp_to_fsdp(ev: Evidence) -> list[str]:
+    ddp = float(ev.get("bytes-ddp", "bytes_per_param", "state"))
+    gap = _loss_gap(ev.reports["wide-fsdp"]["loss"], ev.reports["wide-sync"]["loss"])
+    return [
+        "Move to FSDP when the state no longer fits, not before. Measured by benchmarks/fsdp.py on the same "
+        f"model ({ev.q('bytes-ddp', 'numel')} parameters, {ev.q('bytes-ddp', 'world_size')} ranks, after a real "
+        "backward and AdamW step), rank 0 holds under DDP "
+        f"{ev.q('bytes-ddp', 'bytes_per_param', 'params')} bytes per parameter of parameters, "
+        f"{ev.q('bytes-ddp', 'bytes_per_param', 'grads')} of gradients and "
+        f"{ev.q('bytes-ddp', 'bytes_per_param', 'optimizer')} of AdamW moments; under FSDP "
+        f"{ev.q('bytes-fsdp', 'bytes_per_param', 'params')}, {ev.q('bytes-fsdp', 'bytes_per_param', 'grads')} "
+        f"and {ev.q('bytes-fsdp', 'bytes_per_param', 'optimizer')}. At "
+        f"{ev.q('bytes-ddp', 'bytes_per_param', 'state')} bytes per parameter of parameters and moments, an 80 GB "
+        "device holds at most "
+        + ev.derive("ddp_max_params_80gb", 80e9 / ddp, "80e9 / ddp_state_bytes_per_param",
+                    {"ddp_state_bytes_per_param": ddp}, " parameters")
+        + " under DDP before a single gradient or activation; FSDP divides that state by the world size. The "
+        f"checkpoints agree: the FSDP run's newest one holds {ev.q('wide-fsdp', 'state', 'rank_bytes')} bytes "
+        f"per rank against {ev.q('wide-sync', 'state', 'state_bytes')} bytes that every DDP rank holds.",
+        "The price is communication: every forward and backward all-gathers parameters and reduce-scatters "
+        f"gradients. The benchmark's median step took {ev.q('bytes-ddp', 'step_s', unit=' s')} under DDP and "
+        f"{ev.q('bytes-fsdp', 'step_s', unit=' s')} under FSDP; in the trainwreck runs the median update took "
+        f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} against "
+        f"{ev.q('wide-fsdp', 'phases', 'median_step_s', unit=' s')}, and a save "
+        f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} against "
+        f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')} (every rank writes its shard). The "
+        f"result is the same training: final loss {ev.q('wide-sync', 'loss', 'final')} (DDP) and "
+        f"{ev.q('wide-fsdp', 'loss', 'final')} (FSDP); the largest relative gap over all "
+        f"{len(ev.reports['wide-fsdp']['loss']['steps'])} updates is "
+        + ev.derive("fsdp_vs_ddp_max_loss_gap", gap["gap"], "|fsdp_loss - ddp_loss| / max(1, |ddp_loss|), the "
+                    "largest over the updates", gap, "")
+        + f" (at update {gap['step']}): {'within' if losses_match(gap['fsdp_loss'], gap['ddp_loss'], DEFAULT_LOSS_TOLERANCE) else 'OUTSIDE'} the "
+        f"tolerance of {fmt(DEFAULT_LOSS_TOLERANCE)} that continuity allows across reduction orders.",
+    ]
+
+
+def _loss_gap(run: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
+    """The largest relative loss difference between two runs' report.json `loss` (continuity's rule,
+    invariants.continuity.losses_match), with its step and both losses there."""
+    theirs = dict(zip(base["steps"], base["values"]))
+    gaps = [{"gap": abs(v - theirs[s]) / max(1.0, abs(theirs[s])), "step": s, "fsdp_loss": v, "ddp_loss": theirs[s]}
+            for s, v in zip(run["steps"], run["values"]) if s in theirs]
+    if not gaps:
+        raise KeyError("the two runs share no update with a loss")
+    return max(gaps, key=lambda g: g["gap"])
+
+
+def async_and_fsdp(ev: Evidence) -> list[str]:
+    return async_checkpoints(ev) + ddp_to_fsdp(ev)
+
+
 PageRule = tuple[str, str, str, bool]
 """(symptom, run, the numbers, whether it pages)."""
 
@@ -450,7 +643,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             health_metric, (("hang-sigstop", "progress"), ("straggler", "progress"))),
     Chapter("resume", "How do you know a resumed run is correct?", ("resume",), resumed_correct,
             (("resume", "loss"),)),
-    Chapter("world", "What breaks when the world size changes on resume?", ("shrink-world", "world_size_reslices"),
+    Chapter("world", "What breaks when the world size changes on resume?",
+            ("shrink-world", "world_size_reslices", "fsdp-shrink-world"),
             world_size, (("shrink-world", "coverage"), ("world_size_reslices", "coverage"))),
     Chapter("stall", "How do you debug a job that is slow only every N minutes?", ("slow-disk",), periodic_stall,
             (("slow-disk", "progress"), ("slow-disk", "ckpt_age"))),
@@ -460,18 +654,17 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("hang", "Which rank hangs, and why does gloo not tell you?",
             ("hang-sigstop", "hang-holding-gil", "watchdog_disabled"), which_rank_hangs,
             (("hang-holding-gil", "progress"),)),
+    Chapter("async", ASYNC_QUESTION,
+            ("wide-sync", "wide-async", "async-kill-persist", "wide-fsdp", "bytes-ddp", "bytes-fsdp"), async_and_fsdp,
+            (("async-kill-persist", "ckpt_age"), ("async-kill-persist", "progress"))),
     Chapter("paging", "What should page someone?",
             ("hang-sigstop", "hang-holding-gil", "restart-loop", "resume", "straggler"),
             paging, (("hang-holding-gil", "ckpt_age"), ("restart-loop", "progress"))),
 )
 
-NOT_ANSWERED = (
-    ("Why not make the training loop asynchronous, and when do you move from DDP to FSDP?",
-     "the FSDP trainer and async checkpoints exist now (trainwreck run --parallelism fsdp, --set ckpt_mode=async), "
-     "but no chapter of this handbook runs them yet; a chapter without runs would be an essay, which this "
-     "handbook is not."),
-)
-"""The issue's questions that no run can answer yet, said so on the page."""
+NOT_ANSWERED: tuple[tuple[str, str], ...] = ()
+"""The issue's questions that no run can answer yet, said so on the page (none since chapter 11 runs
+the async checkpoints and FSDP)."""
 
 
 def chapter_names() -> list[str]:
@@ -496,10 +689,14 @@ class CaseResult:
     error: str | None = None
     row: Row | None = None
     """For a planted defect: the defects table's row (caught, and whether its control was valid)."""
+    measured: dict[str, Any] | None = None
+    """For a measurement: what measurement.json holds."""
 
     @property
     def status(self) -> str:
-        """CAUGHT / MISSED for a planted defect, the verdict word for a reference run."""
+        """CAUGHT / MISSED for a planted defect, MEASURED for a measurement, the verdict word for a run."""
+        if self.case.kind == "measure":
+            return "MEASURED" if self.measured is not None else "UNKNOWN"
         if self.judged is None:
             return "UNKNOWN"
         if self.case.kind == "defect":
@@ -519,11 +716,14 @@ def cases_for(chapters: tuple[Chapter, ...] | list[Chapter]) -> list[Case]:
     """The runs the chapters quote, plus each planted defect's control, in CASES order."""
     keys = {k for c in chapters for k in c.runs}
     scenarios = {get_case(k).scenario().name for k in keys if get_case(k).kind == "defect"}
-    return [c for c in CASES if c.key in keys or (c.kind != "defect" and c.scenario().name in scenarios)]
+    return [c for c in CASES if c.key in keys
+            or (c.kind not in ("defect", "measure") and c.scenario().name in scenarios)]
 
 
 def run_case(case: Case, run_dir: Path, golden_cache: Path | None) -> CaseResult:
     try:
+        if case.kind == "measure":
+            return CaseResult(case, run_dir, None, measured=run_measurement(case.name, run_dir))
         return CaseResult(case, run_dir, case.run(run_dir, golden_cache))
     except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
         return CaseResult(case, run_dir, None, f"the harness failed: {type(exc).__name__}: {exc}")
@@ -531,17 +731,25 @@ def run_case(case: Case, run_dir: Path, golden_cache: Path | None) -> CaseResult
 
 def judge_defects(results: dict[str, CaseResult]) -> None:
     """Give each defect its defects-table row, judged beside the control run of the same scenario."""
-    controls = {r.case.scenario().name: r for r in results.values() if r.case.kind != "defect" and r.judged}
+    controls = {r.case.scenario().name: r for r in results.values() if r.case.kind in ("control", "scenario")
+                and r.judged}
     for result in results.values():
-        control = controls.get(result.case.scenario().name)
-        if result.case.kind == "defect" and result.judged is not None and control is not None:
+        control = controls.get(result.case.scenario().name) if result.case.kind == "defect" else None
+        if result.judged is not None and control is not None:
             result.row = judge_row(get_defect(result.case.name), result.judged, control.judged,
                                    result.judged.record.wall_s)
 
 
+def _usable(report: dict[str, Any] | None) -> bool:
+    """A judged run's report.json without an error, or a finished measurement."""
+    if report is None:
+        return False
+    return report.get("format") == MEASUREMENT_FORMAT or ("verdicts" in report and not report.get("error"))
+
+
 def build_chapter(chapter: Chapter, reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The chapter's paragraphs and the claims they quote; a run without a report makes it unanswered."""
-    missing = [k for k in chapter.runs if "verdicts" not in reports.get(k, {}) or reports[k].get("error")]
+    missing = [k for k in chapter.runs if not _usable(reports.get(k))]
     if missing:
         return {"slug": chapter.slug, "question": chapter.question, "runs": list(chapter.runs),
                 "paragraphs": [f"Not answered: run(s) {', '.join(missing)} produced no usable report."],
@@ -562,6 +770,7 @@ def build_chapter(chapter: Chapter, reports: dict[str, dict[str, Any]]) -> dict[
 
 EXTRA_CSS = """
 .badge.CAUGHT { background: #7c3aed; } .badge.MISSED { background: #dc2626; }
+.badge.MEASURED { background: #0e7490; }
 .chapter { border-top: 1px solid #e5e7eb; margin-top: 28px; padding-top: 4px; }
 .claim { background: #eef2ff; padding: 0 3px; border-radius: 3px; font-weight: 600; }
 figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; border: 1px solid #e5e7eb; }
@@ -581,7 +790,8 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
     from trainwreck.harness.report.html import CSS  # the reports' look, so a click feels like one site
 
     out.mkdir(parents=True, exist_ok=True)
-    links = {k: _rel(out, RunDir(r.run_dir).report_file("report.html")) for k, r in results.items()}
+    links = {k: _rel(out, r.case.report_file(r.run_dir) if r.measured else RunDir(r.run_dir).report_file("report.html"))
+             for k, r in results.items()}
     word = handbook_word(results, chapters)
     caught = [r for r in results.values() if r.case.kind == "defect"]
     reference = [r for r in results.values() if r.case.kind != "defect"]
@@ -589,7 +799,8 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
             f'<p class="headline {word}">{len(chapters)} questions answered by {len(results)} runs made on the spot in '
             f"{wall_s:.0f} s: {sum(r.passed for r in reference)}/{len(reference)} reference-trainer runs judged as "
             f"expected ({sum(r.status == 'VALID' for r in reference)} VALID, "
-            f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design), "
+            f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design, "
+            f"{sum(r.status == 'MEASURED' for r in reference)} benchmark measurements), "
             f"{sum(r.status == 'CAUGHT' for r in caught)}/{len(caught)} planted broken trainers caught. A broken "
             "trainer that trainwreck catches is the suite passing.</p></header>",
             "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a></li>'
@@ -606,7 +817,7 @@ def render_handbook(out: Path, results: dict[str, CaseResult], chapters: list[di
     record = {"format": "trainwreck-handbook/1", "valid": word, "wall_s": round(wall_s, 2), "chapters": chapters,
               "runs": {k: {"kind": r.case.kind, "name": r.case.name, "status": r.status, "expect": "CAUGHT" if r.case.kind == "defect" else r.case.expect,
                            "passed": r.passed, "run_dir": str(r.run_dir),
-                           "report": str(RunDir(r.run_dir).report_file("report.json")), "reproduce": _reproduce(r),
+                           "report": str(r.case.report_file(r.run_dir)), "reproduce": _reproduce(r),
                            "control_valid": r.row.control_valid if r.row else None,
                            "invariant": r.row.defect.invariant if r.row else None}
                        for k, r in results.items()},
@@ -631,6 +842,8 @@ def _rel(out: Path, path: Path) -> str:
 
 
 def _reproduce(result: CaseResult) -> str:
+    if result.measured is not None:
+        return str(result.measured["command"])
     return result.judged.reproduce if result.judged else f"(the run did not finish: {result.error})"
 
 
@@ -678,12 +891,15 @@ def _reference_table(reference: list[CaseResult], links: dict[str, str]) -> str:
                    f'{"" if r.passed else " (NOT as expected)"}</td><td>{escape(r.case.summary())}</td>'
                    f"<td><code class=repro>{escape(_reproduce(r))}</code></td></tr>" for r in reference)
     return ("<h2>Reference runs</h2><p>The correct trainer under faults. A job that cannot make progress must be "
-            "judged INVALID: that verdict is the expected one for it.</p><table><thead><tr><th>run</th><th>verdict"
+            "judged INVALID: that verdict is the expected one for it. MEASURED rows are benchmark jobs "
+            "(benchmarks/fsdp.py), quoted for what a rank holds, not judged.</p><table><thead><tr><th>run</th><th>verdict"
             "</th><th>expected</th><th>what happens</th><th>reproduce</th></tr></thead><tbody>"
             f"{rows}</tbody></table>")
 
 
 def _not_answered_html() -> str:
+    if not NOT_ANSWERED:
+        return ""
     return "<h2>Not answered yet</h2><ul>" + "".join(
         f"<li><strong>{escape(q)}</strong> {escape(why)}</li>" for q, why in NOT_ANSWERED) + "</ul>"
 
@@ -710,6 +926,7 @@ def run_handbook(out: Path, chapters: list[Chapter] | None = None, golden_cache:
         if progress:
             progress(i, len(cases), results[case.key], True)
     reports = {k: load_case(r.run_dir) for k, r in results.items() if r.judged is not None}
+    reports.update({k: r.measured for k, r in results.items() if r.measured is not None})
     plots: dict[tuple[str, str], str] = {}
     for k, r in results.items():  # every run's report gets its plots; the chapters embed some of them
         if r.judged is not None:

@@ -160,6 +160,44 @@ SCENARIOS: tuple[Scenario, ...] = (
         plan=({"id": "torn-persist-8", "kind": "torn_write", "step": 8},),
         config={"ckpt_mode": "async"},
     ),
+    # ----- FSDP (parallelism="fsdp"): every rank writes its own DCP shards, so faults reach
+    # any rank's shard writes, and a resume on another world size reshards. FSDP has no DDP
+    # comm hook, so the comm-fault scenarios have no FSDP variant (validate_plan refuses them).
+    Scenario(
+        name="fsdp-kill-resume",
+        summary="FSDP: SIGKILL rank 1 before update 7; the job restarts from the step-4 sharded checkpoint",
+        question="How do you know a resumed sharded run is the same run?",
+        threatens=("coverage", "continuity", "atomicity", "progress"),
+        plan=({"id": "kill-r1", "kind": "signal", "rank": 1, "signal": "SIGKILL", "step": 7},),
+        config={"parallelism": "fsdp"},
+    ),
+    Scenario(
+        name="fsdp-shrink-world",
+        summary="FSDP: 4 ranks lose a node of 2 mid-epoch; the job reshards its checkpoint onto 2 ranks",
+        question="Where can sharded checkpoint state stop mapping onto a new world size?",
+        threatens=("coverage", "continuity", "progress"),
+        plan=({"id": "node-loss", "kind": "node_loss", "ranks": [2, 3], "signal": "SIGKILL", "step": 7},),
+        world_sizes=(4, 2),
+        config={"dataset_size": 64, "parallelism": "fsdp"},
+    ),
+    Scenario(
+        name="fsdp-torn-shard",
+        summary="FSDP: rank 1's shard file of the step-8 save persists half its bytes, then rank 1 is SIGKILLed",
+        question="What does a crash of a non-zero rank halfway through its shard write leave behind?",
+        threatens=("atomicity", "continuity"),
+        plan=({"id": "torn-r1-8", "kind": "torn_write", "rank": 1, "step": 8},),
+        config={"parallelism": "fsdp"},
+    ),
+    Scenario(
+        name="fsdp-corrupt-shard",
+        summary="FSDP: rank 1 dies before update 10; rank 1's shard of the newest checkpoint is bit-flipped "
+                "before the restart",
+        question="What if one rank's shard of the newest checkpoint is corrupt?",
+        threatens=("atomicity", "continuity", "coverage"),
+        plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},
+              {"id": "flip-shard", "kind": "corrupt", "how": "flip", "attempt": 1, "file": "__1_0.distcp"}),
+        config={"parallelism": "fsdp"},
+    ),
 )
 
 

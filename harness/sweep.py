@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, WORLD_SIZES, crash_plan, crash_points,
-                                     mutating_ops, record_save_ops)
+                                     describe, load_rank_ops, mutating_ops, rank_crash_points, record_save_ops)
 from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
                                         materialise, record_dcp_save)
+from trainwreck.faults.storage import Op
 from trainwreck.harness.runner import JudgedRun, run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import verdict_word
@@ -51,14 +52,16 @@ class SweepRow:
     """The harness outcome of the job (completed, budget_exhausted, ...)."""
     summary: str = ""
     """The first failing invariant's one-line summary."""
+    rank: int = 0
+    """The rank that crashed (a DDP save's writer is rank 0; a sharded save has one per rank)."""
 
     @property
     def label(self) -> str:
-        return f"{self.when} op {self.op_index} {self.op}"
+        return f"{self.when} op {self.op_index} {self.op}" + (f" of rank {self.rank}" if self.rank else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"op_index": self.op_index, "op": self.op, "when": self.when, "verdict": self.verdict,
-                "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir,
+        return {"rank": self.rank, "op_index": self.op_index, "op": self.op, "when": self.when,
+                "verdict": self.verdict, "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir,
                 "outcome": self.outcome, "summary": self.summary}
 
 
@@ -69,6 +72,9 @@ class SweepResult:
     """The recorded mutating ops of the reference save, in order."""
     rows: list[SweepRow] = field(default_factory=list)
     golden_dir: str = ""
+    parallelism: str = "ddp"
+    rank_ops: dict[int, list[str]] = field(default_factory=dict)
+    """A sharded save: each rank's own recorded mutating ops (`ops` is rank 0's)."""
 
     @property
     def failures(self) -> list[SweepRow]:
@@ -78,12 +84,13 @@ class SweepResult:
     def first_failure(self) -> SweepRow | None:
         """The failing crash point earliest in the save (by op index, then before/after/torn)."""
         order = {"before": 0, "after": 1, "torn": 2}
-        failing = sorted(self.failures, key=lambda r: (r.op_index, order[r.when]))
+        failing = sorted(self.failures, key=lambda r: (r.rank, r.op_index, order[r.when]))
         return failing[0] if failing else None
 
     def to_json(self) -> dict[str, Any]:
         first = self.first_failure
-        return {"writer": self.writer, "step": CRASH_STEP, "ops": self.ops, "crash_points": len(self.rows),
+        return {"writer": self.writer, "parallelism": self.parallelism, "step": CRASH_STEP, "ops": self.ops,
+                "rank_ops": {str(r): ops for r, ops in self.rank_ops.items()}, "crash_points": len(self.rows),
                 "failures": len(self.failures), "first_failure": first.to_json() if first else None,
                 "golden_dir": self.golden_dir, "rows": [r.to_json() for r in self.rows]}
 
@@ -94,14 +101,14 @@ def crash_point_spec(writer: str, op_index: int, when: str, run_dir: Path) -> Jo
                    hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir)
 
 
-def sweep_row(op_index: int, op: str, when: str, judged: JudgedRun) -> SweepRow:
+def sweep_row(op_index: int, op: str, when: str, judged: JudgedRun, rank: int = 0) -> SweepRow:
     judgement = judged.judgement
     failing = [name for name, v in judgement.verdicts.items() if v.valid is False]
     unknown = [name for name, v in judgement.verdicts.items() if v.valid not in (True, False)]
     unknown += ["unfired"] if judgement.unfired_faults else []
     first = next((judgement.verdicts[name].summary for name in failing + unknown if name in judgement.verdicts), "")
     return SweepRow(op_index, op, when, judgement.valid, failing, unknown, str(judged.record.run_dir),
-                    judged.record.outcome, first)
+                    judged.record.outcome, first, rank)
 
 
 def run_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
@@ -124,6 +131,92 @@ def run_sweep(writer: str = "reference", out: Path | None = None, progress: Say 
         result.rows.append(row)
         detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
         say(f"[{n}/{len(todo)}] {writer}: crash {row.label}: {verdict_word(row.verdict)}{detail}")
+    return result
+
+
+# ----- the sweep of a sharded (FSDP) save: every rank crashes at each of its own ops -------
+
+def sharded_config(writer: str) -> TrainConfig:
+    return TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer, "parallelism": "fsdp"})
+
+
+def observe_sharded(writer: str, run_dir: Path) -> dict[int, list[Op]]:
+    """One clean FSDP job whose ranks record their own mutating ops of the save at CRASH_STEP."""
+    record = run_job(JobSpec(config=sharded_config(writer), world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S,
+                             run_dir=run_dir, keep=True,
+                             hooks_factory="trainwreck.faults.sweep:sharded_recording_hooks"))
+    if record.outcome != "completed":
+        raise RuntimeError(f"the observed sharded run of {writer} did not complete ({record.outcome}): see {run_dir}")
+    ops = load_rank_ops(record.run_dir)
+    if sorted(ops) != list(range(WORLD_SIZES[0])) or not all(ops.values()):
+        raise RuntimeError(f"the observed sharded run recorded save ops for ranks {sorted(ops)}, not every one of "
+                           f"{WORLD_SIZES[0]}: see {run_dir}")
+    return ops
+
+
+def run_sharded_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
+                      points: Iterable[tuple[int, int, str]] | None = None, golden_cache: Path | None = None,
+                      observed: dict[int, list[Op]] | None = None) -> SweepResult:
+    """Crash each rank of an FSDP job at each of its own mutating ops of the save at
+    CRASH_STEP (before, after, torn for a write), DCP's `.metadata` write and rename
+    included; every crash point is a job judged by every invariant. `points`: only these
+    (rank, op_index, when); `observed`: ops already recorded by observe_sharded (else one
+    observed job records them). Runs go under out/fsdp-<writer>/."""
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / f"fsdp-{writer}"
+    ops = observed if observed is not None else observe_sharded(writer, base / "observed")
+    result = SweepResult(writer, [describe(o) for o in ops[0]], parallelism="fsdp",
+                         rank_ops={r: [describe(o) for o in rank_ops] for r, rank_ops in ops.items()})
+    say(f"fsdp {writer}: the save at step {CRASH_STEP} does "
+        + ", ".join(f"{len(o)} mutating storage ops on rank {r}" for r, o in sorted(ops.items())))
+    wanted = set(points) if points is not None else None
+    todo = [p for p in rank_crash_points(ops) if wanted is None or (p[0], p[1], p[3]) in wanted]
+    for n, (rank, index, op, when) in enumerate(todo, 1):
+        spec = JobSpec(config=sharded_config(writer), world_sizes=WORLD_SIZES, plan=crash_plan(index, when, rank),
+                       hang_timeout_s=HANG_TIMEOUT_S, run_dir=base / f"r{rank}-op{index:02d}-{when}")
+        judged = run_judged(spec, golden_cache=golden_cache, reproduce=(
+            f"trainwreck sweep --parallelism fsdp --writer {writer} --points r{rank}:{index}:{when}"))
+        result.golden_dir = str(judged.golden_dir)
+        row = sweep_row(index, op, when, judged, rank)
+        result.rows.append(row)
+        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
+        say(f"[{n}/{len(todo)}] fsdp {writer}: rank {rank} crash {when} op {index} {op}: "
+            f"{verdict_word(row.verdict)}{detail}")
+    return result
+
+
+# ----- DCP's own writer on its own: what its commit protocol guarantees on a process crash --
+
+def run_dcp_crash_sweep(layout: str = "dcp", out: Path | None = None, progress: Say | None = None,
+                        points: Iterable[tuple[int, str]] | None = None) -> SweepResult:
+    """Crash torch.distributed.checkpoint's own save (no trainwreck pointer, no manifest) at
+    each of its mutating ops, in-process, and judge what is left by loading it
+    (faults/dcpcrash.py). `layout`: "dcp" (a new directory per save) or "dcp_in_place"
+    (every save into one directory). Each crash point's directory gets verdicts.json."""
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS, crash_dcp_save, judge_dcp_crash, record_dcp_ops
+
+    say = progress or (lambda _line: None)
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / layout
+    ops = record_dcp_ops(base / "observed", layout)
+    result = SweepResult(layout, mutating_ops(ops), parallelism="dcp")
+    say(f"{layout} ({DCP_LAYOUTS[layout]}): the DCP save at step {CRASH_STEP} does {len(result.ops)} mutating ops")
+    wanted = set(points) if points is not None else None
+    todo = [p for p in crash_points(ops) if wanted is None or (p[0], p[2]) in wanted]
+    for n, (index, op, when) in enumerate(todo, 1):
+        run_dir = base / f"op{index:02d}-{when}"
+        details, returned = crash_dcp_save(run_dir / "checkpoints", layout, index, when)
+        valid, why = judge_dcp_crash(run_dir / "checkpoints", layout, returned)
+        if not details:  # the crash never happened: nothing was judged
+            valid, why = "unknown", f"the crash at op {index} ({when}) never fired"
+        (run_dir / "verdicts.json").write_text(json.dumps(
+            {"valid": valid, "why": why, "fault": details, "layout": layout,
+             "reproduce": f"trainwreck sweep --writer {layout} --points {index}:{when}"}, indent=1) + "\n")
+        row = SweepRow(index, op, when, valid, ["dcp_load"] if valid is False else [],
+                       ["unfired"] if valid == "unknown" else [], str(run_dir),
+                       "crashed" if details else "completed", "" if valid is True else why)
+        result.rows.append(row)
+        say(f"[{n}/{len(todo)}] {layout}: crash {row.label}: {verdict_word(valid)}"
+            + ("" if valid is True else f" ({why})"))
     return result
 
 

@@ -339,7 +339,7 @@ class FsdpOptimizerNotLoadedTrainer(Trainer):
     def read_shards(self, verified: Verified) -> None:
         from trainwreck.trainer.sharded import load_shards
 
-        load_shards(self.state, self.checkpoint_root / verified.name, optimizer=False)
+        load_shards(self.state, self.checkpoints.storage, self.checkpoint_root, verified.name, optimizer=False)
 
 
 @register_variant("fsdp_only_rank0_shards")
@@ -381,8 +381,61 @@ class FsdpCommitBeforeShardsTrainer(Trainer):
             stage_small_files(self, step, tmp, rngs, meta)
             self.checkpoints.commit(step, tmp, meta, 0.0)
         dist.barrier()
-        write_shards(self.state, self.checkpoint_root / checkpoint_name(step))
+        write_shards(self.state, self.checkpoints.storage, self.checkpoint_root, checkpoint_name(step))
         dist.barrier()
+def as_saved_layout(tensor: Any, rank: int, saved_world: int) -> None:
+    """Overwrite this rank's local shard of a correctly loaded FSDP DTensor with what the
+    rank of the same index held when the checkpoint was saved on `saved_world` ranks
+    (FSDP2 shards dim 0 as torch.chunk does), copied as-is: the overlapping leading rows,
+    the rest left as they are. That is what a loader that skips resharding ends up with
+    (each rank reading "its" saved shard); on the saving world size it changes nothing.
+    `full_tensor` is a collective: every rank calls this in the same order."""
+    local = tensor.to_local()
+    chunks = torch.chunk(tensor.full_tensor(), saved_world, dim=0)
+    saved = chunks[rank] if rank < len(chunks) else local.new_empty((0, *local.shape[1:]))
+    rows = min(len(saved), len(local))
+    with torch.no_grad():
+        local[:rows].copy_(saved[:rows])
+
+
+def fsdp_moments(state: Any) -> list[Any]:
+    """AdamW's sharded moments, in parameter order (the same on every rank)."""
+    moments = []
+    for param in state.model.parameters():
+        for key in ("exp_avg", "exp_avg_sq"):
+            value = state.optimizer.state.get(param, {}).get(key)
+            if value is not None and hasattr(value, "full_tensor"):
+                moments.append(value)
+    return moments
+
+
+@register_variant("fsdp_optimizer_not_resharded")
+class FsdpOptimizerNotReshardedTrainer(Trainer):
+    """On a world-size change, each rank loads the optimizer shard its rank index saved, as-is
+    (the model is resharded correctly): AdamW's moments land on the wrong rows and parameters
+    (caught by: continuity, restore digest != save digest)."""
+
+    def read_shards(self, verified: Verified) -> None:
+        super().read_shards(verified)
+        saved_world = int(verified.manifest["world_size"])
+        for moment in fsdp_moments(self.state):
+            as_saved_layout(moment, self.rank, saved_world)
+
+
+@register_variant("fsdp_other_sharding_accepted")
+class FsdpOtherShardingAcceptedTrainer(Trainer):
+    """A checkpoint written with another sharding (another world size) is accepted as if it
+    were this run's: no check of the manifest's world size against this run's, no resharding,
+    every rank takes its rank index's saved shards of parameters and moments as they are
+    (caught by: continuity, restore digest != save digest)."""
+
+    def read_shards(self, verified: Verified) -> None:
+        super().read_shards(verified)
+        saved_world = int(verified.manifest["world_size"])
+        for tensor in [*self.state.model.parameters(), *fsdp_moments(self.state)]:
+            as_saved_layout(tensor, self.rank, saved_world)
+
+
 # ----- asynchronous checkpoints (trainer/async_ckpt.py) ---------------------------------
 
 

@@ -1,10 +1,14 @@
 """The event log of one process incarnation (format ``trainwreck-run/1``).
 
 Events are buffered in memory and written with a single ``os.write`` at step
-boundaries, so instrumentation costs one syscall per step and a SIGKILL loses at most
-the current step's events plus a torn last line (readers skip a torn last line).
+boundaries, so instrumentation costs a syscall or two per step and a SIGKILL loses at most
+the current step's step/phase events plus a torn last line (readers skip a torn last line).
 Events that other processes or the judge must see even if this process dies next
-(start, restore, reject, save, fault) are written immediately.
+(start, restore, reject, save, fault) are written immediately, and so is ``batch``: a
+rank's samples reach its peers through the update's first collective, so the record of
+them must be on disk before it. Buffered with the step, a rank killed after that
+collective lost its batch while a peer finished the update and committed it, and
+coverage saw half a global batch in a committed step.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "trainwreck-run/1"
-URGENT_KINDS = frozenset({"start", "restore", "reject", "save", "prune", "fault", "end"})
+URGENT_KINDS = frozenset({"start", "restore", "reject", "batch", "save", "prune", "fault", "end"})
 
 
 class EventLog:

@@ -294,7 +294,7 @@ class Trainer:
 
     def read_shards(self, verified: Verified) -> None:
         """Model and optimizer shards of a verified sharded checkpoint (a seam: planted defects override it)."""
-        load_shards(self.state, self.checkpoint_root / verified.name)
+        load_shards(self.state, self.checkpoints.storage, self.checkpoint_root, verified.name)
 
     def load_rng(self, rngs: list[Any]) -> None:
         # RNG draws are replicated across ranks by design, so a rank that did not exist

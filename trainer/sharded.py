@@ -1,8 +1,9 @@
 """Sharded checkpoints for the FSDP trainer, through torch.distributed.checkpoint (DCP).
 
 A save: rank 0 creates the staging directory ``.tmp-step-N-sharded``; every rank writes
-its own shards into it with DCP's FileSystemWriter (each file fsynced; DCP's rank 0 writes
-``.metadata`` after gathering every rank's write results); a barrier proves every rank's
+its own shards into it with DCP's FileSystemWriter, every file through the store's one
+``Storage`` (trainer/storage.py storage_fs: each file fsynced by it; DCP's rank 0 writes
+``.metadata.tmp`` and renames it to ``.metadata`` after gathering every rank's write results); a barrier proves every rank's
 shards durable; then rank 0 alone writes the small replicated files (scheduler, trainer
 position, RNG of every rank), a manifest with every file's size and sha256 (shards and
 ``.metadata`` included), and commits with the store's one rename-and-pointer protocol
@@ -30,6 +31,7 @@ from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.sampler import ElasticSampler
 from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta
+from trainwreck.trainer.storage import Storage, storage_fs
 
 DCP_METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"
@@ -116,7 +118,7 @@ def save_sharded(trainer: Trainer, step: int) -> None:
         t.checkpoints.storage.mkdir(tmp)
     dist.barrier()  # the staging directory exists before any rank writes into it
     t.probe.phase(step, "checkpoint")
-    write_shards(t.state, t.checkpoint_root / tmp)
+    write_shards(t.state, t.checkpoints.storage, t.checkpoint_root, tmp)
     dist.barrier()  # every rank's shards are durable before anything commits them
     if t.rank == 0:
         meta = {**checkpoint_meta(t.world_size, t.identity, digest, t.ctx.attempt),
@@ -129,11 +131,15 @@ def save_sharded(trainer: Trainer, step: int) -> None:
     t._last_save_seconds = time.perf_counter() - started
 
 
-def write_shards(state: TrainState, directory: Path) -> None:
-    """This rank's shards of the model and optimizer (DCP fsyncs each file: sync_files)."""
+def write_shards(state: TrainState, storage: Storage, root: Path, directory: str) -> None:
+    """This rank's shards of the model and optimizer into `directory` (relative to the
+    store's `root`), every file through the store's Storage (storage_fs): storage faults,
+    crash points and the sweep's recorder see each shard and DCP's ``.metadata`` commit.
+    Each file is durable (fsynced by the Storage) when its write returns."""
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd},
-             storage_writer=dcp.FileSystemWriter(str(directory), sync_files=True))
+    writer = dcp.FileSystemWriter(str(root / directory), sync_files=False)  # the Storage fsyncs, not DCP
+    writer.fs = storage_fs(storage, root, sync_files=True)
+    dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=writer)
 
 
 def stage_small_files(t: Trainer, step: int, tmp: str, rngs: list[Any], meta: dict[str, Any]) -> None:
@@ -155,13 +161,16 @@ def stage_small_files(t: Trainer, step: int, tmp: str, rngs: list[Any], meta: di
     t.checkpoints.write_manifest(step, tmp, entries, meta)
 
 
-def load_shards(state: TrainState, directory: Path, optimizer: bool = True) -> None:
-    """Read the (already verified) shards into this run's sharding: DCP maps every saved
-    shard by FQN and global offset onto the local shards, so 4 ranks' files load on 2 or 3.
-    `optimizer=False` leaves AdamW's moments fresh (only a planted defect asks for that)."""
+def load_shards(state: TrainState, storage: Storage, root: Path, directory: str, optimizer: bool = True) -> None:
+    """Read the (already verified) shards into this run's sharding, through the Storage:
+    DCP maps every saved shard by FQN and global offset onto the local shards, so 4 ranks'
+    files load on 2 or 3. `optimizer=False` leaves AdamW's moments fresh (only a planted
+    defect asks for that)."""
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
     loaded = {"model": model_sd, **({"optim": optim_sd} if optimizer else {})}
-    dcp.load(loaded, storage_reader=dcp.FileSystemReader(str(directory)))
+    reader = dcp.FileSystemReader(str(root / directory))
+    reader.fs = storage_fs(storage, root)
+    dcp.load(loaded, storage_reader=reader)
     if optimizer:
         set_state_dict(state.model, state.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
     else:

@@ -13,7 +13,7 @@ import mmap
 import os
 import shutil
 from pathlib import Path, PurePosixPath
-from typing import Callable, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -285,3 +285,59 @@ class Heartbeat:
 
     def remove(self, path: str) -> None:
         self._after(self.inner.remove(path))
+
+
+# ----- torch.distributed.checkpoint through the seam --------------------------------------
+
+
+def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
+    """torch.distributed.checkpoint's FileSystem with every call routed through `storage`:
+    a DCP FileSystemWriter or FileSystemReader given it (``writer.fs = storage_fs(...)``)
+    writes and reads through the same seam as our own stores, so storage faults, the
+    crash-point sweep's recorder and the power-loss recorder see DCP's files too.
+
+    Each stream DCP writes becomes one ``Storage.write`` of the whole file when DCP closes
+    it, durable (fsynced by the Storage) when `sync_files`. DCP's own `sync_files` only
+    fsyncs the scratch file below: a writer that wants the Storage to decide durability
+    (the trainer) sets DCP's to False and this one to True, so nothing is fsynced twice.
+    Paths are taken relative to `root` (the Storage's root); one outside it is refused
+    by the Storage like any other."""
+    import tempfile
+    from contextlib import contextmanager
+
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    def rel(path: str | os.PathLike[str]) -> str:
+        return os.path.relpath(Path(path), root).replace(os.sep, "/")
+
+    class StorageFS(FileSystem):  # type: ignore[misc]
+        @contextmanager
+        def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+            if "r" in mode:
+                yield io.BytesIO(storage.read(rel(path)))
+                return
+            # A real file, so DCP's os.fsync(stream.fileno()) works as it does on disk;
+            # read back by name because DCP closes the stream itself.
+            fd, scratch = tempfile.mkstemp(prefix="trainwreck-dcp-stream-")
+            os.close(fd)
+            try:
+                with open(scratch, "w+b") as stream:
+                    yield stream
+                storage.write(rel(path), Path(scratch).read_bytes(), durable=sync_files)
+            finally:
+                os.unlink(scratch)
+
+        def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+            storage.rename(rel(path), rel(new_path))
+
+        def mkdir(self, path: str | os.PathLike[str]) -> None:
+            if rel(path) != ".":
+                storage.mkdir(rel(path))
+
+        def exists(self, path: str | os.PathLike[str]) -> bool:
+            return rel(path) == "." or storage.exists(rel(path))
+
+        def rm_file(self, path: str | os.PathLike[str]) -> None:
+            storage.remove(rel(path))
+
+    return StorageFS()

@@ -38,8 +38,12 @@ def main(args: argparse.Namespace) -> int:
             print(f"[{i + 1}/{total}] {item.key}: {item.summary()}", flush=True)
             return
         record = item.judged.record if item.judged else None
-        detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
-                                f"{RunDir(item.run_dir).report_file('report.html')}")
+        if item.measured is not None:
+            detail = (f"{item.measured['bytes_per_param']['state']:g} bytes per parameter on rank 0 → "
+                      f"{item.case.report_file(item.run_dir)}")
+        else:
+            detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
+                                    f"{RunDir(item.run_dir).report_file('report.html')}")
         print(f"[{i + 1}/{total}] {item.status:<8} {item.case.key}: {detail}", flush=True)
 
     started = time.monotonic()

@@ -1,4 +1,6 @@
-"""trainwreck sweep [--writer NAME] [--json] [--out DIR]: crash at every file operation of a save.
+"""trainwreck sweep [--writer NAME] [--parallelism ddp|fsdp] [--json] [--out DIR]: crash at every file
+operation of a save. With --parallelism fsdp every rank writes its own shards, so each rank is
+crashed at each of its own operations (harness/sweep.py run_sharded_sweep).
 
 Each crash point (before/after every mutating storage op of one checkpoint save, and a
 torn variant of every write) is its own job, restarted by the harness and judged by
@@ -27,11 +29,17 @@ from trainwreck.trainer.config import InputError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
                         help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
-                             "with --power-loss also dcp (torch.distributed.checkpoint's own commit) and the framework "
-                             "writers lightning, accelerate, hf (their own saves, resumed by their example scripts)")
+                             "or dcp (torch.distributed.checkpoint's own commit, a new directory per save), and "
+                             "without --power-loss dcp_in_place (every DCP save into the same directory); with "
+                             "--power-loss also the framework writers lightning, accelerate, hf (their own saves, "
+                             "resumed by their example scripts)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
-    parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn)")
+    parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn); "
+                                         "with --parallelism fsdp a rank may lead, e.g. r1:1:torn (default rank 0)")
+    parser.add_argument("--parallelism", choices=("ddp", "fsdp"), default="ddp",
+                        help="ddp (default): rank 0 writes the checkpoint; fsdp: every rank writes its own DCP shards "
+                             "and each rank is crashed at each of its own operations")
     parser.add_argument("--power-loss", action="store_true",
                         help="cut the power instead: judge every crash state a file system may leave (unsynced "
                              "data lost or torn, unsynced renames/creates lost)")
@@ -54,23 +62,58 @@ def parse_points(text: str | None) -> list[tuple[int, str]] | None:
     return points
 
 
+def parse_rank_points(text: str | None) -> list[tuple[int, int, str]] | None:
+    """--points r1:1:torn,5:after -> [(1, 1, 'torn'), (0, 5, 'after')]; None: every crash point."""
+    if text is None:
+        return None
+    points = []
+    for item in text.split(","):
+        head, _, when = item.strip().rpartition(":")
+        rank, _, index = head.partition(":") if head.startswith("r") else ("r0", "", head)
+        if not rank[1:].isdigit() or not index.isdigit() or when not in CRASH_WHEN:
+            raise InputError(f"--points {item!r}: expected [rRANK:]OP_INDEX:WHEN with WHEN one of "
+                             f"{', '.join(CRASH_WHEN)}, e.g. --points r1:1:torn")
+        points.append((int(rank[1:]), int(index), when))
+    return points
+
+
 def main(args: argparse.Namespace) -> int:
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS
     from trainwreck.harness.sweep import FOREIGN_WRITERS, run_sweep
     from trainwreck.trainer.entry import trainer_class
 
+    dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
     try:
-        # DCP's own commit and the framework writers are no trainer variants
-        if not (args.power_loss and (args.writer == "dcp" or args.writer in FOREIGN_WRITERS)):
+        # DCP's own commit and the framework writers' saves are no trainer variants
+        if not (dcp_own or (args.power_loss and args.writer in FOREIGN_WRITERS)):
             trainer_class(args.writer)
     except ValueError as exc:
         print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
         return 2
+    if dcp_own and args.parallelism != "ddp":
+        print(f"trainwreck sweep: error: --writer {args.writer} sweeps DCP's own save in one process; "
+              "leave out --parallelism", file=sys.stderr)
+        return 2
+    if args.power_loss and args.parallelism != "ddp":
+        print("trainwreck sweep: error: --power-loss with --parallelism fsdp is not implemented (the power-loss "
+              "sweep records rank 0's saves only); leave out --parallelism, or use --writer dcp for DCP's own "
+              "commit under power loss", file=sys.stderr)
+        return 2
     out = args.out or Path("trainwreck-out") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.power_loss:
         return power_loss_main(args, out)
+    if dcp_own:
+        return dcp_main(args, out)
+    if args.parallelism == "fsdp":
+        return sharded_main(args, out)
     started = time.perf_counter()
     result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                        points=parse_points(args.points))
+    return finish(args, result, started, out)
+
+
+def finish(args: argparse.Namespace, result, started: float, out: Path) -> int:  # type: ignore[no-untyped-def]
+    """Print a process-crash sweep's result (--json or the table) and return its exit code."""
     if args.json:
         print(json.dumps(result.to_json(), indent=1, default=str))
     else:
@@ -78,13 +121,45 @@ def main(args: argparse.Namespace) -> int:
     return exit_code(compose(row.verdict for row in result.rows))
 
 
+def dcp_main(args: argparse.Namespace, out: Path) -> int:
+    from trainwreck.harness.sweep import run_dcp_crash_sweep
+
+    try:
+        points = parse_points(args.points)
+    except InputError as exc:
+        print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    result = run_dcp_crash_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                 points=points)
+    return finish(args, result, started, out)
+
+
+def sharded_main(args: argparse.Namespace, out: Path) -> int:
+    from trainwreck.harness.sweep import run_sharded_sweep
+
+    try:
+        points = parse_rank_points(args.points)
+    except InputError as exc:
+        print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    result = run_sharded_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                               points=points)
+    return finish(args, result, started, out)
+
+
 def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-untyped-def]
     for row in result.rows:
         label = verdict_word(row.verdict)
         detail = ", ".join(row.failing + row.unknown)
-        print(f"{label:<8} {row.when:<6} op {row.op_index:>2}  {row.op}" + (f"   [{detail}]" if detail else ""))
+        rank = f"rank {row.rank}  " if result.parallelism == "fsdp" else ""
+        print(f"{label:<8} {rank}{row.when:<6} op {row.op_index:>2}  {row.op}" + (f"   [{detail}]" if detail else ""))
     first = result.first_failure
-    print(f"\n{result.writer}: {len(result.ops)} operations, {len(result.rows)} crash points, "
+    ops = (" + ".join(f"{len(o)} (rank {r})" for r, o in sorted(result.rank_ops.items()))
+           if result.rank_ops else str(len(result.ops)))
+    name = f"fsdp {result.writer}" if result.parallelism == "fsdp" else result.writer
+    print(f"\n{name}: {ops} operations, {len(result.rows)} crash points, "
           f"{len(result.failures)} not valid, {seconds:.0f}s; runs under {out}")
     if first is not None:
         print(f"first failing point: {first.label} -> {', '.join(first.failing + first.unknown)}: {first.summary}")

@@ -21,7 +21,11 @@ QUESTIONS: dict[str, str] = {
     "world": "What breaks when the world size changes?",
     "frequency": "How do you pick the checkpoint frequency?",
     "hang": "How do you find the rank that hangs?",
+    "sharding": "When do you move from DDP to FSDP, and what happens to sharded state when the world size changes?",
+    "async": "Why not checkpoint asynchronously, and what does a crash during the background write lose?",
 }
+ADAM_BYTES_PER_PARAM = 12
+"""fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank."""
 
 # Fault kinds (faults/plan.py) -> the topics they raise.
 KIND_TOPICS: dict[str, tuple[str, ...]] = {
@@ -89,6 +93,11 @@ def _triggers(report: dict[str, Any]) -> dict[str, set[str]]:
         found.setdefault("hang", set()).add("the watchdog declared a hang")
     if report["recovery"]:
         found.setdefault("frequency", set()).add("an attempt failed and its work since the last checkpoint was lost")
+    spec = report["spec"]
+    if spec.get("parallelism") == "fsdp":
+        found.setdefault("sharding", set()).add("parallelism fsdp")
+    if spec.get("ckpt_mode") == "async":
+        found.setdefault("async", set()).add("ckpt_mode async")
     for name, verdict in report["verdicts"].items():
         if verdict.get("valid") is False and name in INVARIANT_TOPICS:
             found.setdefault(INVARIANT_TOPICS[name], set()).add(f"invariant {name} violated")
@@ -97,7 +106,7 @@ def _triggers(report: dict[str, Any]) -> dict[str, set[str]]:
 
 def _topic_of_question(question: str) -> str | None:
     text = question.lower()
-    for topic, words in (("hang", ("hang",)), ("world", ("world size",)), ("silent", ("silent",)),
+    for topic, words in (("async", ("background",)), ("hang", ("hang",)), ("world", ("world size",)), ("silent", ("silent",)),
                          ("frequency", ("frequency", "how often")), ("resume", ("resum",))):
         if any(w in text for w in words):
             return topic
@@ -295,9 +304,75 @@ def _median(values: list[float]) -> float:
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
+def _answer_sharding(report: dict[str, Any]) -> str:
+    state, phases = report.get("state"), report["phases"]
+    out = []
+    if state and state["parallelism"] == "fsdp" and state["rank_share"] is not None:
+        world = state["world_size"] or len(state["rank_bytes"])
+        out.append(f"Its newest checkpoint, {state['checkpoint']}, holds the model and AdamW state as "
+                   f"{len(state['rank_bytes'])} shard(s), one per rank, of {_bytes(state['rank_bytes'])}: each rank "
+                   f"keeps {state['rank_share']:.1%} of the {state['state_bytes']:,} bytes of all shards together "
+                   f"(1/{world} = {1 / world:.1%}, plus the checkpoint format's own framing). In fp32 AdamW that is {ADAM_BYTES_PER_PARAM} bytes per parameter on a DDP rank and "
+                   f"{ADAM_BYTES_PER_PARAM}/{world} = {ADAM_BYTES_PER_PARAM / world:g} on each of {world} FSDP ranks.")
+    if phases.get("median_step_s") is not None:
+        out.append(f"The price is communication: every forward and backward all-gathers the parameters and "
+                   f"reduce-scatters the gradients; the median update here took {phases['median_step_s']:.3f} s. "
+                   "Move from DDP to FSDP when 12 bytes per parameter, plus gradients and activations, no longer fit "
+                   "one device, not before.")
+    out += _resharded(report)
+    return " ".join(out) + _but(report, "continuity", "coverage")
+
+
+def _resharded(report: dict[str, Any]) -> list[str]:
+    """Each restore of a checkpoint that a different world size wrote: DCP re-sliced its shards on load."""
+    sizes = {a["attempt"]: a["world_size"] for a in report["attempts"]}
+    writers = {s["checkpoint"]: s["attempt"] for s in report["saves"]}
+    out = []
+    for att in report["attempts"]:
+        restored = att["restored"]
+        writer = writers.get(restored["checkpoint"]) if restored else None
+        if writer is not None and sizes.get(writer) and att["world_size"] and sizes[writer] != att["world_size"]:
+            out.append(f"Attempt {att['attempt']} on {att['world_size']} rank(s) restored {restored['checkpoint']}, "
+                       f"written as shards by attempt {writer} on {sizes[writer]} rank(s): the shards were re-sliced "
+                       "for the new world size on load, and the global batch stayed "
+                       f"{report['spec'].get('global_batch')} samples.")
+    return out
+
+
+def _answer_async(report: dict[str, Any]) -> str:
+    phases, saves = report["phases"], report["phases"]["save_seconds"]
+    rank0 = next((r for r in phases["ranks"] if r["rank"] == 0), None)
+    out = []
+    if rank0 and rank0.get("checkpoint_steps") and saves["count"]:
+        stall, paid = rank0["totals"].get("checkpoint", 0.0), rank0["checkpoint_steps"]
+        out.append(f"The step pays only for a copy of the state into host memory: rank 0 spent {stall:.3f} s in the "
+                   f"checkpoint phase of the {paid} step(s) that saved ({stall / paid:.3f} s each), while writing "
+                   f"and committing each save took {saves['mean']:.3f} s on average in the background.")
+    for row in report["recovery"]:
+        if row["restored"] is None:
+            continue
+        newest = row["checkpoint"] or "none"
+        which = ("the newest committed checkpoint at the failure" if newest == row["restored"]["checkpoint"]
+                 else f"although {newest} was the newest committed checkpoint at the failure")
+        out.append(f"{_capital(row['cause'])}: the save in flight was lost, nothing committed was; the restart "
+                   f"loaded {row['restored']['checkpoint']}, {which}, and redid {row['steps_redone']} update(s).")
+    out.append("Why not always: the host copy doubles the state's memory while it is written, a failure surfaces "
+               "one save later than it happened, and 'saved' must still mean committed, never 'handed to a thread'.")
+    return " ".join(out) + _but(report, "atomicity", "continuity")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _bytes(values: list[int]) -> str:
+    shown = ", ".join(f"{v:,}" for v in values[:4])
+    return f"{shown}{', ...' if len(values) > 4 else ''} bytes"
+
+
 ANSWERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "resume": _answer_resume, "silent": _answer_silent, "world": _answer_world,
-    "frequency": _answer_frequency, "hang": _answer_hang,
+    "frequency": _answer_frequency, "hang": _answer_hang, "sharding": _answer_sharding, "async": _answer_async,
 }
 
 

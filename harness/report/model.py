@@ -64,6 +64,8 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "hangs": _hangs(raw, run_dir),
         "lineage": _lineage_json(lineage),
         "phases": _phases(raw),
+        "loss": _loss(raw),
+        "state": _state(run_dir, raw),
         "recovery": _recovery(raw, attempts, lineage),
         "raw_notes": raw.notes,
     }
@@ -142,7 +144,7 @@ def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
     keys = ("dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "hang_slack_s",
             "world_sizes", "max_restarts", "launcher")
     summary = {k: spec.get(k) for k in keys if k in spec}
-    for k in ("ckpt_interval", "keep_last", "variant", "backend"):
+    for k in ("ckpt_interval", "keep_last", "variant", "backend", "parallelism", "ckpt_mode", "width", "depth"):
         if k in config:
             summary[k] = config[k]
     return summary
@@ -338,17 +340,19 @@ def _lineage_json(lineage: Lineage | None) -> dict[str, Any] | None:
 def _phases(raw: RawRun) -> dict[str, Any]:
     per_rank: dict[int, dict[str, float]] = {}
     steps: dict[int, int] = {}
+    paid: dict[int, int] = {}
     for (_, rank), lane in raw.lanes.items():
         totals = per_rank.setdefault(rank, {})
         for name, seconds in lane.phase_totals.items():
             totals[name] = totals.get(name, 0.0) + seconds
         steps[rank] = steps.get(rank, 0) + lane.phase_steps
+        paid[rank] = paid.get(rank, 0) + lane.checkpoint_steps
     names = list(TIMED_PHASES) + sorted({n for t in per_rank.values() for n in t} - set(TIMED_PHASES))
     rows = []
     for rank in sorted(per_rank):
         totals = {n: round(per_rank[rank].get(n, 0.0), 6) for n in names}
         n = max(steps[rank], 1)
-        rows.append({"rank": rank, "steps": steps[rank], "totals": totals,
+        rows.append({"rank": rank, "steps": steps[rank], "checkpoint_steps": paid[rank], "totals": totals,
                      "mean_step_s": round(sum(totals.values()) / n, 6),
                      "own_s": round(sum(totals.get(p, 0.0) for p in OWN_PHASES), 6)})
     rows = [r for r in rows if r["steps"]]
@@ -361,6 +365,70 @@ def _phases(raw: RawRun) -> dict[str, Any]:
             "median_step_s": round(work[len(work) // 2], 6) if work else None,
             "save_seconds": {"count": len(saves), "mean": _round(sum(saves) / len(saves)) if saves else None,
                              "max": _round(max(saves)) if saves else None}}
+
+
+# ----- loss and state ------------------------------------------------------------------
+
+
+def _loss(raw: RawRun) -> dict[str, Any]:
+    """Rank 0's loss per update, from the attempt that last applied it (the one whose state lives on):
+    what a comparison across parallelisms quotes, where digests cannot match bit for bit."""
+    best: dict[int, tuple[int, float]] = {}
+    for (attempt, rank), lane in raw.lanes.items():
+        for step, loss in zip(lane.steps, lane.losses):
+            if rank == 0 and loss is not None and (step not in best or attempt >= best[step][0]):
+                best[step] = (attempt, loss)
+    steps = sorted(best)
+    return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}
+
+
+MANIFEST_LIMIT = 1 << 20
+"""A checkpoint manifest is a few hundred bytes per file; a bigger one is not read."""
+STATE_FILES = ("model.pt", "optimizer.pt")
+"""A DDP checkpoint's model and optimizer payloads: the full state every replica holds (rank 0 writes it)."""
+SHARD_FILE = re.compile(r"__(\d+)_0\.distcp")
+"""torch.distributed.checkpoint's file for one rank's shards (FSDP)."""
+
+
+def _state(run_dir: Path, raw: RawRun) -> dict[str, Any] | None:
+    """What a rank holds of model + optimizer state, from the file sizes in the newest committed
+    checkpoint's manifest (its own record, checked on every restore): FSDP writes one shard per rank,
+    DDP one copy of the state that every rank holds in full. None without a readable manifest."""
+    for save in reversed(raw.of_kind("save")):
+        name = save.get("checkpoint")
+        manifest = _manifest(run_dir, name) if isinstance(name, str) and re.fullmatch(r"step-\d+", name) else None
+        if manifest is not None:
+            break
+    else:
+        return None
+    sizes = {k: v.get("size") for k, v in manifest["files"].items() if isinstance(v, dict)}
+    sizes = {k: v for k, v in sizes.items() if type(v) is int}
+    world = manifest.get("world_size") if type(manifest.get("world_size")) is int else None
+    shards = sorted((int(m.group(1)), sizes[k]) for k in sizes if (m := SHARD_FILE.fullmatch(k)))
+    if shards:
+        rank_bytes = [size for _, size in shards]
+    elif world and all(k in sizes for k in STATE_FILES):
+        rank_bytes = [sum(sizes[k] for k in STATE_FILES)] * world
+    else:
+        return None
+    total = sum(rank_bytes) if shards else rank_bytes[0]
+    return {"checkpoint": name, "step": manifest.get("step"), "parallelism": "fsdp" if shards else "ddp",
+            "world_size": world, "rank_bytes": rank_bytes, "state_bytes": total,
+            "rank_share": _round(max(rank_bytes) / total, 4) if total else None}
+
+
+def _manifest(run_dir: Path, name: str) -> dict[str, Any] | None:
+    """checkpoints/NAME/manifest.json, only if no part of the path is a symlink (never followed out of
+    the run directory) and it is a small JSON object with a `files` object."""
+    root = RunDir(run_dir).checkpoints
+    path = root / name / "manifest.json"
+    try:
+        if any(p.is_symlink() for p in (root, root / name, path)) or path.stat().st_size > MANIFEST_LIMIT:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
 # ----- recovery -------------------------------------------------------------------------

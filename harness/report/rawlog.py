@@ -27,8 +27,10 @@ class LaneLog:
     world_size: int | None = None
     steps: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)  # per step, None where it was not a number
     phase_totals: dict[str, float] = field(default_factory=dict)
     phase_steps: int = 0  # step events that carried `phases`
+    checkpoint_steps: int = 0  # step events whose checkpoint phase was not zero: the steps that paid for a save
     work: list[float] = field(default_factory=list)  # per step: seconds in every phase but checkpoint
     started: float | None = None  # the `start` event's time
 
@@ -81,6 +83,7 @@ def read_raw(run_dir: Path, batches: bool = True) -> RawRun:
             order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
             lane.steps = [lane.steps[i] for i in order]
             lane.times = [lane.times[i] for i in order]
+            lane.losses = [lane.losses[i] for i in order]
     return raw
 
 
@@ -112,6 +115,8 @@ def _ingest(raw: RawRun, ev: dict[str, Any]) -> None:
 def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
     lane.steps.append(ev["step"])
     lane.times.append(t)
+    loss = ev.get("loss")  # null for a diverged loss (DESIGN.md: non-finite values are written as null)
+    lane.losses.append(float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None)
     lane.world_size = ev.get("world_size", lane.world_size)
     phases = ev.get("phases")
     if not isinstance(phases, dict):
@@ -122,5 +127,6 @@ def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
             totals[name] = totals.get(name, 0.0) + seconds
         lane.work.append(sum(phases.values()) - phases.get("checkpoint", 0.0))
         lane.phase_steps += 1
+        lane.checkpoint_steps += phases.get("checkpoint", 0.0) > 0
     except TypeError:  # a phase that is not a number: that step's phases are not trusted
         pass

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainwreck.trainer.rundir import iter_events
 from trainwreck.harness.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
 
 
@@ -121,3 +122,44 @@ def test_trainwreck_chaos_exits_one_on_any_invalid_and_two_on_unknown_only(value
 @given(st.sampled_from(["s", "m", "h"]), st.integers(1, 10**6))
 def test_any_positive_whole_budget_parses(unit: str, number: int) -> None:
     assert parse_duration(f"{number}{unit}") == number * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chaos_cases())
+def test_an_fsdp_case_plans_no_comm_hook_fault_and_corrupts_only_files_a_sharded_checkpoint_has(
+        case: ChaosCase) -> None:
+    from trainwreck.faults.plan import KINDS
+    from trainwreck.faults.strategies import FSDP_FILES
+
+    assert case.config().parallelism == case.parallelism
+    if case.parallelism != "fsdp":
+        return
+    assert not [f for f in case.plan if KINDS[f["kind"]].comm_hook], case.plan
+    for fault in case.plan:
+        if fault["kind"] == "corrupt" and fault["how"] in ("truncate", "flip"):
+            assert fault["file"] in FSDP_FILES, fault
+    assert "--set=parallelism=fsdp" in case.reproduce()
+
+
+def test_chaos_draws_fsdp_cases_that_change_the_world_size_and_fsdp_corruptions_name_a_shard_file() -> None:
+    from hypothesis import find
+
+    from trainwreck.faults.strategies import FSDP_FILES, corruptions
+
+    quick = settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck))
+    case = find(chaos_cases(), lambda c: c.parallelism == "fsdp" and len(set(c.world_sizes)) > 1, settings=quick)
+    assert case.config().parallelism == "fsdp"
+    fault = find(corruptions(1, ("flip",), "fsdp"), lambda f: f["file"] == "__0_0.distcp", settings=quick)
+    assert fault["file"] in FSDP_FILES
+
+
+def test_an_fsdp_chaos_case_with_a_kill_and_a_corrupted_shard_keeps_every_invariant(chaos: Any) -> None:
+    # The derandomised smoke above may draw no FSDP case; this one always runs one.
+    case = ChaosCase((2,), [{"id": "kill-1", "kind": "kill", "rank": 1, "step": 10, "how": "sigkill", "attempt": 0},
+                            {"id": "corrupt-1", "kind": "corrupt", "how": "flip", "file": "__0_0.distcp",
+                             "attempt": 1}], parallelism="fsdp")
+    from trainwreck.harness.chaos import CaseRunner
+
+    judged = CaseRunner(chaos.out, chaos.golden_cache, chaos.settings.launcher, keep=True)(case)  # raises unless VALID
+    fired = {e["fault_id"] for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "fault"}
+    assert fired == {"kill-1", "corrupt-1"} and judged.judgement.valid is True

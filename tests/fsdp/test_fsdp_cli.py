@@ -37,3 +37,24 @@ def test_an_fsdp_kill_resume_run_is_judged_valid_and_its_reproduce_line_keeps_th
     # The kill fired: a second attempt restored a sharded checkpoint.
     assert result["outcome"] == "completed" and any(
         '"restore"' in line for p in (out / "events").glob("a001-*.jsonl") for line in p.read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_a_world_size_above_a_parameters_rows_gives_empty_shards_that_save_and_reshard_onto_2_ranks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The sharding itself sets no bound on the world size: FSDP2 pads, and with 8 ranks the
+    # 4-row head leaves ranks 4-7 an empty shard. Only the global batch bounds it (above).
+    out = tmp_path / "run"
+    plan = json.dumps([{"id": "k", "kind": "kill", "rank": 1, "step": 4}])
+    code = cli(["run", "--parallelism", "fsdp", "--world-sizes", "8,2", "--total-steps", "6", "--set",
+                "ckpt_interval=2", "--plan", plan, "--out", str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["valid"] is True, result
+    fired = [json.loads(line)["fault_id"] for p in (out / "events").glob("a000-*.jsonl")
+             for line in p.read_text().splitlines() if '"kind":"fault"' in line]
+    assert fired == ["k"], "the kill never fired: nothing was resharded"
+    restores = [json.loads(line) for p in (out / "events").glob("a001-*.jsonl") for line in p.read_text().splitlines()
+                if '"restore"' in line]
+    assert restores and {r["world_size"] for r in restores} == {2}
+    manifest = json.loads((out / "checkpoints" / restores[0]["checkpoint"] / "manifest.json").read_text())
+    assert manifest["world_size"] == 8 and manifest["shards"] == 8

@@ -22,6 +22,7 @@ def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
     monkeypatch.setitem(FOREIGN_WRITERS, "lightning",
                         ForeignWriter("lightning", "trainwreck_no_such_framework", "lightning", "lightning_train.py", ()))
     args = argparse.Namespace(writer="lightning", power_loss=True, points=None, limit=None, seed=0, json=False,
+                              parallelism="ddp",
                               out=tmp_path / "out")
     assert sweep_command.main(args) == 2
     err = capsys.readouterr().err

@@ -190,3 +190,55 @@ def test_a_hang_is_blamed_on_the_fault_planned_to_hang_not_an_earlier_survived_d
     (row,) = report["recovery"]
     assert row["fault_id"] == "h1" and row["progress_at_failure"] == 3
     assert "after h1 hit rank 1" in next(a for a in report["angles"] if a["topic"] == "hang")["answer"]
+
+
+def _manifest(run: Path, name: str, files: dict[str, int], **fields: object) -> Path:
+    folder = run / "checkpoints" / name
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(
+        {"format": "trainwreck-ckpt/1", "files": {k: {"sha256": "0" * 64, "size": v} for k, v in files.items()},
+         **fields}))
+    return folder
+
+
+def test_the_report_holds_rank_0s_loss_per_update_and_the_steps_that_paid_for_a_save(tmp_path: Path) -> None:
+    report = build_report(killed_run(tmp_path / "run"))
+    assert report["loss"]["steps"] == list(range(1, 9))
+    assert report["loss"]["values"] == [round(2.0 / k, 4) for k in range(1, 9)]  # redone 5 from attempt 1
+    assert report["loss"]["final"] == 0.25
+    # saves after 2, 4 (attempt 0) and 4, 6 (attempt 1) land in the next step's checkpoint phase; 8 is the last
+    assert [r["checkpoint_steps"] for r in report["phases"]["ranks"]] == [4, 4]
+
+
+def test_the_state_a_rank_holds_comes_from_the_newest_checkpoints_manifest(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    _manifest(run, "step-00000008", {"__0_0.distcp": 600, "__1_0.distcp": 640, ".metadata": 50, "rng.pt": 9},
+              world_size=2, step=8, parallelism="fsdp", shards=2)
+    state = build_report(run)["state"]
+    assert state == {"checkpoint": "step-00000008", "step": 8, "parallelism": "fsdp", "world_size": 2,
+                     "rank_bytes": [600, 640], "state_bytes": 1240, "rank_share": round(640 / 1240, 4)}
+    ddp = clean_run(tmp_path / "ddp")
+    _manifest(ddp, "step-00000008", {"model.pt": 400, "optimizer.pt": 800, "rng.pt": 9}, world_size=2, step=8)
+    assert build_report(ddp)["state"]["rank_bytes"] == [1200, 1200]  # every replica holds it all
+
+
+def test_a_symlinked_checkpoint_is_never_followed_for_the_state(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    outside = _manifest(tmp_path / "elsewhere", "step-00000008", {"__0_0.distcp": 1}, world_size=1)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "step-00000008").symlink_to(outside, target_is_directory=True)
+    assert build_report(run)["state"] is None
+    _manifest(run, "step-00000006", {"model.pt": 4, "optimizer.pt": 8}, world_size=2, step=6)
+    assert build_report(run)["state"]["checkpoint"] == "step-00000006"  # the newest one inside the run
+
+
+def test_an_fsdp_report_whose_shards_are_empty_still_gets_an_interview_angle(tmp_path: Path) -> None:
+    run = clean_run(tmp_path / "run")
+    spec = json.loads((run / "run.json").read_text())
+    spec["config"]["parallelism"] = "fsdp"
+    (run / "run.json").write_text(json.dumps(spec))
+    _manifest(run, "step-00000008", {"__0_0.distcp": 0, "__1_0.distcp": 0}, world_size=2, step=8)
+    report = build_report(run)
+    assert report["state"]["rank_share"] is None
+    answer = next(a["answer"] for a in report["angles"] if a["topic"] == "sharding")
+    assert "median update here took" in answer and "shard(s)" not in answer

@@ -1,0 +1,49 @@
+"""FSDP shard writes go through the trainer's one Storage: storage faults reach every rank's
+shards, and a comm fault, which FSDP cannot fire, is refused before any process starts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainwreck.harness.cli import main as cli
+from trainwreck.trainer.rundir import iter_events
+
+
+def run_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: list[dict]) -> tuple[int, dict, list[dict]]:
+    out = tmp_path / "run"
+    code = cli(["run", "--parallelism", "fsdp", "--plan", json.dumps(plan), "--out", str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    faults = [e for e in iter_events(out, batches=False) if e["kind"] == "fault"]
+    return code, result, faults
+
+
+def test_a_torn_write_in_rank_1_tears_its_own_shard_file_and_the_job_resumes_valid(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, faults = run_fsdp(tmp_path, capsys, [{"id": "torn-r1", "kind": "torn_write", "rank": 1, "step": 8}])
+    assert [(f["fault_id"], f["rank"]) for f in faults] == [("torn-r1", 1)], "the fault never fired in rank 1"
+    assert "__1_0.distcp" in faults[0]["detail"], faults[0]["detail"]
+    assert code == 0 and result["valid"] is True, result
+
+
+def test_a_full_disk_under_rank_1s_shard_write_fails_the_save_and_the_job_resumes_valid(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, result, faults = run_fsdp(tmp_path, capsys, [{"id": "enospc-r1", "kind": "storage_error", "rank": 1,
+                                                        "step": 8, "errno": "ENOSPC"}])
+    assert [(f["fault_id"], f["rank"]) for f in faults] == [("enospc-r1", 1)], "the fault never fired in rank 1"
+    assert ".tmp-step-00000008-sharded/__1_0.distcp" in faults[0]["detail"], faults[0]["detail"]
+    assert code == 0 and result["valid"] is True, result
+
+
+@pytest.mark.parametrize("kind, extra", [("comm_delay", {"seconds": 0.5}), ("comm_fail", {}),
+                                         ("skip_collective", {"expect": "hang"})])
+def test_a_comm_fault_under_fsdp_exits_2_naming_the_fault_and_the_fix_before_any_process_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, extra: dict) -> None:
+    out = tmp_path / "run"
+    plan = [{"id": "c1", "kind": kind, "rank": 1, "step": 5, **extra}]
+    assert cli(["run", "--parallelism", "fsdp", "--plan", json.dumps(plan), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"fault 'c1': kind {kind!r}" in err and "parallelism='ddp'" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists(), "a run directory was written for a plan that was refused"
