@@ -99,11 +99,12 @@ def contract_problems(record: RunRecord) -> list[str]:
     return problems
 
 
-def judge_cmd_run(record: RunRecord, golden_dir: Path) -> Judgement:
-    """The usual judgement, but "unknown" with the reasons when the command broke the contract."""
+def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
+    """The usual judgement, but "unknown" with the reasons when the command broke the contract.
+    `golden_dir` None: the run is itself a golden run (nothing to compare with)."""
     problems = contract_problems(record)
     try:
-        judgement = judge(load_history(record.run_dir), load_history(golden_dir))
+        judgement = judge(load_history(record.run_dir), load_history(golden_dir) if golden_dir is not None else None)
     except InputError as exc:
         return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
     if problems:
