@@ -2,7 +2,9 @@
 
 The job is an ordinary JobSpec with launcher 'cmd' (harness/launchers.py CmdLauncher), so
 it gets everything the reference trainer gets from harness/supervisor.py: the watchdog,
-restarts on the world-size schedule, external faults at steps. This module adds what
+restarts on the world-size schedule, external faults at steps, and (through the probe, which
+builds faults/cmdrank.py's hooks from the plan) kill/hang at its fault points and crashes
+inside the framework's own save. This module adds what
 only a foreign command needs: its golden run (cached by the command and the hashes of
 the files it names), corrupting its newest checkpoint between attempts, and the bad-input
 rule: a command that breaks the run format's contract is judged "unknown" with the

@@ -183,7 +183,9 @@ class Probe:
     def saving(self, step: int, root: str | Path) -> ContextManager[Any]:
         """Wrap the framework's own checkpoint write after update `step` (files under `root`):
         under the harness its file operations are fault points (faults/foreign.py); otherwise,
-        or with hooks that have none, this does nothing."""
+        or with hooks that have none, it only tells the watchdog (which then allows a save's
+        longer budget: a framework's save may be slow)."""
+        self.phase(step, "checkpoint")
         scope = getattr(self.hooks, "saving", None)
         return scope(step, Path(root)) if scope is not None else nullcontext()
 
