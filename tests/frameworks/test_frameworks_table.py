@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,24 @@ def test_the_command_judges_accelerate_rows_from_their_own_events_and_writes_a_c
     assert crashed["valid"] is False and "progress" in crashed["invalid"]
     assert code == 1
     assert (tmp_path / "index.html").is_file()
+
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y --no-install-recommends chromium)")
+def test_the_casebook_of_real_rows_opens_in_a_real_browser_with_every_row_and_its_verdict(torchrun_out, tmp_path):
+    from trainwreck.harness.report.casebook import render_casebook
+
+    rows = [scenario("torchrun", "kill-mid-epoch", torchrun_out)]
+    runs = [torchrun_out / "torchrun-golden", torchrun_out / "torchrun-kill-mid-epoch"]
+    index = render_casebook(tmp_path / "book", runs, "trainwreck frameworks")
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--dump-dom", index.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    assert "trainwreck frameworks" in dom
+    assert "torchrun golden" in dom and "torchrun kill-mid-epoch" in dom  # each row's scenario name
+    # the browser's DOM holds one case row per run, with the verdict its own verdicts.json says
+    assert rows[0].valid is True and dom.count('data-valid="VALID"') == 2 and 'data-verdict="VALID"' in dom

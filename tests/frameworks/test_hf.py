@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.frameworks.runs import events, exit_codes, scenario
+from tests.frameworks.runs import custom, events, exit_codes, ids_used_twice_in_an_epoch, scenario
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None,
@@ -92,3 +92,18 @@ def test_a_hung_hf_rank_is_seen_by_the_watchdog_restarted_and_judged(out: Path) 
     (hang,) = events(run_dir, "hang")
     assert 1 in hang["ranks"]
     assert row.valid is True, row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch, repeated", [(("--global-batch", "8"), False), (("--per-device", "4"), True)])
+def test_without_dropout_an_hf_resume_on_one_rank_is_valid_only_with_a_fixed_global_batch(
+        tmp_path: Path, batch: tuple[str, str], repeated: bool) -> None:
+    args = ("--dropout", "0", *batch)
+    assert custom("hf", "golden", tmp_path, args=args).valid is True
+    plan = [{"id": "kill-mid-epoch", "kind": "kill", "rank": 1, "step": 5}]
+    row = custom("hf", "world-size", tmp_path, world_sizes=(2, 1), restarts=1, faults=plan, args=args)
+    run_dir = tmp_path / "hf-world-size"
+    assert row.fired == ("kill-mid-epoch",)
+    twice = ids_used_twice_in_an_epoch(run_dir, STEPS)
+    assert bool(twice) == repeated and ("coverage" in row.invalid) == repeated, row
+    assert row.valid is (not repeated), row
