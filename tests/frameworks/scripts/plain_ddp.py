@@ -78,10 +78,12 @@ for step in range(done + 1, T + 1):
     dist.all_reduce(total)
     digest = state_digest(model, opt)
     probe.step(step, total.item() / B, digest)                 # 7.
-    if step % args.save_every == 0 and rank == 0:               # rank 0 writes all of it
-        with probe.saving(step, ckpts):                        # its file operations are crash points
-            name = write_checkpoint(step, digest)
-        probe.commit(step, name, digest)                       # 8. only now, durable: `save`
+    if step % args.save_every == 0:
+        dist.barrier()  # every rank's events of this update are on disk (probe.step flushed) before its commit
+        if rank == 0:                                          # rank 0 writes all of it
+            with probe.saving(step, ckpts):                    # its file operations are crash points
+                name = write_checkpoint(step, digest)
+            probe.commit(step, name, digest)                   # 8. only now, durable: `save`
 probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 dist.destroy_process_group()
