@@ -88,3 +88,6 @@ probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 dist.destroy_process_group()
 probe.close()                                                  # 10.
+# Everything is written and the group destroyed; gloo's own teardown at interpreter exit still
+# aborted now and then here (exit -6 after the last update), so leave without it.
+os._exit(0)
