@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "handbook": ("trainwreck.harness.commands.handbook", "interview questions answered by runs made on the spot"),
     "report": ("trainwreck.harness.commands.report", "(re)render the report of a run directory"),
     "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios"),
-    "frameworks": ("trainwreck.harness.commands.frameworks", "judge Lightning/accelerate trainers under faults"),
+    "frameworks": ("trainwreck.harness.commands.frameworks", "judge real trainers (torchrun script, HF Trainer, Lightning, accelerate) under faults"),
 }
 
 EXIT_INTERRUPTED = 130

@@ -2,7 +2,9 @@
 
 The job is an ordinary JobSpec with launcher 'cmd' (harness/launchers.py CmdLauncher), so
 it gets everything the reference trainer gets from harness/supervisor.py: the watchdog,
-restarts on the world-size schedule, external faults at steps. This module adds what
+restarts on the world-size schedule, external faults at steps, and (through the probe, which
+builds faults/cmdrank.py's hooks from the plan) kill/hang at its fault points and crashes
+inside the framework's own save. This module adds what
 only a foreign command needs: its golden run (cached by the command and the hashes of
 the files it names), corrupting its newest checkpoint between attempts, and the bad-input
 rule: a command that breaks the run format's contract is judged "unknown" with the
@@ -99,11 +101,12 @@ def contract_problems(record: RunRecord) -> list[str]:
     return problems
 
 
-def judge_cmd_run(record: RunRecord, golden_dir: Path) -> Judgement:
-    """The usual judgement, but "unknown" with the reasons when the command broke the contract."""
+def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
+    """The usual judgement, but "unknown" with the reasons when the command broke the contract.
+    `golden_dir` None: the run is itself a golden run (nothing to compare with)."""
     problems = contract_problems(record)
     try:
-        judgement = judge(load_history(record.run_dir), load_history(golden_dir))
+        judgement = judge(load_history(record.run_dir), load_history(golden_dir) if golden_dir is not None else None)
     except InputError as exc:
         return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
     if problems:

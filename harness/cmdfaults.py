@@ -6,9 +6,11 @@ launches attempt `attempt`: the previous attempt's processes are reaped, the nex
 not looked yet. "Newest" is the entry of the checkpoint directory with the highest step
 number in its name (HF `checkpoint-12`, `ckpt-000012-....pt`); in a directory checkpoint the
 largest file is damaged. Nothing outside the checkpoint directory is touched, and no
-symlink is followed.
+symlink is followed. A framework whose newest checkpoint carries no step number (Lightning's
+`last.ckpt`) names it: `target`, relative to the checkpoint directory.
 
     {"id": "c1", "kind": "corrupt", "how": "flip" | "truncate", "attempt": 1}
+    {"id": "c2", "kind": "corrupt", "how": "truncate", "target": "last.ckpt"}
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ def check_corrupt_fault(fault: dict[str, Any]) -> None:
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise ValueError(f"fault {fid}: field 'attempt'={attempt!r}: corruption happens before an attempt "
                          "that restores, so give an integer >= 1")
+    target = fault.get("target", "newest")
+    if not isinstance(target, str) or Path(target).is_absolute() or ".." in Path(target).parts:
+        raise ValueError(f"fault {fid}: field 'target'={target!r}: give \"newest\" or a name inside the "
+                         "checkpoint directory, e.g. \"last.ckpt\"")
 
 
 def newest_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -43,6 +49,14 @@ def newest_checkpoint(ckpt_dir: Path) -> Path | None:
     except OSError:
         return None
     return max(entries, key=lambda p: int(_STEP.search(p.name).group(1)), default=None)  # type: ignore[union-attr]
+
+
+def _target(root: Path, target: str) -> Path | None:
+    """The checkpoint a fault damages: the newest by step number, or the named entry (no symlink)."""
+    if target == "newest":
+        return newest_checkpoint(root)
+    path = root / target
+    return path if path.exists() and not path.is_symlink() else None
 
 
 def _victim(checkpoint: Path) -> Path | None:
@@ -63,7 +77,7 @@ def corrupt_before(run_dir: Path, ckpt_dir: str, plan: list[dict[str, Any]], att
     events = EventLog(RunDir(run_dir).harness_events)
     try:
         for fault in due:
-            newest = newest_checkpoint(root)
+            newest = _target(root, fault.get("target", "newest"))
             victim = _victim(newest) if newest is not None else None
             if victim is None:
                 continue  # nothing to damage: the fault did not fire, and the judge says so

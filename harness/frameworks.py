@@ -1,66 +1,88 @@
 """The frameworks table: frameworks x scenarios, each run judged, a report per run, a casebook.
 
-    rows = run_table(out_dir, launcher)          # one Row per (framework, scenario) run
+    rows = run_table(out_dir, cmd_launcher)      # one Row per (framework, scenario) run
     rows_json(rows)                              # what `trainwreck frameworks --json` prints
 
-A framework is an example trainer (a script using that framework's adapter) and the optional
-extra it needs. A scenario is a list of attempts (world size, resume or not) and a fault plan;
-what a fault needs to know about the framework (which save step, which file operation) is the
+A framework is an example trainer (a script using that framework's adapter, or the probe
+alone for a plain torchrun script) and the optional extra it needs. A scenario is a
+world-size schedule, a restart budget and a fault plan; what a fault needs to know about the
+framework (which save step, which file operation, which checkpoint to damage) is the
 framework's, so scenarios ask the framework for it.
 
-Running a job belongs to a ``Launcher``: it starts the command per rank with torchrun's
-environment contract, one attempt after another, and leaves a run directory (run.json, events).
-This module judges that directory with the unchanged invariants and renders its report. The
-launcher for real runs is `trainwreck run --cmd`'s (branch `probe`); until it is merged,
-``default_launcher`` says so and every row is "unknown" with that reason, never a pass.
+Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: harness/cmd.py's rules on
+the supervisor with launcher 'cmd'): the watchdog, restarts on the world-size schedule, the
+plan's in-rank faults through the probe, corruption between attempts. The run is judged by
+the unchanged invariants against its framework's golden row, with the --cmd contract rule:
+a command that broke the contract is "unknown" with the reason, never valid.
+
+The example trainers live in tests/frameworks/scripts of a checkout: they are the tests'
+trainers too, and a wheel does not ship them (``scripts_missing`` says so, and the command
+exits 2 with that sentence).
 """
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
-from trainwreck.invariants import judge, load_history
+from trainwreck.harness.restarts import RunRecord
+from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "frameworks" / "scripts"
 """The example trainers (they ship with the repository, not the wheel: see docs/FRAMEWORKS.md)."""
-STEPS, DATASET, GLOBAL_BATCH = 12, 64, 8
-
-
-@dataclass(frozen=True)
-class Attempt:
-    world_size: int
-    resume: bool = False
+STEPS, GLOBAL_BATCH = 12, 8
+"""Every example trainer: 64 samples, 8 updates an epoch, 12 updates."""
+HANG_TIMEOUT_S = 30.0
+"""The watchdog's budget in the table (`--cmd`'s default): a framework step takes well under a
+second here, but on a loaded 2-core machine a plain script's set-up between `probe.start()` and
+its first update once took over 20 s (a false alarm); importing a framework happens before the
+first progress record, under the startup budget."""
 
 
 @dataclass(frozen=True)
 class Job:
-    """One framework run: the command per rank, the attempts, the plan, the run.json numbers."""
+    """One framework run: the command per rank, the world-size schedule, restarts, the plan."""
 
     framework: str
     scenario: str
     cmd: tuple[str, ...]
-    resume_args: tuple[str, ...]
-    attempts: tuple[Attempt, ...]
+    world_sizes: tuple[int, ...] = (2,)
+    max_restarts: int = 0
     faults: tuple[dict[str, Any], ...] = ()
-    total_steps: int = STEPS
-    dataset_size: int = DATASET
-    global_batch: int = GLOBAL_BATCH
-    env: tuple[tuple[str, str], ...] = ()
+    summary: str = ""
+    hang_timeout_s: float = HANG_TIMEOUT_S
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.cmd)
 
 
 class Launcher(Protocol):
-    def __call__(self, job: Job, run_dir: Path) -> None:
-        """Run every attempt of `job` into `run_dir`; raise LauncherMissing if it cannot run at all."""
+    def __call__(self, job: Job, run_dir: Path) -> RunRecord:
+        """Run every attempt of `job` into `run_dir` and return the harness's record of it."""
 
 
-class LauncherMissing(RuntimeError):
-    """No launcher can run foreign commands here (the row says why)."""
+def job_spec(job: Job, run_dir: Path) -> JobSpec:
+    """The `trainwreck run --cmd` job of a row."""
+    from trainwreck.trainer.config import TrainConfig
+
+    return JobSpec(config=TrainConfig(), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
+                   hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, launcher="cmd",
+                   command=job.command, run_dir=run_dir, keep=True,
+                   scenario={"name": f"{job.framework} {job.scenario}", "summary": job.summary})
+
+
+def cmd_launcher(job: Job, run_dir: Path) -> RunRecord:
+    """The `trainwreck run --cmd` supervisor: one process per rank, torchrun's environment."""
+    from trainwreck.harness.supervisor import run_job
+
+    return run_job(job_spec(job, run_dir))
 
 
 @dataclass(frozen=True)
@@ -68,33 +90,40 @@ class Framework:
     name: str
     module: str
     """The import name whose absence means the extra is not installed."""
-    extra: str
+    extra: str | None
     script: str
     args: tuple[str, ...] = ()
-    resume_args: tuple[str, ...] = ("--resume",)
     save_step: int = 6
     """A save step of the example trainer that is not the job's first save."""
     kill_step: int = 5
     """An update after a save and inside an epoch (8 updates an epoch): a kill there is a mid-epoch resume."""
     kill_in_save: dict[str, Any] = field(default_factory=dict)
     """The fault fields that kill the writer inside the save at `save_step` (op index, when)."""
-    newest_file: str = "last.ckpt"
-    """What the corrupt-newest scenario truncates, relative to the checkpoint folder: the newest
-    checkpoint when the kill at update 8 lands (the saves before it exist)."""
+    newest: str = "newest"
+    """What corrupt-newest damages: "newest" (the checkpoint with the highest step in its name) or a
+    name in the checkpoint folder (Lightning's last.ckpt has no step in its name)."""
 
     @property
     def install(self) -> str:
-        return f"pip install 'trainwreck[{self.extra}]'"
+        return f"pip install 'trainwreck[{self.extra}]'" if self.extra else "pip install torch"
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
 
+    def command(self) -> tuple[str, ...]:
+        return (sys.executable, str(SCRIPTS / self.script), "--steps", str(STEPS), "--global-batch",
+                str(GLOBAL_BATCH), *self.args)
+
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    Framework("lightning", "lightning", "lightning", "lightning_train.py", ("--save-every", "6"),
-              kill_in_save={"op_index": 1, "when": "before"}, kill_step=7),
-    Framework("accelerate", "accelerate", "accelerate", "accelerate_train.py", ("--save-every", "3"),
-              kill_in_save={"op_index": 3, "when": "before"}, newest_file="checkpoint_1/model.safetensors"),
+    Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
+              kill_in_save={"op_index": 1, "when": "before"}),
+    Framework("hf", "transformers", "hf", "hf_trainer.py", ("--save-every", "3"),
+              kill_in_save={"op_index": 8, "when": "before"}),  # before torch.save(checkpoint-6/optimizer.pt)
+    Framework("lightning", "lightning", "lightning", "lightning_train.py", ("--save-every", "6", "--resume"),
+              kill_in_save={"op_index": 1, "when": "before"}, kill_step=7, newest="last.ckpt"),
+    Framework("accelerate", "accelerate", "accelerate", "accelerate_train.py", ("--save-every", "3", "--resume"),
+              kill_in_save={"op_index": 3, "when": "before"}),
 )}
 
 
@@ -102,23 +131,21 @@ def _kill(step: int) -> dict[str, Any]:
     return {"id": "kill-mid-epoch", "kind": "kill", "rank": 1, "step": step}
 
 
-# scenario name -> (what it does, attempts, faults for a framework)
-SCENARIOS: dict[str, tuple[str, tuple[Attempt, ...], Callable[[Framework], list[dict[str, Any]]]]] = {
-    "golden": ("an uninterrupted run", (Attempt(2),), lambda fw: []),
-    "kill-mid-epoch": ("rank 1 killed mid-epoch after a save, resumed on 2 ranks",
-                       (Attempt(2), Attempt(2, True)), lambda fw: [_kill(fw.kill_step)]),
-    "kill-in-save": ("rank 0 killed inside the framework's own save, resumed",
-                     (Attempt(2), Attempt(2, True), Attempt(2, True)),
+Plan = Callable[[Framework], list[dict[str, Any]]]
+# scenario name -> (what it does, world sizes, restarts, faults for a framework)
+SCENARIOS: dict[str, tuple[str, tuple[int, ...], int, Plan]] = {
+    "golden": ("an uninterrupted run", (2,), 0, lambda fw: []),
+    "kill-mid-epoch": ("rank 1 killed mid-epoch after a save, resumed on 2 ranks", (2,), 1,
+                       lambda fw: [_kill(fw.kill_step)]),
+    "kill-in-save": ("rank 0 killed inside the framework's own save, resumed", (2,), 2,
                      lambda fw: [{"id": "kill-in-save", "kind": "foreign_crash", "rank": 0, "step": fw.save_step,
                                   **fw.kill_in_save}]),
-    "corrupt-newest": ("killed at update 8, the newest checkpoint truncated before the restart",
-                       (Attempt(2), Attempt(2, True), Attempt(2, True)),
+    "corrupt-newest": ("killed at update 8, the newest checkpoint truncated before the restart", (2,), 2,
                        lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate",
-                                              "file": fw.newest_file, "attempt": 1}]),
-    "world-size": ("rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch",
-                   (Attempt(2), Attempt(1, True)), lambda fw: [_kill(fw.kill_step)]),
-    "hang": ("rank 1 hangs at update 5; the watchdog must see it and restart",
-             (Attempt(2), Attempt(2, True)),
+                                              "target": fw.newest, "attempt": 1}]),
+    "world-size": ("rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch", (2, 1), 1,
+                   lambda fw: [_kill(fw.kill_step)]),
+    "hang": ("rank 1 hangs at update 5; the watchdog must see it and restart", (2,), 1,
              lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]),
 }
 EVERY_OP = "crash-every-op"
@@ -126,19 +153,18 @@ EVERY_OP = "crash-every-op"
 
 
 def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | None = None) -> Job:
-    """The job of a named scenario; `faults` given: a crash-point job (kill-in-save's attempts)."""
-    _, attempts, plan = SCENARIOS[scenario if faults is None else "kill-in-save"]
-    cmd = (sys.executable, str(SCRIPTS / fw.script), "--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH),
-           *fw.args)
-    # The golden run also records the file operations of each save (for the crash-every-op rows).
-    env = (("TRAINWRECK_RECORD_OPS", "1"),) if scenario == "golden" else ()
-    return Job(fw.name, scenario, cmd, fw.resume_args, attempts, tuple(plan(fw) if faults is None else faults),
-               env=env)
+    """The job of a named scenario; `faults` given: a crash-point job (kill-in-save's schedule)."""
+    summary, sizes, restarts, plan = SCENARIOS[scenario if faults is None else "kill-in-save"]
+    if faults is not None:
+        f = faults[0]
+        summary = f"rank 0 killed {f['when']} file operation {f['op_index']} of the save at update {f['step']}"
+    return Job(fw.name, scenario, fw.command(), sizes, restarts, tuple(plan(fw) if faults is None else faults),
+               summary)
 
 
 def recorded_ops(run_dir: Path, step: int) -> list[str]:
-    """Rank 0's file operations of its first save at `step`, as the golden run recorded them
-    (`save_ops` events, an extension kind the judge ignores)."""
+    """Rank 0's file operations of its save at `step`, as the golden run recorded them
+    (`save_ops` events, an extension kind the judge ignores: faults/cmdrank.py)."""
     from trainwreck.trainer.rundir import iter_events
 
     for event in iter_events(run_dir):
@@ -164,27 +190,28 @@ class Row:
                 "fired": list(self.fired)}
 
 
-def judge_row(job: Job, run_dir: Path) -> Row:
-    """The run's verdict from its own events, and its report."""
-    from trainwreck.harness.report import render_report
+def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
+    """The run's verdict from its own events (the --cmd contract rule included): verdicts.json and
+    the report, as every judged run leaves them."""
+    from trainwreck.harness.cmd import judge_cmd_run, reproduce_cmd
+    from trainwreck.harness.runner import JudgedRun, publish
+    from trainwreck.trainer.rundir import RunDir, iter_events
 
-    history = load_history(run_dir)
-    golden = run_dir.parent / f"{job.framework}-golden"
-    judgement = judge(history, load_history(golden) if golden.is_dir() and golden != run_dir else None)
-    report = render_report(run_dir)
+    judgement = judge_cmd_run(record, golden)
+    publish(JudgedRun(record, judgement, golden or Path(""), reproduce_cmd(job_spec(job, record.run_dir))))
     invalid = tuple(sorted(name for name, v in judgement.verdicts.items() if v.valid is False))
-    fired = tuple(sorted({str(e.get("fault_id")) for e in history.of_kind("fault")}))
-    reason = "; ".join(judgement.notes[:2])
-    return Row(job.framework, job.scenario, judgement.valid, invalid, str(report), reason, fired)
+    fired = tuple(sorted({str(e.get("fault_id")) for e in iter_events(record.run_dir, batches=False)
+                          if e.get("kind") == "fault"}))
+    report = RunDir(record.run_dir).root / "report" / "report.html"
+    return Row(job.framework, job.scenario, judgement.valid, invalid, str(report) if report.is_file() else None,
+               "; ".join(judgement.notes[:2]), fired)
 
 
 def run_one(job: Job, out_dir: Path, launcher: Launcher) -> Row:
     run_dir = out_dir / f"{job.framework}-{job.scenario}"
-    try:
-        launcher(job, run_dir)
-    except LauncherMissing as exc:
-        return Row(job.framework, job.scenario, UNKNOWN, reason=str(exc))
-    return judge_row(job, run_dir)
+    golden = out_dir / f"{job.framework}-golden"
+    record = launcher(job, run_dir)
+    return judge_row(job, record, golden if job.scenario != "golden" and golden.is_dir() else None)
 
 
 def crash_every_op_jobs(fw: Framework, ops: Sequence[str]) -> list[Job]:
@@ -205,30 +232,38 @@ def uninstalled_rows(fw: Framework, scenarios: Sequence[str]) -> list[Row]:
     return [Row(fw.name, s, UNKNOWN, reason=f"{fw.name} is not installed: {fw.install}") for s in scenarios]
 
 
-def run_table(out_dir: Path, launcher: Launcher, frameworks: Sequence[str] | None = None,
+def scripts_missing() -> str | None:
+    """Why the table cannot run here, or None: the example trainers are in a checkout only."""
+    if (SCRIPTS / "plain_ddp.py").is_file():
+        return None
+    return (f"the example trainers are not installed ({SCRIPTS} is missing): they ship with the repository, "
+            "not the wheel; run `trainwreck frameworks` from a git checkout (pip install -e '.[hf,lightning,"
+            "accelerate]')")
+
+
+def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequence[str] | None = None,
               scenarios: Sequence[str] | None = None, progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Every (framework, scenario) run, golden first (the others are judged against it)."""
-    names = list(frameworks or FRAMEWORKS)
-    wanted = list(scenarios or [*SCENARIOS, EVERY_OP])
     rows: list[Row] = []
-    for name in names:
-        fw = FRAMEWORKS[name]
-        if not fw.installed():
-            rows += uninstalled_rows(fw, wanted)
-            continue
-        plain = [s for s in wanted if s in SCENARIOS]
-        jobs = [job_for(fw, s) for s in ["golden", *(s for s in plain if s != "golden")]]
-        if EVERY_OP in wanted:
-            jobs.append(None)  # placeholder: its jobs come from the golden run's recorded save
-        for job in jobs:
-            if job is None:
-                ops = recorded_ops(out_dir / f"{fw.name}-golden", fw.save_step)
-                if not ops:
-                    rows.append(_tell(progress, Row(fw.name, EVERY_OP, UNKNOWN,
-                                                    reason="the golden run recorded no save to enumerate")))
-                rows += [_tell(progress, run_one(j, out_dir, launcher)) for j in crash_every_op_jobs(fw, ops)]
-            else:
-                rows.append(_tell(progress, run_one(job, out_dir, launcher)))
+    for name in frameworks or FRAMEWORKS:
+        rows += _framework_rows(FRAMEWORKS[name], out_dir, launcher, list(scenarios or [*SCENARIOS, EVERY_OP]),
+                                progress)
+    return rows
+
+
+def _framework_rows(fw: Framework, out_dir: Path, launcher: Launcher, wanted: list[str],
+                    progress: Callable[[Row], None] | None) -> list[Row]:
+    if not fw.installed():
+        return [_tell(progress, r) for r in uninstalled_rows(fw, wanted)]
+    rows = []
+    for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
+        rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, launcher)))
+    if EVERY_OP in wanted:
+        ops = recorded_ops(out_dir / f"{fw.name}-golden", fw.save_step)
+        if not ops:
+            rows.append(_tell(progress, Row(fw.name, EVERY_OP, UNKNOWN,
+                                            reason=f"the golden run recorded no save at step {fw.save_step}")))
+        rows += [_tell(progress, run_one(j, out_dir, launcher)) for j in crash_every_op_jobs(fw, ops)]
     return rows
 
 
@@ -244,11 +279,3 @@ def table_validity(rows: Sequence[Row]) -> Validity:
 
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return [r.to_json() for r in rows]
-
-
-def default_launcher() -> Launcher:
-    """`trainwreck run --cmd`'s launcher once it exists (branch `probe`); until then one that
-    refuses, so every row says why it was not judged."""
-    def missing(job: Job, run_dir: Path) -> None:
-        raise LauncherMissing("needs the `trainwreck run --cmd` launcher (branch `probe`), not merged yet")
-    return missing

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.harness.cmdfaults import corrupt_before
 from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
@@ -352,6 +353,9 @@ def cmd_env(run_dir: Path, attempt: int, rank: int, world_size: int, rdzv: Rende
         "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": str(attempt),
         "TORCHELASTIC_RUN_ID": rdzv.prefix.split("/")[0],
         "TRAINWRECK_RUN_DIR": str(Path(run_dir).absolute()), "TRAINWRECK_ATTEMPT": str(attempt),
+        # The probe builds the plan's in-rank faults with this (kill/hang at its points, crashes
+        # inside the framework's save) and records each save's file operations.
+        "TRAINWRECK_HOOKS": CMD_HOOKS_FACTORY,
     })
     return env
 

@@ -122,11 +122,16 @@ class JobSpec:
         from trainwreck.faults.plan import PlanError, validate_plan
         try:
             ExternalFaults(self.plan)
-            if self.command is not None:  # a user's command has no fault points the harness can reach
-                inrank = [f.get("id") for f in self.plan if f.get("kind") not in (*EXTERNAL_KINDS, "corrupt")]
-                if inrank:
-                    raise PlanError(f"fault(s) {inrank}: a --cmd run takes only faults the harness applies "
-                                    f"from outside ({', '.join(EXTERNAL_KINDS)}, corrupt); remove the others")
+            if self.command is not None:  # a user's command: only what its probe can reach
+                from trainwreck.faults.cmdrank import CMD_KINDS
+                from trainwreck.faults.plan import parse_plan
+                parse_plan([f for f in self.plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
+                allowed = (*EXTERNAL_KINDS, "corrupt", *CMD_KINDS)
+                refused = [f"{f.get('id')} ({f.get('kind')})" for f in self.plan if f.get("kind") not in allowed]
+                if refused:
+                    raise PlanError(f"fault(s) {', '.join(refused)}: a --cmd run takes only {', '.join(allowed)} "
+                                    "(a foreign trainer has no storage seam or gradient hook the harness can "
+                                    "reach; docs/FRAMEWORKS.md); remove the others")
                 if Path(self.ckpt_dir).is_absolute() or ".." in Path(self.ckpt_dir).parts:
                     raise PlanError(f"ckpt_dir={self.ckpt_dir!r} must be a path inside the run directory, "
                                     "e.g. 'checkpoints'")

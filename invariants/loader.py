@@ -57,6 +57,7 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "end": (("status", _STR), ("final_step", _INT)),
     # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
     "attempt": (),
+    "save_ops": (),
 }
 _DENSE = frozenset(["step", "batch"])
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is

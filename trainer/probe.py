@@ -11,22 +11,27 @@ probe whose methods do nothing, so an instrumented script still trains on its ow
 """
 from __future__ import annotations
 
+import importlib
 import os
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import torch
 
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.progress import ProgressBoard
-from trainwreck.trainer.rundir import (RunDir, ensure_writable, launcher_identity, read_run_json, standalone_attempt,
-                                       write_json_atomic)
+from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
+                                       standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
 
 # The environment the harness gives a `--cmd` rank (beside torchrun's RANK, WORLD_SIZE, ...).
 ENV_RUN_DIR = "TRAINWRECK_RUN_DIR"
 ENV_ATTEMPT = "TRAINWRECK_ATTEMPT"
+ENV_HOOKS = "TRAINWRECK_HOOKS"
+"""`module:function` building the rank's fault hooks from run.json's plan: the harness names it
+(faults/cmdrank.py), so the trainer package never imports faults/."""
 
 
 class ProbeError(ValueError):
@@ -69,7 +74,12 @@ class Probe:
             attempt = standalone_attempt(root, _env_int("TORCHELASTIC_RESTART_COUNT", 0), launcher_identity())
         else:
             attempt = standalone_attempt(root, 0, None)
-        return cls(root, rank, world_size, attempt, hooks)
+        probe = cls(root, rank, world_size, attempt, hooks)
+        if hooks is None and env.get(ENV_HOOKS) and env.get(ENV_RUN_DIR):
+            probe.hooks = _harness_hooks(root, env[ENV_HOOKS])
+            assert probe.events is not None
+            probe.hooks.bind(probe.events, rank, world_size, attempt)
+        return probe
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +150,16 @@ class Probe:
         checkpoint that was never reported, which the next attempt restores anyway."""
         self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
 
+    def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int) -> None:
+        """Rank 0, before `restore`: the checkpoint it is about to load is provably committed (e.g.
+        checksum-named and atomically renamed into place), but its writer may have died between
+        that commit and its `save` event; two durable records cannot be written atomically, so
+        the log is completed on the writer's behalf (`save` with `recovered: true`), once. Call
+        it only with a proof of commit, never to cover up a checkpoint that may be partial."""
+        if self.rank != 0 or self.run_dir is None or _announced(self.run_dir, checkpoint, writer_attempt):
+            return
+        self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True)
+
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
 
@@ -159,6 +179,15 @@ class Probe:
     def point(self, name: str, step: int, **ctx: Any) -> None:
         """A named in-rank fault point (trainer/hooks.py names them)."""
         self.hooks.point(name, step, **ctx)
+
+    def saving(self, step: int, root: str | Path) -> ContextManager[Any]:
+        """Wrap the framework's own checkpoint write after update `step` (files under `root`):
+        under the harness its file operations are fault points (faults/foreign.py); otherwise,
+        or with hooks that have none, it only tells the watchdog (which then allows a save's
+        longer budget: a framework's save may be slow)."""
+        self.phase(step, "checkpoint")
+        scope = getattr(self.hooks, "saving", None)
+        return scope(step, Path(root)) if scope is not None else nullcontext()
 
     def flush(self) -> None:
         if self.events is not None:
@@ -186,6 +215,21 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ProbeError(f"{name}={raw!r} is not an integer; set it to a rank count or unset it") from None
+
+
+def _announced(run_dir: Path, checkpoint: str, attempt: int) -> bool:
+    """Whether attempt `attempt` or a later one already logged this checkpoint's `save`."""
+    return any(e["kind"] == "save" and e.get("checkpoint") == checkpoint and isinstance(e.get("attempt"), int)
+               and e["attempt"] >= attempt for e in iter_events(run_dir, batches=False))
+
+
+def _harness_hooks(run_dir: Path, factory: str) -> Hooks:
+    """The hooks the harness named for this rank, built from the plan in its run.json."""
+    module, _, name = factory.partition(":")
+    if not name:
+        raise ProbeError(f"{ENV_HOOKS}={factory!r} must look like 'package.module:function'")
+    plan = read_run_json(run_dir).get("faults") or []
+    return getattr(importlib.import_module(module), name)(plan)
 
 
 def all_ranks_agree(value: bool, world_size: int) -> bool:

@@ -1,6 +1,6 @@
 """trainwreck frameworks [--json] [--out DIR] [--frameworks A,B] [--scenarios A,B]: judge real trainers.
 
-Frameworks x scenarios (harness/frameworks.py): each run judged by every invariant against the
+Frameworks x scenarios (harness/frameworks.py): each a real `trainwreck run --cmd` job, judged by every invariant against the
 framework's golden run, a report per run, and a casebook (OUT/index.html). A framework whose extra
 is not installed gets rows saying how to install it, valid "unknown". Exit per DESIGN: 0 every
 row valid, 1 a row invalid, 2 a row not judged (and none invalid) or bad input.
@@ -38,12 +38,18 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, Row, default_launcher, rows_json,
-                                               run_table, table_validity)
+    import sys
+
+    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, Row, cmd_launcher, rows_json,
+                                               run_table, scripts_missing, table_validity)
     from trainwreck.harness.report.casebook import render_casebook
 
     frameworks = pick(args.frameworks, list(FRAMEWORKS), "--frameworks")
     scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP], "--scenarios")
+    missing = scripts_missing()
+    if missing is not None:
+        print(f"trainwreck frameworks: error: {missing}", file=sys.stderr)
+        return 2
     out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -52,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
             why = f"invalid: {', '.join(row.invalid)}" if row.invalid else row.reason
             print(f"{verdict_word(row.valid):<8} {row.framework:<11} {row.scenario:<28} {why}", flush=True)
 
-    rows = run_table(out, default_launcher(), frameworks, scenarios, progress)
+    rows = run_table(out, cmd_launcher, frameworks, scenarios, progress)
     reports = [Path(r.report).parent.parent for r in rows if r.report]
     casebook = render_casebook(out, reports, "trainwreck frameworks") if reports else None
     if args.json:

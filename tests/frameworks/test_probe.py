@@ -143,3 +143,46 @@ def test_commit_reports_a_checkpoint_its_rank_wrote_alone_without_a_collective(t
     with Probe(tmp_path, rank=0, world_size=2) as probe:
         probe.commit(3, "ckpt-3", "dd")
     assert [(e["kind"], e["step"], e["checkpoint"]) for e in events_of(tmp_path)] == [("save", 3, "ckpt-3")]
+
+
+def test_saving_outside_the_harness_is_a_plain_scope_that_records_and_arms_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TRAINWRECK_RUN_DIR", "TRAINWRECK_ATTEMPT", "TRAINWRECK_HOOKS", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with Probe.from_env(tmp_path / "run") as probe:
+        with probe.saving(3, tmp_path / "ckpt"):
+            (tmp_path / "ckpt").mkdir()
+            torch.save({"x": 1}, tmp_path / "ckpt" / "a.pt")
+    assert (tmp_path / "ckpt" / "a.pt").is_file()
+    assert [e["kind"] for e in events_of(tmp_path / "run")] == []  # no save_ops: nothing asked for them
+
+
+def test_under_the_harness_the_probe_builds_the_named_hooks_from_run_json_and_records_each_saves_ops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"format": "trainwreck-run/1", "faults": [
+        {"id": "later", "kind": "foreign_crash", "rank": 0, "step": 9, "op_index": 0}]}))
+    monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(run))
+    monkeypatch.setenv("TRAINWRECK_ATTEMPT", "0")
+    monkeypatch.setenv("TRAINWRECK_HOOKS", "trainwreck.faults.cmdrank:build_cmd_hooks")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    ckpt = tmp_path / "ckpt"
+    with Probe.from_env() as probe:
+        with probe.saving(3, ckpt):  # the planned crash is at step 9: this save only counts
+            ckpt.mkdir()
+            torch.save({"x": 1}, ckpt / "a.pt")
+            os.replace(ckpt / "a.pt", ckpt / "b.pt")
+    (ops,) = [e for e in events_of(run) if e["kind"] == "save_ops"]
+    assert ops["step"] == 3 and ops["ops"] == ["mkdir(.)", "torch.save(a.pt)", "rename(a.pt, b.pt)"]
+    assert not [e for e in events_of(run) if e["kind"] == "fault"]
+
+
+def test_a_malformed_hooks_name_is_refused_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"format": "trainwreck-run/1", "faults": []}))
+    monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("TRAINWRECK_ATTEMPT", "0")
+    monkeypatch.setenv("TRAINWRECK_HOOKS", "no-colon")
+    with pytest.raises(ProbeError, match="must look like 'package.module:function'"):
+        Probe.from_env()

@@ -22,7 +22,6 @@ rank's part is durable.
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ import torch
 from accelerate import Accelerator
 
 from trainwreck.trainer.frameworks import take_samples
-from trainwreck.trainer.probe import state_digest
+from trainwreck.trainer.probe import Probe, state_digest
 
 INSTALL = "pip install 'trainwreck[accelerate]'"
 MODEL_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -52,7 +51,7 @@ class Progress:
 class TrainwreckLoop:
     """Reports start/restore/batch/step/save through the probe; fires its fault points."""
 
-    def __init__(self, accelerator: Accelerator, probe: Any) -> None:
+    def __init__(self, accelerator: Accelerator, probe: Probe) -> None:
         self.accelerator, self.probe = accelerator, probe
         self.progress = Progress()
         accelerator.register_for_checkpointing(self.progress)
@@ -84,8 +83,7 @@ class TrainwreckLoop:
              output_dir: str | Path | None = None) -> Path:
         """accelerator.save_state inside fault points; `save` once every rank's part is durable."""
         root = Path(self.accelerator.project_dir) / "checkpoints" if output_dir is None else Path(output_dir).parent
-        scope = getattr(self.probe, "saving", None)
-        with scope(step, root) if scope is not None else nullcontext():
+        with self.probe.saving(step, root):
             where = Path(self.accelerator.save_state(str(output_dir) if output_dir is not None else None))
         mine = _durable_part(where, self.accelerator.process_index, self.accelerator.is_main_process)
         self.probe.save(step, where.name, self.digest(model, optimizer), durable_on_every_rank=mine)

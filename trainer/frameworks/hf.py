@@ -16,13 +16,24 @@ Trainer collates an update's micro-batches in order (accelerate may fetch one ba
 so at `on_step_end` the oldest `gradient_accumulation_steps` queued batches are exactly
 that update's.
 
-`step` events carry `loss: null`: a callback is never handed the loss. Digests compare
-runs at the same world size; across world sizes continuity has no loss to compare.
+The loss: a callback is never handed it, but with `logging_strategy="steps"` and
+`logging_steps=1` the Trainer logs, every update, the loss it gathered from every rank and
+averaged (`nested_gather(tr_loss).mean()`): the global loss of that update, in the Trainer's
+own terms. The `step` event of an update is then written at `on_log`, with that loss; with
+any other logging setting it is written at `on_step_end` with `loss: null` (continuity then
+compares digests only, which settles a same-world-size resume but not a world-size change).
+
+Saves: at `on_step_end`, when the Trainer has decided to save (`control.should_save`, set by
+its flow callback before ours runs), the probe's `saving` scope opens, so every file
+operation of `_save_checkpoint` is a foreign-save fault point; `on_save`, which the Trainer
+calls right after the write, closes it and reports the save once every rank's part is there.
+Fault point `step_start` fires at `on_step_begin`.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -86,6 +97,9 @@ class _Callback(TrainerCallback):
     def __init__(self, tw: TrainwreckHF) -> None:
         self.tw, self.probe = tw, tw.probe
         self.digest = ""
+        self.unlogged: int | None = None
+        """An update whose `step` event waits for the Trainer's log of its loss."""
+        self.save_scope: AbstractContextManager[Any] | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        **kw: Any) -> None:
@@ -101,6 +115,9 @@ class _Callback(TrainerCallback):
             self.digest = state_digest(model, optimizer)
             probe.restore(state.global_step, f"checkpoint-{state.global_step}", self.digest)
 
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.probe.point("step_start", state.global_step + 1)
+
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                     **kw: Any) -> None:
         step, pending = state.global_step, self.tw.pending
@@ -108,9 +125,26 @@ class _Callback(TrainerCallback):
         epoch = max(0, math.ceil(state.epoch) - 1)
         self.probe.batch(step, epoch, [i for batch in micro for i in batch])
         self.digest = state_digest(model, optimizer)
-        self.probe.step(step, None, self.digest)
+        if logs_every_update(args) and control.should_log:
+            self.unlogged = step  # the Trainer logs this update's global loss next: on_log writes `step`
+        else:
+            self.probe.step(step, None, self.digest)
+        if control.should_save:  # _save_checkpoint runs next; on_save follows it
+            self.save_scope = self.probe.saving(step, args.output_dir)
+            self.save_scope.__enter__()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if self.unlogged is not None and logs and "loss" in logs:
+            self.probe.step(self.unlogged, float(logs["loss"]), self.digest)
+            self.unlogged = None
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.unlogged is not None:  # no log came (a setting the adapter did not foresee): no loss
+            self.probe.step(self.unlogged, None, self.digest)
+            self.unlogged = None
+        if self.save_scope is not None:
+            scope, self.save_scope = self.save_scope, None
+            scope.__exit__(None, None, None)
         # Every rank wrote its part (its rng_state_{rank}.pth; rank 0 also model and optimizer)
         # before on_save; `save` is reported only once every rank's part is on disk.
         name = f"checkpoint-{state.global_step}"
@@ -119,6 +153,14 @@ class _Callback(TrainerCallback):
         self.probe.save(state.global_step, name, self.digest, durable_on_every_rank=mine.is_file())
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.unlogged is not None:
+            self.probe.step(self.unlogged, None, self.digest)
+            self.unlogged = None
         self.probe.phase(state.global_step, "done")
         self.probe.end(state.global_step)
         self.probe.flush()
+
+
+def logs_every_update(args: Any) -> bool:
+    """Whether the Trainer logs (and so gathers) the loss of every update."""
+    return str(getattr(args.logging_strategy, "value", args.logging_strategy)) == "steps" and args.logging_steps == 1

@@ -20,22 +20,21 @@ What it reports (trainer/probe.py writes the events):
 
 Faults: ``step_start`` and ``after_backward`` fault points; inside the plugin's write, the
 file operations Lightning performs are foreign-save fault points (faults/foreign.py), through
-the probe's ``saving(step, root)`` when the probe offers it (see docs/FRAMEWORKS.md).
+the probe's ``saving(step, root)`` (armed under `trainwreck run --cmd`; see docs/FRAMEWORKS.md).
 """
 from __future__ import annotations
 
 import os
 from collections import deque
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from trainwreck.trainer.frameworks import take_samples, track_samples
-from trainwreck.trainer.probe import state_digest
+from trainwreck.trainer.probe import Probe, state_digest
 
 INSTALL = "pip install 'trainwreck[lightning]'"
 def _digest(module: torch.nn.Module, trainer: Trainer) -> str:
@@ -43,16 +42,11 @@ def _digest(module: torch.nn.Module, trainer: Trainer) -> str:
     return state_digest(module, optimizers[0] if optimizers else None)
 
 
-def _saving(probe: Any, step: int, root: Path) -> ContextManager[Any]:
-    scope = getattr(probe, "saving", None)
-    return scope(step, root) if scope is not None else nullcontext()
-
-
 class TrainwreckCheckpointIO(TorchCheckpointIO):
     """Lightning's own torch writer, run inside foreign-save fault points, then made durable
     and reported at once (DDP: global rank 0 writes the whole checkpoint alone)."""
 
-    def __init__(self, probe: Any) -> None:
+    def __init__(self, probe: Probe) -> None:
         super().__init__()
         self.probe = probe
         self.digests: deque[str] = deque()
@@ -62,7 +56,7 @@ class TrainwreckCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         step = int(checkpoint.get("global_step", 0))
         target = Path(path)
-        with _saving(self.probe, step, target.parent):
+        with self.probe.saving(step, target.parent):
             super().save_checkpoint(checkpoint, path, storage_options)
         _fsync(target)
         # One writer, so no collective: a peer dying now must not leave a durable checkpoint
@@ -88,7 +82,7 @@ def _fsync(path: Path) -> None:
 class TrainwreckCallback(Callback):
     """Reports start/restore/batch/step/save through the probe; fires its fault points."""
 
-    def __init__(self, probe: Any) -> None:
+    def __init__(self, probe: Probe) -> None:
         self.probe = probe
 
     def _io(self, trainer: Trainer) -> TrainwreckCheckpointIO | None:
@@ -130,6 +124,6 @@ def _global_mean(loss: torch.Tensor) -> float:
     return float(value)
 
 
-def adapters(probe: Any) -> tuple[TrainwreckCallback, TrainwreckCheckpointIO]:
+def adapters(probe: Probe) -> tuple[TrainwreckCallback, TrainwreckCheckpointIO]:
     """The callback and the plugin, for `Trainer(callbacks=[cb], plugins=[io])`."""
     return TrainwreckCallback(probe), TrainwreckCheckpointIO(probe)

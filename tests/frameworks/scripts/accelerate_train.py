@@ -13,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stand_in_probe import get_probe  # noqa: E402
+from trainwreck.trainer.probe import Probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainwreck.trainer.frameworks.accelerate import TrainwreckLoop
     from trainwreck.trainer.frameworks import track_samples
 
-    run_dir = Path(os.environ["TRAINWRECK_RUN_DIR"])
+    probe = Probe.from_env()
+    run_dir = Path(probe.run_dir or ".")
+    probe.write_run_json(dataset_size=64, global_batch=args.global_batch, drop_last=False, total_steps=args.steps)
     accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(
         project_dir=str(run_dir), automatic_checkpoint_naming=True, total_limit=2))
     set_seed(0)
@@ -46,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
-    probe = get_probe()
     loop = TrainwreckLoop(accelerator, probe)
     step, epoch = 0, 0
     checkpoints = run_dir / "checkpoints"
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
         epoch, done_in_epoch = epoch + 1, 0
     accelerator.wait_for_everyone()
+    probe.phase(args.steps, "done")
     probe.close()
     accelerator.end_training()
     if torch.distributed.is_initialized():  # gloo's threads must stop before the interpreter does

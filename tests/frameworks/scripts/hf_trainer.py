@@ -1,5 +1,9 @@
 """A Hugging Face Trainer job (tiny GPT-2 from config, offline) instrumented by trainwreck's
-HF adapter: `trainwreck run --cmd "python hf_trainer.py" --world-sizes 2`."""
+HF adapter: `trainwreck run --cmd "python hf_trainer.py" --world-sizes 2`.
+    python hf_trainer.py [--steps 12] [--save-every 3] [--global-batch 8 | --per-device 4]
+It always resumes from the newest checkpoint-N in its output directory (get_last_checkpoint).
+--global-batch keeps the global batch fixed when the world size changes (per device = it / world
+size); --per-device keeps the per-device batch fixed instead (the global batch then changes)."""
 import argparse
 import os
 
@@ -13,9 +17,13 @@ from transformers.trainer_utils import get_last_checkpoint
 from trainwreck.trainer.frameworks.hf import TrainwreckHF
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--run-dir"), parser.add_argument("--total-steps", type=int, default=12)
-parser.add_argument("--save-steps", type=int, default=3)
+parser.add_argument("--run-dir"), parser.add_argument("--steps", type=int, default=12)
+parser.add_argument("--save-every", type=int, default=3)
+parser.add_argument("--global-batch", type=int, default=8)
+parser.add_argument("--per-device", type=int, help="a fixed per-device batch instead of a fixed global batch")
+parser.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout probabilities (0.1 is its default)")
 cli = parser.parse_args()
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -33,11 +41,14 @@ class Tokens(torch.utils.data.Dataset):
 
 tw = TrainwreckHF.from_env(cli.run_dir)
 args = TrainingArguments(
-    output_dir=tw.checkpoint_dir(), max_steps=cli.total_steps, per_device_train_batch_size=4,
-    save_strategy="steps", save_steps=cli.save_steps, logging_strategy="no", report_to=[], use_cpu=True,
+    output_dir=tw.checkpoint_dir(), max_steps=cli.steps,
+    per_device_train_batch_size=cli.per_device or cli.global_batch // WORLD,
+    save_strategy="steps", save_steps=cli.save_every, report_to=[], use_cpu=True,
+    logging_strategy="steps", logging_steps=1,  # the Trainer's global loss of every update (the adapter's `step`)
     ddp_backend="gloo", dataloader_drop_last=True, seed=0, disable_tqdm=True, learning_rate=1e-3)
 torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                   resid_pdrop=cli.dropout, embd_pdrop=cli.dropout, attn_pdrop=cli.dropout))
 trainer = Trainer(model=model, args=args, train_dataset=tw.dataset(Tokens()),
                   data_collator=tw.collator(default_data_collator), callbacks=[tw.callback()])
 last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None

@@ -6,14 +6,11 @@ harness (torchrun's environment contract), offline, a model built from config.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stand_in_probe import get_probe  # noqa: E402
+from trainwreck.trainer.probe import Probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=2, help="ModelCheckpoint save_top_k (0: last.ckpt only)")
     parser.add_argument("--resume", action="store_true", help="resume from last.ckpt if there is one")
     args = parser.parse_args(argv)
-    ckpt_dir = args.ckpt_dir or str(Path(os.environ["TRAINWRECK_RUN_DIR"]) / "checkpoints")
+    probe = Probe.from_env()
+    ckpt_dir = args.ckpt_dir or str(Path(probe.run_dir or ".") / "checkpoints")
+    probe.write_run_json(dataset_size=64, global_batch=args.global_batch, drop_last=False, total_steps=args.steps)
     torch.set_num_threads(1)
 
     import lightning as L
@@ -49,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 8, generator=g)
     data = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))
-    probe = get_probe()
     loader = torch.utils.data.DataLoader(track_samples(data), batch_size=args.global_batch // probe.world_size,
                                          shuffle=True, num_workers=0)
     callback, io = adapters(probe)
@@ -60,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                         enable_model_summary=False, num_sanity_val_steps=0, deterministic=True)
     last = Path(ckpt_dir) / "last.ckpt"
     trainer.fit(Tiny(), loader, ckpt_path=str(last) if args.resume and last.exists() else None)
+    probe.phase(args.steps, "done")
     probe.close()
     return 0
 

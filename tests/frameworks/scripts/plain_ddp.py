@@ -17,9 +17,10 @@ from trainwreck.trainer.probe import Probe, state_digest
 
 p = argparse.ArgumentParser()
 p.add_argument("--run-dir"), p.add_argument("--ckpt-dir", default="checkpoints")
-p.add_argument("--total-steps", type=int, default=12), p.add_argument("--save-every", type=int, default=3)
+p.add_argument("--steps", "--total-steps", type=int, default=12), p.add_argument("--save-every", type=int, default=3)
+p.add_argument("--global-batch", type=int, default=8)
 args = p.parse_args()
-N, B, T = 64, 8, args.total_steps                              # dataset size, global batch, updates
+N, B, T = 64, args.global_batch, args.steps                             # dataset size, global batch, updates
 
 probe = Probe.from_env(args.run_dir)                           # 1. the probe (a no-op without a run dir)
 probe.write_run_json(dataset_size=N, global_batch=B, drop_last=True, total_steps=T)   # 2.
@@ -44,13 +45,31 @@ for path in sorted(ckpts.glob("ckpt-*.pt"), reverse=True):    # newest first; a 
     state = torch.load(io.BytesIO(data), weights_only=True)
     model.load_state_dict(state["model"]), opt.load_state_dict(state["opt"])
     done = state["step"]
+    probe.recover(done, path.name, state["digest"], state["attempt"])   # its writer may have died before 8.
     probe.restore(done, path.name, state_digest(model, opt))   # 5.
     break
+
+
+def write_checkpoint(step: int, digest: str) -> str:
+    """tmp + fsync + rename + fsync of the folder; the name carries the bytes' sha256, so a file
+    under that name is whole and committed (what lets a resume `recover` an unreported save)."""
+    buf = io.BytesIO()
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict(), "digest": digest,
+                "attempt": probe.attempt}, buf)
+    name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
+    tmp = ckpts / f".{name}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue()), f.flush(), os.fsync(f.fileno())
+    os.replace(tmp, ckpts / name)
+    fd = os.open(ckpts, os.O_RDONLY); os.fsync(fd); os.close(fd)   # the rename is durable
+    return name
+
 
 for step in range(done + 1, T + 1):
     epoch, index = divmod(step - 1, N // B)
     order = torch.randperm(N, generator=torch.Generator().manual_seed(epoch))
     ids = order[index * B:(index + 1) * B][rank * B // world:(rank + 1) * B // world]
+    probe.point("step_start", step)                            # (a fault point: kill/hang faults fire here)
     probe.batch(step, epoch, ids)                              # 6.
     loss = F.cross_entropy(ddp(X[ids]), Y[ids], reduction="sum")
     (loss * world / B).backward()                              # DDP's mean over ranks: the global-batch mean
@@ -59,17 +78,16 @@ for step in range(done + 1, T + 1):
     dist.all_reduce(total)
     digest = state_digest(model, opt)
     probe.step(step, total.item() / B, digest)                 # 7.
-    if step % args.save_every == 0 and rank == 0:               # rank 0 writes all of it
-        buf = io.BytesIO()
-        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, buf)
-        name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
-        tmp = ckpts / f".{name}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(buf.getvalue()), f.flush(), os.fsync(f.fileno())
-        os.replace(tmp, ckpts / name)
-        fd = os.open(ckpts, os.O_RDONLY); os.fsync(fd); os.close(fd)   # the rename is durable
-        probe.commit(step, name, digest)                       # 8. only now: `save`
+    if step % args.save_every == 0:
+        dist.barrier()  # every rank's events of this update are on disk (probe.step flushed) before its commit
+        if rank == 0:                                          # rank 0 writes all of it
+            with probe.saving(step, ckpts):                    # its file operations are crash points
+                name = write_checkpoint(step, digest)
+            probe.commit(step, name, digest)                   # 8. only now, durable: `save`
 probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 dist.destroy_process_group()
 probe.close()                                                  # 10.
+# Everything is written and the group destroyed; gloo's own teardown at interpreter exit still
+# aborted now and then here (exit -6 after the last update), so leave without it.
+os._exit(0)
