@@ -5,7 +5,7 @@
 
 Checkpoints: rank 0 writes one file, atomically (tmp, fsync, rename), named by its sha256;
 a resume verifies that checksum, loads weights-only, and falls back to the previous file."""
-import argparse, hashlib, io, os
+import argparse, gc, hashlib, io, os
 from pathlib import Path
 
 import torch
@@ -86,8 +86,8 @@ for step in range(done + 1, T + 1):
             probe.commit(step, name, digest)                   # 8. only now, durable: `save`
 probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
+# DDP holds the process group through reference cycles: freed only at interpreter teardown,
+# gloo's threads died still running and a rank aborted at exit (-6) now and then.
+del ddp; gc.collect()
 dist.destroy_process_group()
 probe.close()                                                  # 10.
-# Everything is written and the group destroyed; gloo's own teardown at interpreter exit still
-# aborted now and then here (exit -6 after the last update), so leave without it.
-os._exit(0)
