@@ -12,6 +12,10 @@ state a file system may leave is materialised, and the job resumes from it as it
 attempt, judged by every invariant (harness/sweep.py run_power_loss_sweep). `--writer
 lightning|accelerate|hf` records the framework's own saves in its ranks and resumes its
 example script instead (run_foreign_power_loss; --limit defaults to 4 there).
+
+trainwreck sweep --writer lightning|accelerate|hf|torchrun: the framework's own save, a crash at
+every file operation its golden run recorded (`trainwreck frameworks --frameworks NAME
+--scenarios crash-every-op`, the same rows).
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "or dcp (torch.distributed.checkpoint's own commit, a new directory per save), and "
                              "without --power-loss dcp_in_place (every DCP save into the same directory); with "
                              "--power-loss also the framework writers lightning, accelerate, hf (their own saves, "
-                             "resumed by their example scripts)")
+                             "resumed by their example scripts); without --power-loss lightning, accelerate, hf, torchrun crash "
+                             "the framework's own save at every file operation (the frameworks table's crash-every-op rows)")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn); "
@@ -79,10 +84,13 @@ def parse_rank_points(text: str | None) -> list[tuple[int, int, str]] | None:
 
 def main(args: argparse.Namespace) -> int:
     from trainwreck.faults.dcpcrash import DCP_LAYOUTS
+    from trainwreck.harness.frameworks import FRAMEWORKS
     from trainwreck.harness.sweep import FOREIGN_WRITERS, run_sweep
     from trainwreck.trainer.entry import trainer_class
 
     dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
+    if args.writer in FRAMEWORKS and not args.power_loss:
+        return framework_main(args)
     try:
         # DCP's own commit and the framework writers' saves are no trainer variants
         if not (dcp_own or (args.power_loss and args.writer in FOREIGN_WRITERS)):
@@ -110,6 +118,22 @@ def main(args: argparse.Namespace) -> int:
     result = run_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
                        points=parse_points(args.points))
     return finish(args, result, started, out)
+
+
+def framework_main(args: argparse.Namespace) -> int:
+    """A framework's own save, crashed at every file operation: the frameworks table's
+    crash-every-op rows for that framework (harness/frameworks.py), one code path for both."""
+    from trainwreck.harness.commands import frameworks
+    from trainwreck.harness.frameworks import EVERY_OP
+
+    refused = [flag for flag, given in (("--points", args.points is not None),
+                                        ("--parallelism", args.parallelism != "ddp")) if given]
+    if refused:
+        print(f"trainwreck sweep: error: {refused[0]} does not apply to --writer {args.writer}: a framework's "
+              "save is crashed at every file operation the golden run recorded; leave it out", file=sys.stderr)
+        return 2
+    out = args.out or Path("trainwreck-out") / f"sweep-{args.writer}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return frameworks.main(argparse.Namespace(out=out, json=args.json, frameworks=args.writer, scenarios=EVERY_OP))
 
 
 def finish(args: argparse.Namespace, result, started: float, out: Path) -> int:  # type: ignore[no-untyped-def]
