@@ -148,28 +148,24 @@ def finish(args: argparse.Namespace, result, started: float, out: Path) -> int: 
 def dcp_main(args: argparse.Namespace, out: Path) -> int:
     from trainwreck.harness.sweep import run_dcp_crash_sweep
 
-    try:
-        points = parse_points(args.points)
-    except InputError as exc:
-        print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    result = run_dcp_crash_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                 points=points)
-    return finish(args, result, started, out)
+    return points_sweep(args, out, parse_points, run_dcp_crash_sweep)
 
 
 def sharded_main(args: argparse.Namespace, out: Path) -> int:
     from trainwreck.harness.sweep import run_sharded_sweep
 
+    return points_sweep(args, out, parse_rank_points, run_sharded_sweep)
+
+
+def points_sweep(args: argparse.Namespace, out: Path, parse, run) -> int:  # type: ignore[no-untyped-def]
+    """A process-crash sweep whose --points `parse` reads (exit 2 naming the fix when it cannot)."""
     try:
-        points = parse_rank_points(args.points)
+        points = parse(args.points)
     except InputError as exc:
         print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    result = run_sharded_sweep(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True),
-                               points=points)
+    result = run(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True), points=points)
     return finish(args, result, started, out)
 
 
