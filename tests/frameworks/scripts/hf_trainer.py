@@ -5,6 +5,7 @@ It always resumes from the newest checkpoint-N in its output directory (get_last
 --global-batch keeps the global batch fixed when the world size changes (per device = it / world
 size); --per-device keeps the per-device batch fixed instead (the global batch then changes)."""
 import argparse
+import gc
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -53,3 +54,11 @@ trainer = Trainer(model=model, args=args, train_dataset=tw.dataset(Tokens()),
                   data_collator=tw.collator(default_data_collator), callbacks=[tw.callback()])
 last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
 trainer.train(resume_from_checkpoint=last)
+# The Trainer leaves the process group to the interpreter's teardown, where gloo's threads were
+# destroyed still running and a rank aborted at exit (-6) now and then: free the trainer (its DDP
+# model holds the group through reference cycles), then destroy the group.
+del trainer, model
+gc.collect()
+if torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()

@@ -6,6 +6,7 @@ harness (torchrun's environment contract), offline, a model built from config.
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 
 import torch
@@ -59,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     last = Path(ckpt_dir) / "last.ckpt"
     trainer.fit(Tiny(), loader, ckpt_path=str(last) if args.resume and last.exists() else None)
     probe.phase(args.steps, "done")
+    # Lightning leaves the process group to the interpreter's teardown, where gloo's threads
+    # were destroyed still running and a rank aborted at exit (-6) after the last update: free
+    # the trainer (its DDP model holds the group through reference cycles), then destroy it.
+    del trainer
+    gc.collect()
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     probe.close()
     return 0
 
