@@ -350,21 +350,30 @@ def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, pro
     """Record every save of one clean run, generate the crash states a power cut can leave
     (faults/powerloss.py), and resume the job from each one as its next attempt, judged by
     every invariant. `limit`: judge only that many states, spread evenly over the explored ones."""
-    say = progress or (lambda _line: None)
     base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / writer
     observed, log = observe(writer, base / "observed")
+    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
+
+    def resume(run_dir: Path, n: int) -> JudgedRun:
+        spec = JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir, keep=True)
+        return run_judged(spec, golden_cache=golden_cache,
+                          reproduce=f"trainwreck sweep --power-loss --writer {writer} (state {n}, seed {seed})",
+                          resume=True)
+
+    return judge_power_cuts(writer, observed, log, base, resume, progress, seed, cap, limit)
+
+
+def judge_power_cuts(writer: str, observed: Path, log: OpLog, base: Path, resume: Callable[[Path, int], JudgedRun],
+                     progress: Say | None, seed: int, cap: int, limit: int | None, scope: str = "") -> PowerLossResult:
+    """The crash states of one recorded job (faults/powerloss.py), each materialised as the run
+    directory the power cut left and resumed by `resume(run_dir, state_number)`; one row each."""
+    say = progress or (lambda _line: None)
     states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
     result = PowerLossResult(writer, len(log.ops), stats.describe(), len(states), str(observed))
-    say(f"{writer}: {len(log.ops)} recorded ops over the job's saves; {stats.describe()}")
+    say(f"{writer}: {len(log.ops)} recorded ops over the job's saves{scope}; {stats.describe()}")
     picked = spread(states, limit)
-    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
     for k, (n, state) in enumerate(picked, 1):
-        run_dir = crash_run_dir(observed, log, state, base / f"state{n:03d}")
-        spec = JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir, keep=True)
-        judged = run_judged(spec, golden_cache=golden_cache,
-                            reproduce=f"trainwreck sweep --power-loss --writer {writer} (state {n}, seed {seed})",
-                            resume=True)
-        row = power_loss_row(n, state, judged)
+        row = power_loss_row(n, state, resume(crash_run_dir(observed, log, state, base / f"state{n:03d}"), n))
         result.rows.append(row)
         detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
         say(f"[{k}/{len(picked)}] {writer}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
@@ -514,20 +523,11 @@ def run_foreign_power_loss(name: str, out: Path | None = None, progress: Say | N
     writer = FOREIGN_WRITERS[name]
     if not writer.installed():
         raise ForeignWriterMissing(f"--writer {name}: {writer.module} is not installed; {writer.install}")
-    say = progress or (lambda _line: None)
     base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / name
     observed, log = observe_foreign(writer, base / "observed")
-    states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
-    result = PowerLossResult(name, len(log.ops), stats.describe(), len(states), str(observed))
-    say(f"{name}: {len(log.ops)} recorded ops over the job's saves (every rank); {stats.describe()}")
-    picked = spread(states, limit)
-    for k, (n, state) in enumerate(picked, 1):
-        run_dir = crash_run_dir(observed, log, state, base / f"state{n:03d}")
-        judged = judge_resumed_cmd(foreign_spec(writer, run_dir), golden_cache,
-                                   f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {seed})")
-        row = power_loss_row(n, state, judged)
-        result.rows.append(row)
-        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
-        say(f"[{k}/{len(picked)}] {name}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
-            f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
-    return result
+
+    def resume(run_dir: Path, n: int) -> JudgedRun:
+        return judge_resumed_cmd(foreign_spec(writer, run_dir), golden_cache,
+                                 f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {seed})")
+
+    return judge_power_cuts(name, observed, log, base, resume, progress, seed, cap, limit, " (every rank)")
