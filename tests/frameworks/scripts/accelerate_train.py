@@ -7,8 +7,8 @@ rank by the harness (torchrun's environment contract), offline, a model built fr
 from __future__ import annotations
 
 import argparse
+import gc
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -77,16 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     probe.phase(args.steps, "done")
     probe.close()
     accelerator.end_training()
-    if torch.distributed.is_initialized():  # gloo's threads must stop before the interpreter does
+    # The prepared (DDP) model holds the process group through reference cycles: freed only at
+    # the interpreter's teardown, gloo's threads died still running and a rank aborted (-6).
+    del model, optimizer, loop, accelerator
+    gc.collect()
+    if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Everything is written, closed and the process group destroyed. Seen here (torch 2.13, gloo,
-    # accelerate 1.15): the interpreter's own teardown now and then aborts ("terminate called
-    # without an active exception", exit -6) after all work is done, which would read as a crash.
-    os._exit(code)
+    raise SystemExit(main())
