@@ -16,6 +16,13 @@ def scenario(framework: str, name: str, out: Path) -> Row:
     return run_one(job_for(FRAMEWORKS[framework], name), out, cmd_launcher)
 
 
+def with_golden(framework: str, out: Path) -> Path:
+    """`out` holding the framework's golden row, judged valid: the runs a test module compares with it."""
+    row = scenario(framework, "golden", out)
+    assert row.valid is True, row
+    return out
+
+
 def custom(framework: str, name: str, out: Path, world_sizes: Sequence[int] = (2,), restarts: int = 0,
            faults: Sequence[dict[str, Any]] = (), args: Sequence[str] = (), prefix: Sequence[str] = ()) -> Row:
     """A job of the framework's example trainer with extra arguments (and a command prefix such

@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("accelerate", reason="pip install 'trainwreck[accelerate]'")
 
-from tests.frameworks.runs import custom, events, exit_codes, ids_used_twice_in_an_epoch, scenario  # noqa: E402
+from tests.frameworks.runs import (custom, events, exit_codes, ids_used_twice_in_an_epoch,  # noqa: E402
+                                    scenario, with_golden)
 
 STEPS = 12
 """8 updates an epoch; saves after 3, 6, 9, 12 into checkpoints/checkpoint_<n>, the newest 2 kept."""
@@ -20,10 +21,7 @@ STEPS = 12
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("accelerate")
-    row = scenario("accelerate", "golden", out)
-    assert row.valid is True, row
-    return out
+    return with_golden("accelerate", tmp_path_factory.mktemp("accelerate"))
 
 
 def test_the_accelerate_golden_run_is_judged_valid(out: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.frameworks.runs import custom, events, exit_codes, ids_used_twice_in_an_epoch, scenario
+from tests.frameworks.runs import custom, events, exit_codes, ids_used_twice_in_an_epoch, scenario, with_golden
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None,
@@ -19,10 +19,7 @@ STEPS = 12
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hf")
-    row = scenario("hf", "golden", out)
-    assert row.valid is True, row
-    return out
+    return with_golden("hf", tmp_path_factory.mktemp("hf"))
 
 
 def test_hf_trainers_uninterrupted_run_is_judged_valid_with_the_trainers_global_loss(out: Path) -> None:

@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("lightning", reason="pip install 'trainwreck[lightning]'")
 
-from tests.frameworks.runs import custom, events, exit_codes, fired, ids_used_twice_in_an_epoch, scenario  # noqa: E402
+from tests.frameworks.runs import (custom, events, exit_codes, fired, ids_used_twice_in_an_epoch,  # noqa: E402
+                                    scenario, with_golden)
 
 STEPS = 12
 """8 updates an epoch; the table's Lightning trainer saves after 6 and 12 (a top-2 file and last.ckpt each)."""
@@ -22,10 +23,7 @@ STEPS = 12
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The module's runs, beside the golden run they are judged against."""
-    out = tmp_path_factory.mktemp("lightning")
-    row = scenario("lightning", "golden", out)
-    assert row.valid is True, row
-    return out
+    return with_golden("lightning", tmp_path_factory.mktemp("lightning"))
 
 
 def test_the_lightning_golden_run_is_judged_valid(out: Path) -> None:
