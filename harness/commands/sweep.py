@@ -24,6 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from trainwreck.faults.plan import CRASH_WHEN
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word
@@ -157,7 +158,8 @@ def sharded_main(args: argparse.Namespace, out: Path) -> int:
     return points_sweep(args, out, parse_rank_points, run_sharded_sweep)
 
 
-def points_sweep(args: argparse.Namespace, out: Path, parse, run) -> int:  # type: ignore[no-untyped-def]
+def points_sweep(args: argparse.Namespace, out: Path, parse: Callable[[str | None], Any],
+                 run: Callable[..., Any]) -> int:
     """A process-crash sweep whose --points `parse` reads (exit 2 naming the fix when it cannot)."""
     try:
         points = parse(args.points)
