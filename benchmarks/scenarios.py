@@ -48,14 +48,16 @@ def bench_throughput(runs: int = 5) -> dict[str, Any]:
             "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1)}
 
 
-def hang_latencies(hangs: int, timeout_s: float, world_size: int | None = None) -> tuple[list[float], list[str]]:
+def hang_latencies(hangs: int, timeout_s: float, world_size: int | None = None,
+                   out: Path | None = None) -> tuple[list[float], list[str]]:
     """Fault-to-`hang`-event seconds of `hangs` hang-detect runs (world_size None: the scenario's own),
-    and a line per run the invariants did not pass (reported, not hidden: the latency still counts)."""
+    and a line per run the invariants did not pass (reported, not hidden: the latency still counts).
+    The runs go to out/hang<i> when `out` is given, else to a directory removed afterwards."""
     scenario = get_scenario("hang-detect")
     latencies, invalid = [], []
     with tempfile.TemporaryDirectory(prefix="tw-hang-") as tmp:
         for i in range(hangs):
-            spec = replace(spec_for(scenario, Path(tmp) / f"hang{i}"), hang_timeout_s=timeout_s)
+            spec = replace(spec_for(scenario, Path(out or tmp) / f"hang{i}"), hang_timeout_s=timeout_s)
             if world_size is not None:
                 spec = replace(spec, world_sizes=(world_size,))
             judged = run_judged(spec, scenario.name)
