@@ -11,17 +11,21 @@ probe whose methods do nothing, so an instrumented script still trains on its ow
 """
 from __future__ import annotations
 
+import faulthandler
+import hashlib
 import importlib
 import os
+import signal
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Sequence
+from typing import IO, Any, ContextManager, Sequence
 
 import torch
 
+from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
@@ -32,6 +36,12 @@ ENV_ATTEMPT = "TRAINWRECK_ATTEMPT"
 ENV_HOOKS = "TRAINWRECK_HOOKS"
 """`module:function` building the rank's fault hooks from run.json's plan: the harness names it
 (faults/cmdrank.py), so the trainer package never imports faults/."""
+
+
+POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD: "forward",
+                fp.AFTER_BACKWARD: "backward", fp.AFTER_OPTIMIZER: "optimizer"}
+"""The watchdog phase a loop fault point reaches: every point is progress, so a rank waiting at
+update k's start shows k (a harness signal at step k lands there) and a hung rank is behind."""
 
 
 class ProbeError(ValueError):
@@ -49,6 +59,12 @@ class Probe:
         self.hooks: Hooks = hooks or NoHooks()
         self.events: EventLog | None = None
         self.progress: ProgressBoard | None = None
+        self.position = (-1, -1)
+        """The furthest (step, phase index) this rank published: implicit progress never goes back."""
+        self.entered = 0
+        """The last update whose start this rank passed (its step_start point ran)."""
+        self.stacks: IO[str] | None = None
+        """The stack file SIGUSR1 writes to, when this probe armed the dump (under the harness)."""
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -79,6 +95,8 @@ class Probe:
             probe.hooks = _harness_hooks(root, env[ENV_HOOKS])
             assert probe.events is not None
             probe.hooks.bind(probe.events, rank, world_size, attempt)
+        if env.get(ENV_RUN_DIR) and ENV_ATTEMPT in env:
+            probe.stacks = arm_stack_dump(root, attempt, rank)
         return probe
 
     @property
@@ -117,8 +135,10 @@ class Probe:
         self.emit("start", pid=os.getpid())
         self.phase(0, "start")
 
-    def restore(self, step: int, checkpoint: str, digest: str) -> None:
-        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest)
+    def restore(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+        """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
+        file or folder on disk) the event also carries its `content` (checkpoint_content)."""
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
 
     def reject(self, checkpoint: str, reason: str) -> None:
         self.emit("reject", checkpoint=checkpoint, reason=reason)
@@ -126,31 +146,38 @@ class Probe:
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None:
         if type(samples) is not list:  # a tensor or array of ids: JSON needs plain ints
             samples = samples.tolist() if hasattr(samples, "tolist") else [int(s) for s in samples]
+        self.enter(step)
         self.emit("batch", step=step, epoch=epoch, samples=samples)
+        self.advance(step, "data")
 
     def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None:
         """Update `step` is applied. Also tells the watchdog this rank is past it."""
         self.emit("step", step=step, loss=loss, digest=digest, **extra)
         self.flush()
-        self.phase(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
+        self.advance(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
-    def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool) -> bool:
+    def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool,
+             path: str | Path | None = None) -> bool:
         """Collective: every rank calls it with whether its own part of the checkpoint is
         durably written. Rank 0 emits `save` only when every rank said yes, because a
-        checkpoint with one rank's file missing is not a checkpoint. Returns that answer."""
+        checkpoint with one rank's file missing is not a checkpoint. Returns that answer.
+        With `path`, the event carries the checkpoint's `content` (read by rank 0 once every
+        rank's part is there)."""
         everyone = all_ranks_agree(durable_on_every_rank, self.world_size)
         if everyone and self.rank == 0:
-            self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
         return everyone
 
-    def commit(self, step: int, checkpoint: str, digest: str) -> None:
+    def commit(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
         """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
         is durable now: report it at once, no collective. A rank-0-only writer must use this,
         not `save`: a peer that dies after the write would otherwise leave a durable
-        checkpoint that was never reported, which the next attempt restores anyway."""
-        self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+        checkpoint that was never reported, which the next attempt restores anyway.
+        With `path`, the event carries the checkpoint's `content`."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
 
-    def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int) -> None:
+    def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int, *,
+                path: str | Path | None = None) -> None:
         """Rank 0, before `restore`: the checkpoint it is about to load is provably committed (e.g.
         checksum-named and atomically renamed into place), but its writer may have died between
         that commit and its `save` event; two durable records cannot be written atomically, so
@@ -158,7 +185,8 @@ class Probe:
         it only with a proof of commit, never to cover up a checkpoint that may be partial."""
         if self.rank != 0 or self.run_dir is None or _announced(self.run_dir, checkpoint, writer_attempt):
             return
-        self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True)
+        self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True,
+                  **_content(path))
 
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
@@ -172,12 +200,39 @@ class Probe:
 
     def phase(self, step: int, name: str) -> None:
         """Progress for the watchdog: this rank is in phase `name` of update `step`
-        (trainer/progress.py BOARD_PHASES)."""
+        (trainer/progress.py BOARD_PHASES). Published as given, even backwards."""
+        self.position = (step, PHASE_INDEX[name])
         if self.progress is not None:
             self.progress.publish(step, name)
 
+    def advance(self, step: int, name: str) -> None:
+        """Progress implied by a call (a point, `batch`, `step`): published only when it is
+        further than what this rank published already, so a late `step` event (HF logs the
+        loss after the update) never moves the watchdog's view back."""
+        if (step, PHASE_INDEX[name]) > self.position:
+            self.phase(step, name)
+
+    def enter(self, step: int) -> None:
+        """This rank starts update `step` (once per update): progress first, then the
+        `step_start` fault point, where the rank also waits for a harness signal planned at
+        this step. So a signal at step k lands before update k's first collective, for any
+        trainer that calls `point("step_start", k)`, `batch(k, ...)` or `update(k)`."""
+        if step <= self.entered:
+            return
+        self.entered = step
+        self.advance(step, "start")
+        self.hooks.point(fp.STEP_START, step)
+
     def point(self, name: str, step: int, **ctx: Any) -> None:
-        """A named in-rank fault point (trainer/hooks.py names them)."""
+        """A named in-rank fault point (trainer/hooks.py names them). A loop point is progress
+        too, and a later update's point enters that update first (its `step_start`)."""
+        if name == fp.STEP_START and step > self.entered:
+            self.enter(step)
+            return
+        if name in POINT_PHASES and step > self.entered:
+            self.enter(step)
+        if name in POINT_PHASES:
+            self.advance(step, POINT_PHASES[name])
         self.hooks.point(name, step, **ctx)
 
     def saving(self, step: int, root: str | Path) -> ContextManager[Any]:
@@ -198,7 +253,10 @@ class Probe:
             self.events.close()
         if self.progress is not None:
             self.progress.close()
-        self.events = self.progress = None
+        if self.stacks is not None:  # the previous handler (chained, or none) comes back
+            faulthandler.unregister(signal.SIGUSR1)
+            self.stacks.close()
+        self.events = self.progress = self.stacks = None
 
     def __enter__(self) -> Probe:
         return self
@@ -215,6 +273,53 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ProbeError(f"{name}={raw!r} is not an integer; set it to a rank count or unset it") from None
+
+
+def checkpoint_content(path: str | Path) -> str:
+    """sha256 (hex) of a checkpoint as it is on disk: one file's bytes, or for a folder every
+    regular file's path relative to it and bytes, in sorted path order. Symlinks are never
+    followed (a link is not the checkpoint's content). Equal bytes give equal content, so a
+    restore is matched to the save that wrote those bytes, whatever the file is called."""
+    root = Path(path)
+    h = hashlib.sha256()
+    if root.is_symlink() or not root.exists():
+        raise ProbeError(f"checkpoint {root} is not a file or folder on disk; pass the path it was saved to")
+    if root.is_file():
+        _hash_file(h, root)
+        return h.hexdigest()
+    files = []
+    for folder, dirs, names in os.walk(root):  # followlinks=False: linked folders are not entered
+        files += [Path(folder) / n for n in names if (Path(folder) / n).is_file() and not (Path(folder) / n).is_symlink()]
+    for file in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
+        rel = file.relative_to(root).as_posix().encode()
+        h.update(len(rel).to_bytes(8, "big") + rel)
+        h.update(file.stat().st_size.to_bytes(8, "big"))
+        _hash_file(h, file)
+    return h.hexdigest()
+
+
+def _hash_file(h: Any, path: Path) -> None:
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+
+
+def _content(path: str | Path | None) -> dict[str, str]:
+    return {} if path is None else {"content": checkpoint_content(path)}
+
+
+def arm_stack_dump(run_dir: Path, attempt: int, rank: int) -> IO[str]:
+    """SIGUSR1 writes every thread's Python stack into the rank's stack file (the watchdog's
+    dump on a hang, as harness/rank.py arms it for the reference trainer). A handler the
+    script installed before is chained, so it still runs; one installed later replaces this."""
+    path = RunDir(run_dir).rank_stacks(attempt, rank, os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")
+    previous = signal.getsignal(signal.SIGUSR1)
+    # chain=True re-raises into the previous handler: into SIG_DFL that would kill the rank.
+    chain = previous not in (signal.SIG_DFL, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True, chain=chain)
+    return handle
 
 
 def _announced(run_dir: Path, checkpoint: str, attempt: int) -> bool:

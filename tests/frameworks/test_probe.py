@@ -186,3 +186,120 @@ def test_a_malformed_hooks_name_is_refused_with_the_fix(tmp_path: Path, monkeypa
     monkeypatch.setenv("TRAINWRECK_HOOKS", "no-colon")
     with pytest.raises(ProbeError, match="must look like 'package.module:function'"):
         Probe.from_env()
+
+
+def harness_env(monkeypatch: pytest.MonkeyPatch, run: Path, rank: int = 0, world: int = 1) -> None:
+    monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(run))
+    monkeypatch.setenv("TRAINWRECK_ATTEMPT", "0")
+    monkeypatch.delenv("TRAINWRECK_HOOKS", raising=False)
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+
+
+def board(run: Path) -> tuple[int, str]:
+    entry = read_progress(RunDir(run).rank_progress(0, 0))
+    assert entry is not None
+    return entry.step, entry.phase
+
+
+def test_every_fault_point_and_batch_is_progress_for_the_watchdog_and_it_never_goes_back(tmp_path: Path) -> None:
+    """What lets a harness signal at step k land at k: the rank shows k at update k's start."""
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.start()
+        probe.point("step_start", 3)
+        assert board(tmp_path) == (3, "start")
+        probe.batch(3, 0, [1])
+        assert board(tmp_path) == (3, "data")
+        probe.step(3, 0.5, "d")
+        probe.batch(4, 0, [2])  # no step_start call: the batch enters update 4 by itself
+        assert board(tmp_path) == (4, "data") and probe.entered == 4
+        probe.step(3, 0.5, "d")  # a late step event (HF logs after the update) does not move it back
+        assert board(tmp_path) == (4, "data")
+
+
+def test_a_batch_without_a_step_start_point_still_fires_the_step_start_faults(tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+
+    class Recorder:
+        def point(self, name: str, step: int, **ctx: Any) -> None:
+            calls.append((name, step))
+
+    with Probe(tmp_path, rank=0, world_size=1, hooks=Recorder()) as probe:  # type: ignore[arg-type]
+        probe.batch(1, 0, [0])
+        probe.point("step_start", 1)  # a script that calls both: the point still reaches its hooks
+        probe.point("after_backward", 2)  # a later update's point enters that update first
+    assert calls == [("step_start", 1), ("step_start", 1), ("step_start", 2), ("after_backward", 2)]
+
+
+def test_under_the_harness_sigusr1_dumps_the_stacks_and_still_runs_the_scripts_own_handler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        harness_env(monkeypatch, tmp_path)
+        probe = Probe.from_env()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        probe.close()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    (dump,) = RunDir(tmp_path).attempt_stacks(0)
+    assert dump.name == f"a000-r000-p{os.getpid()}.txt"
+    assert "test_under_the_harness_sigusr1_dumps_the_stacks" in dump.read_text()
+    assert seen == [signal.SIGUSR1]
+
+
+def test_the_watchdog_leaves_a_rank_without_a_dump_handler_alive(tmp_path: Path) -> None:
+    """A command that hangs before building its probe has no SIGUSR1 handler: the signal would kill it."""
+    import subprocess
+    import sys
+
+    from trainwreck.harness.watchdog import dump_stacks
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert dump_stacks(tmp_path, 0, {0: proc.pid}, 0.2) == []
+        os.kill(proc.pid, 18)  # SIGCONT: dump_stacks leaves the attempt stopped, as for a hang
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_checkpoint_content_is_the_bytes_on_disk_whatever_the_name(tmp_path: Path) -> None:
+    from trainwreck.trainer.probe import checkpoint_content
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "sub").mkdir()
+    (tmp_path / "a" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "a" / "sub" / "opt.pt").write_bytes(b"moments")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "b" / "sub").mkdir()
+    (tmp_path / "b" / "sub" / "opt.pt").write_bytes(b"moments")
+    (tmp_path / "outside.pt").write_bytes(b"not part of it")
+    os.symlink(tmp_path / "outside.pt", tmp_path / "b" / "link.pt")  # never followed out of the checkpoint
+    assert checkpoint_content(tmp_path / "a") == checkpoint_content(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "opt.pt").write_bytes(b"moments!")
+    assert checkpoint_content(tmp_path / "a") != checkpoint_content(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "opt.pt").rename(tmp_path / "b" / "sub" / "other.pt")  # same bytes, other path
+    assert checkpoint_content(tmp_path / "a") != checkpoint_content(tmp_path / "b")
+    (tmp_path / "one.pt").write_bytes(b"weights")
+    assert checkpoint_content(tmp_path / "one.pt") == __import__("hashlib").sha256(b"weights").hexdigest()
+    with pytest.raises(ProbeError, match="not a file or folder on disk"):
+        checkpoint_content(tmp_path / "missing.pt")
+
+
+def test_save_commit_and_restore_carry_the_content_when_given_the_path_and_not_otherwise(tmp_path: Path) -> None:
+    from trainwreck.trainer.probe import checkpoint_content
+
+    ckpt = tmp_path / "snapshot.pt"
+    ckpt.write_bytes(b"state after update 4")
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        probe.commit(4, "snapshot.pt", "d4", path=ckpt)
+        probe.save(4, "snapshot.pt", "d4", durable_on_every_rank=True, path=ckpt)
+        probe.restore(4, "snapshot.pt", "d4", path=ckpt)
+        probe.commit(5, "snapshot.pt", "d5")  # the existing call, unchanged
+    events = events_of(tmp_path / "run")
+    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 3 + [None]
