@@ -58,6 +58,7 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
     "attempt": (),
     "save_ops": (),
+    "seed": (),  # the probe's one-call seeding (trainer/probe.py Probe.seed): which seed a rank used
 }
 _DENSE = frozenset(["step", "batch"])
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is

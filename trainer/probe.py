@@ -16,15 +16,17 @@ import hashlib
 import importlib
 import os
 import signal
-from contextlib import nullcontext
+from collections import deque
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import IO, Any, ContextManager, Sequence
+from typing import IO, Any, ContextManager, Iterator, Sequence
 
 import torch
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
+from trainwreck.trainer.probekit import TrackedLoader, Update, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
@@ -65,6 +67,13 @@ class Probe:
         """The last update whose start this rank passed (its step_start point ran)."""
         self.stacks: IO[str] | None = None
         """The stack file SIGUSR1 writes to, when this probe armed the dump (under the harness)."""
+        self.started = False
+        self.last_step, self.last_digest = 0, ""
+        """The update this rank last restored or completed, and its digest (for the helpers)."""
+        self.current: Update | None = None
+        self.drawn: deque[tuple[list[int], int]] = deque(maxlen=1)
+        """Batches a tracked loader yielded since the last update began: (ids, epoch)."""
+        self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -72,9 +81,12 @@ class Probe:
             self.progress = ProgressBoard(self.run_dir, attempt, rank)
 
     @classmethod
-    def from_env(cls, run_dir: str | Path | None = None, hooks: Hooks | None = None) -> Probe:
+    def from_env(cls, run_dir: str | Path | None = None, hooks: Hooks | None = None, seed: int | None = None) -> Probe:
         """torchrun's contract (RANK, WORLD_SIZE) and TRAINWRECK_RUN_DIR / TRAINWRECK_ATTEMPT
-        from the harness; the `run_dir` argument stands in when no harness set one."""
+        from the harness; the `run_dir` argument stands in when no harness set one. With
+        `seed`, python, numpy and torch are seeded first (`seed`)."""
+        if seed is not None:
+            seed_everything(seed)
         env = os.environ
         chosen = env.get(ENV_RUN_DIR) or run_dir
         rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
@@ -97,6 +109,8 @@ class Probe:
             probe.hooks.bind(probe.events, rank, world_size, attempt)
         if env.get(ENV_RUN_DIR) and ENV_ATTEMPT in env:
             probe.stacks = arm_stack_dump(root, attempt, rank)
+        if seed is not None:
+            probe.emit("seed", seed=seed)
         return probe
 
     @property
@@ -132,6 +146,7 @@ class Probe:
             self.events.emit(kind, **fields)
 
     def start(self) -> None:
+        self.started = True
         self.emit("start", pid=os.getpid())
         self.phase(0, "start")
 
@@ -139,6 +154,7 @@ class Probe:
         """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
         file or folder on disk) the event also carries its `content` (checkpoint_content)."""
         self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        self.last_step, self.last_digest = step, digest
 
     def reject(self, checkpoint: str, reason: str) -> None:
         self.emit("reject", checkpoint=checkpoint, reason=reason)
@@ -153,6 +169,7 @@ class Probe:
     def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None:
         """Update `step` is applied. Also tells the watchdog this rank is past it."""
         self.emit("step", step=step, loss=loss, digest=digest, **extra)
+        self.last_step, self.last_digest = max(self.last_step, step), digest
         self.flush()
         self.advance(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
@@ -195,6 +212,114 @@ class Probe:
         """Rank 0 of a run no harness supervises says the job is over (the harness does otherwise)."""
         if self.rank == 0 and self.run_dir is not None and not os.environ.get(ENV_ATTEMPT):
             self.emit("end", status=status, final_step=final_step)
+
+    # ----- the ten-line helpers (trainer/probekit.py) -------------------------------------
+
+    def seed(self, seed: int) -> None:
+        """Seed python, numpy and torch at once (before building the data and the model): an
+        uninterrupted run must repeat itself exactly, or no restart can be judged against it."""
+        seed_everything(seed)
+        self.emit("seed", seed=seed)
+
+    def path(self, name: str) -> str:
+        """Where a checkpoint named `name` should live: under the harness (or with a run dir),
+        `RUN_DIR/checkpoints/name`, so every attempt finds it and no two runs share it; on its
+        own, `name` unchanged."""
+        if self.run_dir is None:
+            return name
+        folder = self.run_dir / "checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder / name)
+
+    def loader(self, loader: Any, *, epochs: int | None = None, total_steps: int | None = None,
+               batches_per_update: int = 1) -> Any:
+        """The script's own DataLoader, noting the sample ids of every batch it yields (for the
+        next `update`). With `epochs` (or `total_steps`), rank 0 also writes run.json's dataset
+        fields from it: dataset size, global batch (batch size x world size x
+        batches_per_update), drop_last, total updates."""
+        if batches_per_update < 1:
+            raise ProbeError(f"batches_per_update={batches_per_update} must be >= 1 (batches drawn per update)")
+        self.drawn = deque(maxlen=batches_per_update)
+        tracked = TrackedLoader(loader, lambda ids, epoch: self.drawn.append((ids, epoch)))
+        if self.enabled and (epochs is not None or total_steps is not None):
+            self.write_run_json(**run_fields(loader, self.world_size, batches_per_update, epochs, total_steps))
+        return tracked
+
+    def track(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """The model and optimizer whose state the helpers digest (or pass them to each call)."""
+        self.tracked = (model, optimizer)
+
+    def update(self, step: int | None = None, *, model: torch.nn.Module | None = None,
+               optimizer: torch.optim.Optimizer | None = None, epoch: int | None = None,
+               samples: Sequence[int] | None = None, enabled: bool = True) -> Update:
+        """`with probe.update(...):` around one optimizer update (forward, backward, step). On
+        entry: progress, the update's fault points, and `batch` with the ids the tracked loader
+        yielded since the last update (or `samples`); on a clean exit: `step` with the global
+        mean of the loss given to `probe.loss` and the digest of the model and optimizer.
+        `step` defaults to the update after the last one restored or completed;
+        `enabled=False` makes it a no-op (an evaluation batch in the same loop)."""
+        number = self.last_step + 1 if step is None else step
+        on = enabled and self.enabled
+        if on:
+            self._ensure_started()
+        return Update(self, number, epoch, samples, lambda: self._digest(model, optimizer), on)
+
+    def loss(self, value: Any) -> None:
+        """This rank's loss of the update in progress (a tensor or a number): the update's
+        `step` carries its mean over ranks. Outside an update it is ignored."""
+        if self.current is not None:
+            self.current.loss = value
+
+    @contextmanager
+    def checkpoint(self, path: str | Path, step: int | None = None) -> Iterator[None]:
+        """`with probe.checkpoint(path):` around the script's own save of the whole checkpoint
+        (one rank writes it): its file operations are crash points under the harness; after
+        it the file (or folder) is fsynced and reported (`commit`) with its content digest.
+        `step` defaults to the last completed update."""
+        if not self.enabled:
+            yield
+            return
+        self._ensure_started()
+        number = self.last_step if step is None else step
+        digest = self.last_digest if number == self.last_step and self.last_digest else self._digest(None, None)
+        target = Path(path)
+        with self.saving(number, target.parent):
+            yield
+        _fsync_tree(target)
+        self.commit(number, target.name, digest, path=target)
+
+    def restored(self, path: str | Path, step: int, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
+        """After the script loaded its checkpoint at `path`: `restore` with the update the script
+        believes it holds (`step`), the digest of the loaded state, and the file's content, by
+        which the judge finds the save that wrote those bytes."""
+        if not self.enabled:
+            return
+        self._ensure_started()
+        self.restore(step, Path(path).name, self._digest(model, optimizer), path=path)
+
+    def take_samples(self, samples: Sequence[int] | None, epoch: int | None) -> tuple[list[int] | None, int]:
+        """The ids of the update beginning now: given, or drawn from the tracked loader since the
+        last one (None: nothing to report), and its epoch."""
+        drawn = list(self.drawn)
+        self.drawn.clear()
+        if samples is not None:
+            return list(samples), epoch if epoch is not None else (drawn[-1][1] if drawn else 0)
+        if not drawn:
+            return None, epoch if epoch is not None else 0
+        return [i for ids, _ in drawn for i in ids], epoch if epoch is not None else drawn[-1][1]
+
+    def _ensure_started(self) -> None:
+        if not self.started:
+            self.start()
+
+    def _digest(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
+        model = model if model is not None else self.tracked[0]
+        optimizer = optimizer if optimizer is not None else self.tracked[1]
+        if model is None:
+            raise ProbeError("the probe has no model to digest: pass model= and optimizer= to this call, "
+                             "or call probe.track(model, optimizer) once")
+        return state_digest(model, optimizer)
 
     # ----- watchdog and faults ------------------------------------------------------------
 
@@ -302,6 +427,17 @@ def _hash_file(h: Any, path: Path) -> None:
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Make a checkpoint the script wrote durable: its file(s), then the folder holding it."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    for item in [*files, path.parent]:
+        fd = os.open(item, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _content(path: str | Path | None) -> dict[str, str]:
