@@ -13,10 +13,6 @@ from torch.utils.data import Dataset, DataLoader
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-import boto3
-from urllib.parse import urlparse
-import fsspec
-import io
 
 @dataclass
 class TrainerConfig:
@@ -34,13 +30,6 @@ class Snapshot:
     optimizer_state: Dict[str, Any]
     finished_epoch: int
 
-def upload_to_s3(obj, dst):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
-    dst = urlparse(dst, allow_fragments=False)
-    boto3.client('s3').upload_fileobj(buffer, dst.netloc, dst.path.lstrip('/'))
-
 class Trainer:
 
     def __init__(self, trainer_config: TrainerConfig, model, optimizer, train_dataset, test_dataset=None):
@@ -49,8 +38,7 @@ class Trainer:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.global_rank = int(os.environ["RANK"])  
         # set device
-        self.acc = torch.accelerator.current_accelerator()
-        self.device: torch.device = torch.device(f"{self.acc}:{self.local_rank}")
+        self.device: torch.device = torch.device("cpu")
         self.device_type = self.device.type
         # data stuff
         self.train_dataset = train_dataset
@@ -58,7 +46,7 @@ class Trainer:
         self.test_loader = self._prepare_dataloader(test_dataset) if test_dataset else None
         # initialize train states
         self.epochs_run = 0
-        self.model = model.to(self.local_rank)
+        self.model = model
         self.optimizer = optimizer        
         self.save_every = self.config.save_every
         if self.config.use_amp:
@@ -68,13 +56,13 @@ class Trainer:
             self.config.snapshot_path = "snapshot.pt"
         self._load_snapshot()
         # wrap with DDP. this step will synch model across all the processes.
-        self.model = DDP(self.model, device_ids=[self.local_rank])
+        self.model = DDP(self.model)
         
     def _prepare_dataloader(self, dataset: Dataset):
         return DataLoader(
             dataset,
             batch_size=self.config.batch_size,
-            pin_memory=True,
+            pin_memory=False,
             shuffle=False,
             num_workers=self.config.data_loader_workers,
             sampler=DistributedSampler(dataset)
@@ -82,7 +70,7 @@ class Trainer:
 
     def _load_snapshot(self):
         try:
-            snapshot = fsspec.open(self.config.snapshot_path)
+            snapshot = open(self.config.snapshot_path, "rb")
             with snapshot as f:
                 snapshot_data = torch.load(f, map_location="cpu")
         except FileNotFoundError:
@@ -119,8 +107,6 @@ class Trainer:
             dataloader.sampler.set_epoch(epoch)
         for iter, (source, targets) in enumerate(dataloader):
             step_type = "Train" if train else "Eval"
-            source = source.to(self.local_rank)
-            targets = targets.to(self.local_rank)
             batch_loss = self._run_batch(source, targets, train)
             if iter % 100 == 0:
                 print(f"[RANK{self.global_rank}] Epoch {epoch} | Iter {iter} | {step_type} Loss {batch_loss:.5f}")
@@ -136,10 +122,7 @@ class Trainer:
         )
         # save snapshot
         snapshot = asdict(snapshot)
-        if self.config.snapshot_path.startswith("s3://"):
-            upload_to_s3(snapshot, self.config.snapshot_path)
-        else:
-            torch.save(snapshot, self.config.snapshot_path)
+        torch.save(snapshot, self.config.snapshot_path)
             
         print(f"Snapshot saved at epoch {epoch}")
 

@@ -1,11 +1,14 @@
 import torch
 from torch.utils.data import Dataset
-import fsspec
 from dataclasses import dataclass
 
 """
 Adapted from https://github.com/karpathy/minGPT/blob/master/projects/chargpt/chargpt.py
 """
+
+# 151 characters: 143 samples of block_size 8, 128 of them for training (16 updates of 8 on 2 ranks)
+SYNTHETIC = ("first citizen: before we proceed any further, hear me speak. all: speak, speak. "
+             "first citizen: you are all resolved rather to die than to famish? all: resolved. resolved.")[:151]
 
 @dataclass
 class DataConfig:
@@ -17,7 +20,7 @@ class DataConfig:
 class CharDataset(Dataset):
 
     def __init__(self, data_cfg: DataConfig): #data_path: str, block_size):
-        data = fsspec.open(data_cfg.path).open().read().decode('utf-8')
+        data = SYNTHETIC  # instead of downloading tinyshakespeare
         data = data[ : int(len(data) * data_cfg.truncate)]
 
         chars = sorted(list(set(data)))

@@ -6,21 +6,18 @@ from torch.distributed import init_process_group, destroy_process_group
 from model import GPT, GPTConfig, OptimizerConfig, create_optimizer
 from trainer import Trainer, TrainerConfig
 from char_dataset import CharDataset, DataConfig
-from omegaconf import DictConfig
-import hydra
 
-def verify_min_gpu_count(min_gpus: int = 2) -> bool:
-    has_gpu = torch.accelerator.is_available()
-    gpu_count = torch.accelerator.device_count()
-    return has_gpu and gpu_count >= min_gpus
+# gpt2_train_cfg.yaml, made tiny for CPU (hydra dropped; no dropout, so a resumed run can repeat itself)
+CFG = {
+    "data_config": {"path": None, "block_size": 8, "train_split": 0.9, "truncate": 1.0},
+    "gpt_config": {"n_layer": 2, "n_head": 2, "n_embd": 16, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "attn_pdrop": 0.0},
+    "trainer_config": {"max_epochs": 3, "batch_size": 8, "data_loader_workers": 0, "grad_norm_clip": 1.0,
+                       "snapshot_path": "gpt_snapshot.pt", "save_every": 1, "use_amp": False},
+    "optimizer_config": {"weight_decay": 0.1, "learning_rate": 0.0003},
+}
 
 def ddp_setup():
-    acc = torch.accelerator.current_accelerator()
-    rank = int(os.environ["LOCAL_RANK"])
-    device: torch.device = torch.device(f"{acc}:{rank}")
-    backend = torch.distributed.get_default_backend_for_device(device)
-    init_process_group(backend=backend)
-    torch.accelerator.set_device_index(rank)
+    init_process_group(backend="gloo")
 
 def get_train_objs(gpt_cfg: GPTConfig, opt_cfg: OptimizerConfig, data_cfg: DataConfig):
     dataset = CharDataset(data_cfg)
@@ -34,8 +31,7 @@ def get_train_objs(gpt_cfg: GPTConfig, opt_cfg: OptimizerConfig, data_cfg: DataC
     
     return model, optimizer, train_set, test_set
 
-@hydra.main(version_base=None, config_path=".", config_name="gpt2_train_cfg")
-def main(cfg: DictConfig):
+def main(cfg):
     ddp_setup()
 
     gpt_cfg = GPTConfig(**cfg['gpt_config'])
@@ -50,8 +46,4 @@ def main(cfg: DictConfig):
     destroy_process_group()
 
 if __name__ == "__main__":
-    _min_gpu_count = 2
-    if not verify_min_gpu_count(min_gpus=_min_gpu_count):
-        print(f"Unable to locate sufficient {_min_gpu_count} gpus to run this example. Exiting.")
-        sys.exit()
-    main()
+    main(CFG)
