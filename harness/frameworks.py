@@ -15,9 +15,10 @@ plan's in-rank faults through the probe, corruption between attempts. The run is
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
 a command that broke the contract is "unknown" with the reason, never valid.
 
-The example trainers live in tests/frameworks/scripts of a checkout: they are the tests'
-trainers too, and a wheel does not ship them (``scripts_missing`` says so, and the command
-exits 2 with that sentence).
+The example trainers ship inside the package (trainer/frameworks/examples, installed as
+package data), so the table runs from a wheel as from a checkout; they are the tests'
+trainers too. Should they be missing (a damaged install), ``scripts_missing`` says so and the
+command exits 2 with that sentence.
 """
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ from trainwreck.faults.foreign import WRITE_OPS
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose
+from trainwreck.trainer.frameworks import EXAMPLES
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "frameworks" / "scripts"
-"""The example trainers (they ship with the repository, not the wheel: see docs/FRAMEWORKS.md)."""
+SCRIPTS = EXAMPLES
+"""The example trainers, installed with the package (docs/FRAMEWORKS.md)."""
 STEPS, GLOBAL_BATCH = 12, 8
 """Every example trainer: 64 samples, 8 updates an epoch, 12 updates."""
 HANG_TIMEOUT_S = 30.0
@@ -233,12 +234,11 @@ def uninstalled_rows(fw: Framework, scenarios: Sequence[str]) -> list[Row]:
 
 
 def scripts_missing() -> str | None:
-    """Why the table cannot run here, or None: the example trainers are in a checkout only."""
+    """Why the table cannot run here, or None: the example trainers ship inside the package."""
     if (SCRIPTS / "plain_ddp.py").is_file():
         return None
-    return (f"the example trainers are not installed ({SCRIPTS} is missing): they ship with the repository, "
-            "not the wheel; run `trainwreck frameworks` from a git checkout (pip install -e '.[hf,lightning,"
-            "accelerate]')")
+    return (f"the example trainers are missing from the installed package ({SCRIPTS}): the install is "
+            "incomplete; reinstall it (pip install --force-reinstall 'trainwreck[hf,lightning,accelerate]')")
 
 
 def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequence[str] | None = None,

@@ -51,10 +51,17 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
 }
 
 
+# Example training scripts users copy: installed with the package, but scripts run by path,
+# importing their own siblings by bare name (a user's `model.py`), not modules of ours.
+SCRIPT_FOLDERS = (REPO / "trainer" / "frameworks" / "examples",)
+
+
 def module_files() -> dict[str, Path]:
     found = {}
     for top in TOPS:
         for path in (REPO / top).rglob("*.py"):
+            if any(path.is_relative_to(folder) for folder in SCRIPT_FOLDERS):
+                continue
             parts = path.relative_to(REPO).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found

@@ -1,4 +1,4 @@
-"""`trainwreck run --cmd`: a plain torchrun DDP script (tests/frameworks/scripts/plain_ddp.py)
+"""`trainwreck run --cmd`: a plain torchrun DDP script (trainer/frameworks/examples/plain_ddp.py)
 judged like the reference trainer, and commands that break the contract judged "unknown"."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from trainwreck.harness.cmd import run_cmd_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events
 
-PLAIN = Path(__file__).parent / "scripts" / "plain_ddp.py"
+PLAIN = EXAMPLES / "plain_ddp.py"
 PYTHON = sys.executable
 # Kill tests run long enough that a kill at step 8 lands mid-run: the harness polls progress,
 # and the tiny script runs a dozen updates between two polls on an idle machine.
