@@ -11,6 +11,7 @@ probe whose methods do nothing, so an instrumented script still trains on its ow
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import hashlib
 import importlib
@@ -71,8 +72,9 @@ class Probe:
         self.last_step, self.last_digest = 0, ""
         """The update this rank last restored or completed, and its digest (for the helpers)."""
         self.current: Update | None = None
-        self.drawn: deque[tuple[list[int], int]] = deque(maxlen=1)
-        """Batches a tracked loader yielded since the last update began: (ids, epoch)."""
+        self.drawn: deque[tuple[list[int], int | None]] = deque(maxlen=1)
+        """Batches a tracked loader yielded since the last update began: (ids, the sampler's epoch)."""
+        self.updates_per_epoch: int | None = None
         self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
@@ -111,6 +113,7 @@ class Probe:
             probe.stacks = arm_stack_dump(root, attempt, rank)
         if seed is not None:
             probe.emit("seed", seed=seed)
+        atexit.register(probe.finish)
         return probe
 
     @property
@@ -240,6 +243,7 @@ class Probe:
         if batches_per_update < 1:
             raise ProbeError(f"batches_per_update={batches_per_update} must be >= 1 (batches drawn per update)")
         self.drawn = deque(maxlen=batches_per_update)
+        self.updates_per_epoch = max(len(loader) // batches_per_update, 1) if hasattr(loader, "__len__") else None
         tracked = TrackedLoader(loader, lambda ids, epoch: self.drawn.append((ids, epoch)))
         if self.enabled and (epochs is not None or total_steps is not None):
             self.write_run_json(**run_fields(loader, self.world_size, batches_per_update, epochs, total_steps))
@@ -298,16 +302,20 @@ class Probe:
         self._ensure_started()
         self.restore(step, Path(path).name, self._digest(model, optimizer), path=path)
 
-    def take_samples(self, samples: Sequence[int] | None, epoch: int | None) -> tuple[list[int] | None, int]:
-        """The ids of the update beginning now: given, or drawn from the tracked loader since the
-        last one (None: nothing to report), and its epoch."""
+    def take_samples(self, step: int, samples: Sequence[int] | None,
+                     epoch: int | None) -> tuple[list[int] | None, int]:
+        """The ids of update `step`, beginning now: given, or drawn from the tracked loader since
+        the last update (None: nothing to report); and its epoch: given, else the sampler's
+        (DistributedSampler.set_epoch), else counted in updates of the loader's length."""
         drawn = list(self.drawn)
         self.drawn.clear()
+        if epoch is None:
+            epoch = drawn[-1][1] if drawn else None
+        if epoch is None:
+            epoch = (step - 1) // self.updates_per_epoch if self.updates_per_epoch else 0
         if samples is not None:
-            return list(samples), epoch if epoch is not None else (drawn[-1][1] if drawn else 0)
-        if not drawn:
-            return None, epoch if epoch is not None else 0
-        return [i for ids, _ in drawn for i in ids], epoch if epoch is not None else drawn[-1][1]
+            return list(samples), epoch
+        return ([i for ids, _ in drawn for i in ids] if drawn else None), epoch
 
     def _ensure_started(self) -> None:
         if not self.started:
@@ -368,6 +376,14 @@ class Probe:
         self.phase(step, "checkpoint")
         scope = getattr(self.hooks, "saving", None)
         return scope(step, Path(root)) if scope is not None else nullcontext()
+
+    def finish(self) -> None:
+        """At interpreter exit (registered by `from_env`): the script's own code is over, so this
+        rank is only exiting ("done": the watchdog calls no slow teardown a hang), and every
+        buffered event is written. Nothing when the script closed the probe itself."""
+        if self.progress is not None:
+            self.phase(max(self.position[0], self.last_step, 0), "done")
+        self.close()
 
     def flush(self) -> None:
         if self.events is not None:

@@ -31,7 +31,8 @@ class UpdateSink(Protocol):
 
     def enter(self, step: int) -> None: ...
 
-    def take_samples(self, samples: Sequence[int] | None, epoch: int | None) -> tuple[list[int] | None, int]: ...
+    def take_samples(self, step: int, samples: Sequence[int] | None,
+                     epoch: int | None) -> tuple[list[int] | None, int]: ...
 
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None: ...
 
@@ -80,28 +81,28 @@ class TrackedLoader:
     """The script's DataLoader, unchanged to its loop (`len`, `.sampler`, `.dataset` pass
     through), telling the probe the sample ids of each batch it yields."""
 
-    def __init__(self, loader: Any, on_batch: Callable[[list[int], int], None]) -> None:
+    def __init__(self, loader: Any, on_batch: Callable[[list[int], int | None], None]) -> None:
         if getattr(loader, "batch_sampler", None) is None:
             raise TypeError("probe.loader needs a torch DataLoader with batching (batch_size or batch_sampler); "
                             "pass samples= to probe.update for any other loader")
-        self.inner, self.on_batch, self.passes = loader, on_batch, 0
+        self.inner, self.on_batch = loader, on_batch
         self.recorder = _RecordingBatches(loader.batch_sampler)
         # DataLoader forbids setting its batch sampler after construction; its iterators read it
         # afresh each time, so swapping in a recorder that yields the same batches is safe.
         object.__setattr__(loader, "batch_sampler", self.recorder)
 
     def __iter__(self) -> Iterator[Any]:
-        self.passes += 1
         self.recorder.queue = queue = deque()  # this iteration's ids (a new DataLoader iterator binds it)
         for batch in self.inner:
             self.on_batch(queue.popleft() if queue else [], self.epoch)
             yield batch
 
     @property
-    def epoch(self) -> int:
-        """The sampler's own epoch (DistributedSampler.set_epoch), else the passes started so far."""
+    def epoch(self) -> int | None:
+        """The sampler's own epoch (DistributedSampler.set_epoch); None for a sampler without one
+        (the probe then counts epochs by updates: a peek at one batch starts no epoch)."""
         value = getattr(getattr(self.inner, "sampler", None), "epoch", None)
-        return value if isinstance(value, int) else max(self.passes - 1, 0)
+        return value if isinstance(value, int) else None
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -153,7 +154,7 @@ class Update:
             return self
         probe = self.probe
         probe.enter(self.step)  # progress and fault points first: a signal at this step lands here
-        samples, epoch = probe.take_samples(self.samples, self.epoch)
+        samples, epoch = probe.take_samples(self.step, self.samples, self.epoch)
         if samples is not None:
             probe.batch(self.step, epoch, samples)
         probe.current = self

@@ -303,3 +303,68 @@ def test_save_commit_and_restore_carry_the_content_when_given_the_path_and_not_o
         probe.commit(5, "snapshot.pt", "d5")  # the existing call, unchanged
     events = events_of(tmp_path / "run")
     assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 3 + [None]
+
+
+def test_the_helpers_write_what_a_hand_instrumented_loop_would_without_touching_the_loop(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainwreck.trainer.probe import checkpoint_content
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(8, 3), torch.randn(8, 1))
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        loader = probe.loader(DataLoader(data, batch_size=2, shuffle=True), epochs=2)
+        assert len(loader) == 4 and loader.dataset is data
+        next(iter(loader))  # a script peeking at one batch (the DDP tutorial prints its size): not an update
+        seen = []
+        for epoch in range(2):
+            for x, y in loader:
+                with probe.update(model=model, optimizer=opt):
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward(), opt.step(), opt.zero_grad()
+                    probe.loss(loss)
+                seen.append((probe.last_step, loss.item(), [int(i) for i in (x[:, :1] == data.tensors[0][:, :1].T)
+                                                            .nonzero()[:, 1]]))
+        with probe.checkpoint(tmp_path / "snapshot.pt"):
+            torch.save(model.state_dict(), tmp_path / "snapshot.pt")
+        probe.restored(tmp_path / "snapshot.pt", 8, model, opt)
+    spec = read_run_json(tmp_path / "run")
+    assert (spec["dataset_size"], spec["global_batch"], spec["drop_last"], spec["total_steps"]) == (8, 2, False, 8)
+    events = events_of(tmp_path / "run")
+    batches = [(e["step"], e["epoch"], e["samples"]) for e in events if e["kind"] == "batch"]
+    assert [(s, ids) for s, _, ids in batches] == [(s, ids) for s, _, ids in seen]  # the ids of the batch each update used
+    assert [epoch for _, epoch, _ in batches] == [0] * 4 + [1] * 4 and list(range(1, 9)) == [s for s, _, _ in batches]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [(e["step"], e["loss"]) for e in steps] == [(s, pytest.approx(loss)) for s, loss, _ in seen]
+    (save,) = [e for e in events if e["kind"] == "save"]
+    (restore,) = [e for e in events if e["kind"] == "restore"]
+    assert (save["step"], save["digest"], save["content"]) == (8, steps[-1]["digest"], checkpoint_content(tmp_path / "snapshot.pt"))
+    assert (restore["step"], restore["content"], restore["digest"]) == (8, save["content"], state_digest(model, opt))
+    assert [e["kind"] for e in events][0] == "start"
+
+
+def test_an_update_that_raises_writes_no_step_and_a_disabled_one_writes_nothing(tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 1)
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        with pytest.raises(RuntimeError, match="diverged"):
+            with probe.update(model=model, samples=[0, 1]):
+                raise RuntimeError("diverged")
+        with probe.update(model=model, enabled=False):
+            probe.loss(1.0)
+        with pytest.raises(ProbeError, match="probe.track"):
+            with probe.update(samples=[2]):
+                pass
+    assert [(e["kind"], e.get("step")) for e in events_of(tmp_path)] == [("start", None), ("batch", 1), ("batch", 1)]
+
+
+def test_at_exit_a_harness_probe_says_done_and_writes_what_it_buffered(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog ignores a "done" rank: a script's slow interpreter teardown is no hang."""
+    harness_env(monkeypatch, tmp_path)
+    probe = Probe.from_env()
+    probe.emit("step", step=3, loss=None, digest="d")  # buffered: a `step` waits for the next flush
+    probe.finish()
+    assert board(tmp_path) == (0, "done") and [e["kind"] for e in events_of(tmp_path)] == ["step"]
+    probe.finish()  # twice (the script closed it, then atexit): nothing more
