@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
+import gc
 import hashlib
 import importlib
 import os
@@ -379,11 +380,15 @@ class Probe:
 
     def finish(self) -> None:
         """At interpreter exit (registered by `from_env`): the script's own code is over, so this
-        rank is only exiting ("done": the watchdog calls no slow teardown a hang), and every
-        buffered event is written. Nothing when the script closed the probe itself."""
+        rank is only exiting ("done": the watchdog calls no slow teardown a hang), every
+        buffered event is written, and unreachable objects (a DDP model) are collected."""
         if self.progress is not None:
             self.phase(max(self.position[0], self.last_step, 0), "done")
         self.close()
+        # A DDP model the script let go of is still held by reference cycles, and with it the
+        # gloo process group; freed only in interpreter teardown, gloo's threads die running and
+        # the rank aborts (-6) now and then. Collected here, the interpreter is still whole.
+        gc.collect()
 
     def flush(self) -> None:
         if self.events is not None:

@@ -53,6 +53,9 @@ def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_ju
     newest = max(e["step"] for e in events if e["kind"] == "save" and e["attempt"] == 0)
     assert newest == 6
     assert sorted((e["attempt"], e["rank"], e["step"]) for e in restores) == [(1, 0, newest), (1, 1, newest)]
+    # Known by content: each restore names the bytes of the save it loaded.
+    saved = {e["checkpoint"]: e["content"] for e in events if e["kind"] == "save"}
+    assert all(len(e["content"]) == 64 and e["content"] == saved[e["checkpoint"]] for e in restores)
     assert judged.judgement.valid is True, judged.judgement.to_json()
 
 
