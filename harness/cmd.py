@@ -85,17 +85,17 @@ class Command:
                        max_restarts=0, scenario=None)
 
     def golden_failure(self, record: Any) -> str | None:
-        problems = contract_problems(record)
+        problems = contract_problems(record.run_dir)
         if record.status == "completed" and not problems:
             return None
         return f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); see {record.run_dir}/logs"
 
     def problems(self, run_dir: Path) -> list[str]:
-        return run_dir_problems(run_dir)
+        return contract_problems(run_dir)
 
     def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
         """The usual judgement, but "unknown" with the reasons when the command broke the contract."""
-        problems = run_dir_problems(run_dir)
+        problems = contract_problems(run_dir)
         try:
             judgement = judge(load_history(run_dir), load_history(golden_dir) if golden_dir is not None else None)
         except InputError as exc:
@@ -133,12 +133,7 @@ def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
                 raise PlanError(str(exc)) from None
 
 
-def contract_problems(record: Any) -> list[str]:
-    """Why the --cmd run in `record` (a RunRecord) cannot be judged, each with the fix; empty when it can."""
-    return run_dir_problems(record.run_dir)
-
-
-def run_dir_problems(run_dir: Path) -> list[str]:
+def contract_problems(run_dir: Path) -> list[str]:
     """Why the --cmd run in `run_dir` cannot be judged, each with the fix; empty when it can."""
     spec = read_run_json(run_dir)
     exits = {(e["attempt"], e["rank"]): e.get("code") for e in iter_events(run_dir, batches=False)
