@@ -18,9 +18,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from trainwreck.harness.cmd import Command
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
-from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import iter_events
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "trainer" / "frameworks" / "examples" / "ddp_tutorial"
@@ -30,8 +30,8 @@ DEFAULT_CMD = f"{sys.executable} {EXAMPLE / 'multigpu_torchrun.py'} 4 1"
 def landed_at(command: str, step: int, out: Path) -> int | None:
     """The step rank 1 was at when the harness's SIGKILL planned at `step` was sent (None: never fired)."""
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": step}]
-    run_job(JobSpec(config=TrainConfig(), world_sizes=(2, 2), plan=plan, hang_timeout_s=30.0, launcher="cmd",
-                    command=command, run_dir=out, keep=True))
+    run_job(JobSpec(target=Command(command), world_sizes=(2, 2), plan=plan, hang_timeout_s=30.0, run_dir=out,
+                    keep=True))
     for event in iter_events(out, batches=False):
         if event.get("kind") == "fault" and event.get("fault_id") == "k1":
             found = re.search(r"ranks were at steps \{1: (\d+)\}", event.get("detail", ""))

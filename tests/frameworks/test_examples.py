@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.cmd import run_cmd_judged
+from trainwreck.harness.cmd import Command
+from trainwreck.harness.runner import run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.judge import judge
 from trainwreck.invariants.loader import load_history
-from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events
 
@@ -43,14 +43,15 @@ def test_each_public_script_takes_at_most_ten_added_lines_and_the_docs_show_ever
 
 
 def cmd_spec(name: str, out: Path, plan: list[dict[str, Any]]) -> JobSpec:
-    return JobSpec(config=TrainConfig(), world_sizes=(2, 2), plan=plan, hang_timeout_s=30.0, launcher="cmd",
-                   command=f"{sys.executable} {EXAMPLES / RUN[name]}", run_dir=out, keep=True)
+    return JobSpec(target=Command(f"{sys.executable} {EXAMPLES / RUN[name]}"), world_sizes=(2, 2), plan=plan,
+                   hang_timeout_s=30.0, run_dir=out, keep=True)
 
 
 def crash_after_first_save(name: str, out: Path, golden_cache: Path, step: int) -> tuple[Any, list[dict[str, Any]]]:
     """Rank 0 (the saver) killed at the start of update `step`, right after the save of update step-1."""
     plan = [{"id": "k1", "kind": "kill", "rank": 0, "step": step}]
-    judged = run_cmd_judged(cmd_spec(name, out, plan), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(name, out, plan), golden_cache=golden_cache)
+    assert judged.golden_dir.name, judged.judgement.notes  # the golden run itself completed
     golden = judge(load_history(judged.golden_dir), None)
     assert golden.valid is True, golden.to_json()  # the uninterrupted run is itself valid
     events = list(iter_events(judged.record.run_dir))

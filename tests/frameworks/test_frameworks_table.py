@@ -55,7 +55,9 @@ def test_with_the_example_trainers_missing_from_the_install_the_command_exits_2_
                                                                                                capsys):
     monkeypatch.setattr(table, "SCRIPTS", tmp_path / "not-installed")
     args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks="torchrun", scenarios="golden")
-    assert command.main(args) == 2
+    from trainwreck.harness.cli import run_command
+
+    assert run_command("frameworks", command, args) == 2  # the one exit path: the command raises
     err = capsys.readouterr().err
     assert "missing from the installed package" in err and "reinstall" in err
     assert not (tmp_path / "out").exists()
