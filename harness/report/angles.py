@@ -437,7 +437,7 @@ def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
     bad = verdict(name, False)
     if name == "continuity":
         say("cost.continuity.state", "The resumed model is not the one that was saved (weights, optimizer moments or "
-            "schedule differ); training goes on without an error.", bad,
+            "schedule drifted); training goes on without an error.", bad,
             fact("facts.continuity.first_kind", "in", ["restore_digest", "restore_step", "save_digest"]))
         say("cost.continuity.trajectory", "The run's trajectory left the one an uninterrupted run takes: training "
             "goes on without an error, on a model no uninterrupted run would have produced.", bad,

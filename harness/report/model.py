@@ -595,8 +595,9 @@ def headline(report: dict[str, Any], say: Claims | None = None) -> str:
     verdicts = report["verdicts"]
     bad = [n for n, v in verdicts.items() if v.get("valid") is False]
     unsure = [n for n, v in verdicts.items() if v.get("valid") not in (True, False)]
-    say("summary.violated", "violated: {names}", Presume("valid", "==", False), *_each(bad, False),
-        names=", ".join(bad))
+    # "violated: a, b" says the others were not: it presumes every verdict's word, named or not.
+    say("summary.violated", "violated: {names}", Presume("valid", "==", False),
+        *(Presume(f"verdicts.{n}.valid", "==", v.get("valid")) for n, v in verdicts.items()), names=", ".join(bad))
     say("summary.unjudged", "not judged: {names}", Presume("valid", "not in", [True, False]), *_each(unsure, "unknown"),
         names=", ".join(unsure) or "see notes")
     say("summary.all_hold", "all {n} invariants hold", Presume("valid", "==", True), *_each(list(verdicts), True),
