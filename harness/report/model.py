@@ -76,6 +76,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     report["root_cause"] = cause.to_json() if cause is not None else None
     report["scenario"] = _scenario(raw.spec, report.get("reproduce"))
     report["totals"] = _totals(report)
+    report["loss"]["golden"] = _golden_loss(report)
     report["facts"] = build_facts(report, raw)
     say = Claims(report)
     cause_claims(say, report)
@@ -401,6 +402,26 @@ def _loss(raw: RawRun) -> dict[str, Any]:
                 best[step] = (attempt, loss)
     steps = sorted(best)
     return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}
+
+
+def _golden_loss(report: dict[str, Any]) -> dict[str, Any] | None:
+    """Rank 0's loss against the golden run's at the same updates: the final pair and the largest
+    relative gap (what a sentence about "the loss" must say when the run left the golden curve)."""
+    golden = report.get("golden")
+    if not isinstance(golden, str) or not Path(golden).is_dir():
+        return None
+    from trainwreck.harness.report.plots import lineage_losses  # plots imports nothing of the model
+
+    theirs = lineage_losses(Path(golden))
+    ours = dict(zip(report["loss"]["steps"], report["loss"]["values"]))
+    common = sorted(set(ours) & set(theirs))
+    if not common:
+        return None
+    gaps = [((ours[k] - theirs[k]) / max(abs(theirs[k]), 1e-12), k) for k in common]
+    worst = max(gaps, key=lambda g: abs(g[0]))
+    last = common[-1]
+    return {"final_step": last, "final": theirs[last], "final_gap": _round(gaps[-1][0], 4),
+            "max_gap": _round(worst[0], 4), "max_gap_step": worst[1]}
 
 
 MANIFEST_LIMIT = 1 << 20

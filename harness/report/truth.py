@@ -114,3 +114,51 @@ def flip(verdicts: dict[str, Any], name: str) -> dict[str, Any]:
     words = [x.get("valid") for x in data["verdicts"].values()]
     data["valid"] = False if False in words else (True if all(w is True for w in words) else "unknown")
     return data
+
+
+def check_handbook(out: Path) -> list[str]:
+    """Problems with a handbook's page: every sentence it renders is a recorded claim whose presumptions
+    hold against its runs' report.json and verdicts.json and whose quoted fields hold what it quotes,
+    the chapter's text is exactly its rendered sentences, and every run's own report passes check_report."""
+    from trainwreck.harness.report.handbook import sentence_text
+
+    out = Path(out)
+    record = json.loads((out / "handbook.json").read_text())
+    page = (out / "index.html").read_text(encoding="utf-8")
+    reports = {k: json.loads(Path(r["report"]).read_text()) for k, r in record["runs"].items()
+               if Path(r["report"]).is_file()}
+    judged = {k: json.loads((Path(r["run_dir"]) / "verdicts.json").read_text()) for k, r in record["runs"].items()
+              if (Path(r["run_dir"]) / "verdicts.json").is_file()}
+    problems = []
+    for chapter in record["chapters"]:
+        slug, shown = chapter["slug"], []
+        for data in chapter.get("sentences", []):
+            claim = claim_from_json(data)
+            if not claim.rendered:
+                continue
+            shown.append(sentence_text(data))
+            for p in claim.presumes:
+                source = judged.get(p.run) if p.path.startswith("verdicts.") else reports.get(p.run)
+                if not p.holds({p.run: source}):
+                    problems.append(f"{slug}: {claim.key}: presumes {p}, which does not hold")
+            for name, src in claim.sources.items():
+                run, _, path = src.partition(": ")
+                actual = resolve(reports.get(run), path)
+                if actual != claim.facts[name]:
+                    problems.append(f"{slug}: {claim.key}: quotes {name}={claim.facts[name]!r} from {src}, "
+                                    f"which holds {actual!r}")
+        if _flat(" ".join(shown)).replace(" ", "") != _flat(_chapter_prose(page, slug)).replace(" ", ""):
+            problems.append(f"{slug}: the page's text is not exactly its rendered sentences")
+    for key, r in record["runs"].items():
+        if key in judged:
+            problems += [f"run {key}: {p}" for p in check_report(Path(r["run_dir"]))]
+    return problems
+
+
+def _chapter_prose(page: str, slug: str) -> str:
+    """A chapter's paragraphs on the page, as plain text (its plots and its list of runs left out)."""
+    from html import unescape
+
+    found = re.search(rf'<section class="chapter" id="{re.escape(slug)}"><h2>.*?</h2>(.*?)(?:<div class="plots">|'
+                      r"<h3>Runs</h3>)", page, re.S)
+    return unescape(re.sub(r"<[^>]+>", " ", found.group(1))) if found else ""
