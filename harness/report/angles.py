@@ -301,11 +301,13 @@ def _answer_hang(say: Claims, report: dict[str, Any]) -> None:
             say("hang.stacks", "Its stack dumps show {frames}.", frames="; ".join(frames[:4]))
         for j, stack in enumerate(hang["stacks"]):
             if stack.get("in_injector"):
-                say("hang.injector", "Rank {r}'s stack sits in the fault injector's own wait ({frame}): the planned "
-                    "fault holds a rank there at the start of its faulted update until the harness's signal stops "
-                    "it, so that frame is where the fault stopped it, not a bug in training.",
+                say("hang.injector", "Rank {r}'s stack sits inside the fault injector ({frame}): that frame is where "
+                    "the planned fault holds the rank, not a bug in training.",
                     fact(f"{h}.stacks.{j}.in_injector", "==", True), r=F(f"{h}.stacks.{j}.rank"),
                     frame=F(f"{h}.stacks.{j}.frame"))
+                say("hang.gate", "It is the injector's own wait at the start of the faulted update, where a rank "
+                    "gives the harness time to send its signal: the SIGSTOP found it there.",
+                    fact(f"{h}.stacks.{j}.frame", "contains", "_await_harness"))
         if fault and fault["rank"] not in hang["ranks"]:
             say("hang.missed", "It did not name rank {r}, the one the fault hit.", r=fault["rank"])
         elif fault and len(hang["ranks"]) > 1:

@@ -216,9 +216,12 @@ def silent_duplication(ev: Evidence) -> list[Paragraph]:
     gold = ("loss", "golden")
     return [[
         ev.s("Silent duplication: padding uneven shards by repeating ids trains on some samples twice per epoch."),
-        ev.s("Nothing crashes, and the loss still falls, from "
-             f"{ev.q(run, 'loss', 'values', 0)} to {ev.q(run, 'loss', 'final')} (the plot), so no alarm on the loss "
-             "curve would fire.", fact("loss.final", "<", ev.get(run, "loss", "values", 0), run=run)),
+        ev.s("Nothing crashes, and the loss still falls, by "
+             + ev.derive("pad_loss_drop_percent", 100 * (1 - ev.get(run, "loss", "final") / ev.get(run, "loss", "values", 0)),
+                         "100 * (1 - loss.final / loss.values[0])",
+                         {"first": ev.get(run, "loss", "values", 0), "final": ev.get(run, "loss", "final")}, " %")
+             + " from the first update to the last (the plot), so no alarm on the loss curve would fire.",
+             fact("loss.final", "<", ev.get(run, "loss", "values", 0), run=run)),
         ev.s("Yet it is not the uninterrupted run's curve: at update "
              f"{ev.q(run, *gold, 'max_gap_step')} the loss is "
              + ev.derive("pad_loss_gap_percent", 100 * ev.get(run, *gold, "max_gap"), "100 * loss.golden.max_gap",
@@ -276,7 +279,7 @@ def _suspect_stack(ev: Evidence, run: str) -> str:
     where = (f"rank {ev.q(run, 'hangs', 0, 'stacks', i, 'rank')}'s stack at "
              f"{ev.q(run, 'hangs', 0, 'stacks', i, 'frame')}")
     if hang["stacks"][i].get("in_injector"):
-        where += " (the fault injector's own wait, where the planned fault held it until the harness's signal)"
+        where += " (inside the fault injector: where the planned fault holds it, not a bug in training)"
     return where
 
 
@@ -367,8 +370,9 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
              "the gradients. Mixed precision also comes to 16 bytes before activations, split differently: 2 of "
              "bf16 weights, 2 of bf16 gradients, 12 of fp32 master weights and moments."),
         ev.s("An 80 GB device therefore holds at most "
-             + ev.derive("ddp_max_params_80gb", EIGHTY_GB / held, "80e9 / (params + grads + optimizer bytes per param)",
-                         {"bytes_per_param": held}, " parameters")
+             + ev.derive("ddp_max_params_80gb_billions", EIGHTY_GB / held / 1e9,
+                         "80e9 / (params + grads + optimizer bytes per param) / 1e9", {"bytes_per_param": held},
+                         " billion parameters")
              + " under DDP before a single activation; FSDP divides all three by the world size."),
         ev.s(f"The checkpoints agree: the FSDP run's newest one holds {ev.q('wide-fsdp', 'state', 'rank_bytes')} "
              f"bytes per rank against {ev.q('wide-sync', 'state', 'state_bytes')} bytes that every DDP rank holds."),

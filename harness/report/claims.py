@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b, "contains": lambda a, b: b in a,
 }
 MISSING = object()
 

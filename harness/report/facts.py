@@ -36,6 +36,9 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "rejects": rejects(raw),
         "coverage": coverage_facts(verdicts.get("coverage") or {}),
         "continuity": continuity_facts(verdicts.get("continuity") or {}),
+        # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
+        # jobs' judge adds them): copied as they are, so a claim can presume "facts.verdicts.NAME.FIELD".
+        "verdicts": {name: dict(v["facts"]) for name, v in verdicts.items() if isinstance(v.get("facts"), dict)},
     }
 
 

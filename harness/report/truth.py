@@ -81,19 +81,23 @@ def scan_text(text: str, claims: list[Claim], report: dict[str, Any], verdicts: 
     """Sentences of a known claim form in `text` whose presumptions do not hold (a report written by
     any version of the code: the forms are those the current code knows)."""
     rendered = {c.template for c in claims if c.rendered}
+    said = [_flat(c.text) for c in claims if c.rendered]
+    flat = _flat(text)
     out, seen = [], set()
     for claim in claims:
         literal = "".join(part for part in re.split(r"\{[^}]*\}", claim.template))
         if claim.rendered or claim.template in rendered or len(literal) < MIN_LITERAL or claim.template in seen:
             continue
         seen.add(claim.template)
-        found = template_pattern(claim.template).search(_flat(text))
-        if found:
+        for found in template_pattern(claim.template).finditer(flat):
+            if any(found.group(0) in sentence for sentence in said):  # part of a true sentence of another form
+                continue
             failed = [str(p) for p in claim.presumes
                       if not p.holds({None: verdicts if p.path.startswith("verdicts.") else report})]
             if failed:
                 out.append(f"{claim.key}: the text says {found.group(0)[:160]!r} but it presumes "
                            f"{'; '.join(failed)}, which does not hold")
+                break
     return out
 
 

@@ -85,7 +85,8 @@ def test_the_hang_report_flags_no_waiting_rank_as_slowest_and_explains_the_injec
     assert report["hangs"][0]["ranks"] == [1] and report["phases"]["slowest_rank"] is None
     assert "slowest" not in (runs["hang-detect"] / "report" / "report.md").read_text()
     answer = next(a["answer"] for a in report["angles"] if a["topic"] == "hang")
-    assert "Rank 1's stack sits in the fault injector's own wait (faults/inrank.py" in answer
+    assert "Rank 1's stack sits inside the fault injector (faults/inrank.py" in answer
+    assert "the SIGSTOP found it there" in answer
 
 
 def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_gives(runs: dict[str, Path]) -> None:
