@@ -645,6 +645,10 @@ def recovery_claims(say: Claims, report: dict[str, Any]) -> None:
             + (" ({ckpt})" if row["checkpoint"] else " (none)") + "; it redid {n} update(s).",
             a=F(f"{r}.attempt"), t=F(f"{r}.failed_s"), cause=F(f"{r}.cause"), age=F(f"{r}.checkpoint_age_steps"),
             n=F(f"{r}.steps_redone"), **({"ckpt": F(f"{r}.checkpoint")} if row["checkpoint"] else {}))
+        for j, reject in enumerate(report["facts"]["rejects"]):
+            if reject["attempt"] == row["attempt"] + 1:
+                say("recovery.reject", "Attempt {a} rejected {ckpt} on load: {reason}.", a=F(f"facts.rejects.{j}.attempt"),
+                    ckpt=F(f"facts.rejects.{j}.checkpoint"), reason=F(f"facts.rejects.{j}.reason"))
         if row["resumed_after_s"] is not None:
             say("recovery.resumed", "Training ran again {s:.3f} s after that failure, measured from its fault, hang or "
                 "first death.", s=F(f"{r}.resumed_after_s"))

@@ -7,6 +7,7 @@ table, the whole demo, the frameworks table and the handbook are swept by the `s
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,20 @@ def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_give
     report = json.loads((runs["corrupt-newest"] / "report" / "report.json").read_text())
     assert report["facts"]["rejects"][0]["reason"] == "step-00000008/model.pt fails its sha256 check"
     answer = next(a["answer"] for a in report["angles"] if a["topic"] == "silent")
-    assert "Attempt 1 rejected step-00000008 on load: step-00000008/model.pt fails its sha256 check." in answer
+    said = "Attempt 1 rejected step-00000008 on load: step-00000008/model.pt fails its sha256 check."
+    assert said in answer and said in report["recovery_text"]
+
+
+def test_the_readme_counts_the_planted_defects_it_lists() -> None:
+    from trainwreck.harness.defects import DEFECTS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"`trainwreck defects` runs (\d+) deliberately broken variants", readme)
+    assert found and int(found.group(1)) == len(DEFECTS)
+    table = readme[found.end():].split("\n\n| defect |", 1)[1].split("\n\n", 1)[0]
+    listed = {line.split("|")[1].strip().split()[-1].strip("`") if "watchdog" in line else line.split("|")[1].split()[0]
+              for line in table.splitlines()[2:]}
+    assert listed == {d.name for d in DEFECTS}
 
 
 def flipped_copy(run_dir: Path, name: str, dest: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -133,8 +147,12 @@ def test_flipping_each_verdict_turns_the_prose_over_with_it(runs: dict[str, Path
 def test_every_report_of_the_defects_table_and_the_demo_is_true(tmp_path: Path) -> None:
     assert cli(["defects", "--out", str(tmp_path / "defects")]) == 0
     assert cli(["demo", "--out", str(tmp_path / "demo")]) == 0
+    from trainwreck.harness.commands.demo import demo_names
+    from trainwreck.harness.defects import DEFECTS
+
     reports = all_reports(tmp_path)
-    assert len(reports) >= 40
+    assert len([p for p in reports if p.name.startswith("defect-")]) == len(DEFECTS)
+    assert len([p for p in reports if p.parent.name == "runs"]) == len(demo_names())
     bad = {p.name: check_report(p) for p in reports}
     assert {k: v for k, v in bad.items() if v} == {}
 
