@@ -12,6 +12,7 @@ import math
 from typing import Any, Callable
 
 from trainwreck.harness.report.claims import F, Claims, Presume, fact, verdict
+from trainwreck.invariants.verdict import verdict_word
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
 """torch.distributed's default collective timeout for gloo (30 minutes): a configured default, not a measurement."""
@@ -122,8 +123,6 @@ def _but(say: Claims, report: dict[str, Any], *names: str) -> None:
 
 
 def _word(report: dict[str, Any], name: str) -> str:
-    from trainwreck.invariants.verdict import verdict_word
-
     return verdict_word((report["verdicts"].get(name) or {}).get("valid"))
 
 
