@@ -596,8 +596,8 @@ def headline(report: dict[str, Any], say: Claims | None = None) -> str:
     """What happened, in one sentence a reader can say out loud: each part a claim (section "summary")."""
     say = say if say is not None else Claims(report)
     say.section = "summary"
-    fired = [f for f in report["faults"] if not f["repeat"]]
-    say("summary.faults", "{faults}", fact("faults", "!=", []), faults="; ".join(_fault_phrase(f) for f in fired[:3]))
+    fired = [i for i, f in enumerate(report["faults"]) if not f["repeat"]][:3]
+    faults = [_fault_claim(say, i, report["faults"][i]) for i in fired]
     say("summary.no_fault", "no fault fired", fact("faults", "==", []))
     for i, row in enumerate(report["recovery"]):
         restored = row["restored"]
@@ -623,7 +623,10 @@ def headline(report: dict[str, Any], say: Claims | None = None) -> str:
         names=", ".join(unsure) or "see notes")
     say("summary.all_hold", "all {n} invariants hold", Presume("valid", "==", True), *_each(list(verdicts), True),
         n=len(verdicts))
-    story = " → ".join(c.text for c in say.of("summary") if c.rendered) + "."
+    parts = [c.text for c in say.of("summary") if c.rendered and c not in faults]
+    if faults:  # the faults are one part of the story, one claim each
+        parts.insert(0, "; ".join(c.text for c in faults))
+    story = " → ".join(parts) + "."
     cause = report.get("root_cause")
     return f"{_capital(cause['sentence'])}. {story}" if cause else story
 
@@ -658,11 +661,22 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _fault_phrase(fault: dict[str, Any]) -> str:
-    who = f"rank {fault['rank']}" if fault["rank"] is not None else \
-        (f"ranks {', '.join(map(str, fault['ranks']))}" if fault["ranks"] else fault.get("checkpoint") or "the job")
-    what = fault["signal"] or fault["kind"]
-    when = f" in update {fault['in_step']}" if fault["in_step"] else ""
-    if fault["kind"] in SAVE_FAULTS and fault["in_step"]:  # they fire inside the save after the last update
-        when = f" during the save after update {fault['in_step'] - 1}"
-    return f"{what} {who}{when} (attempt {fault['attempt']})"
+def _fault_claim(say: Claims, i: int, fault: dict[str, Any]) -> Any:
+    """One fired fault as the headline says it: what, at whom, in which update, in which attempt."""
+    at = f"faults.{i}"
+    facts: dict[str, Any] = {"what": F(f"{at}.signal") if fault["signal"] else F(f"{at}.kind"),
+                             "a": F(f"{at}.attempt")}
+    if fault["rank"] is not None:
+        who, facts["who"] = "rank {who}", F(f"{at}.rank")
+    elif fault["ranks"]:
+        who, facts["who"] = "ranks {who}", ", ".join(map(str, fault["ranks"]))
+    elif fault.get("checkpoint"):
+        who, facts["who"] = "{who}", F(f"{at}.checkpoint")
+    else:
+        who = "the job"
+    when = ""
+    if fault["in_step"] and fault["kind"] in SAVE_FAULTS:  # they fire inside the save after the last update
+        when, facts["before"] = " during the save after update {before}", fault["in_step"] - 1
+    elif fault["in_step"]:
+        when, facts["step"] = " in update {step}", F(f"{at}.in_step")
+    return say("summary.fault", "{what} " + who + when + " (attempt {a})", **facts)
