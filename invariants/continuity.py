@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import Lineage, resolve_save, walk_lineage
+from trainwreck.invariants.lineage import Lineage, content_of, save_of_restore, walk_lineage
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "continuity"
@@ -62,12 +62,15 @@ def _has_digests(history: History) -> bool:
 def _check_restores(history: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]) -> None:
     for ev in history.of_kind("restore"):
         where = f"attempt {ev['attempt']} rank {ev['rank']} restored {ev['checkpoint']}"
-        save = resolve_save(history, ev["checkpoint"], ev["attempt"])
+        save = save_of_restore(history, ev)
         if save is None:
             unverified.append(f"{where}, which no earlier save committed: no digest to compare")
             continue
+        by_content = content_of(ev) is not None and content_of(ev) == content_of(save)
         if save["step"] != ev["step"]:
-            evidence.add(f"{where} as step {ev['step']}, but it was saved at step {save['step']} (attempt {save['attempt']})")
+            what = (f"but those bytes (content {content_of(save)}) were saved as {save['checkpoint']} at step"
+                    if by_content else "but it was saved at step")
+            evidence.add(f"{where} as step {ev['step']}, {what} {save['step']} (attempt {save['attempt']})")
         if ev.get("digest") is None or save.get("digest") is None:
             unverified.append(f"{where}: restore or save has no digest")
             continue
