@@ -18,6 +18,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from trainwreck.harness.cmdfaults import unapplied
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
@@ -104,7 +105,7 @@ def contract_problems(record: RunRecord) -> list[str]:
 def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
     """The usual judgement, but "unknown" with the reasons when the command broke the contract.
     `golden_dir` None: the run is itself a golden run (nothing to compare with)."""
-    problems = contract_problems(record)
+    problems = contract_problems(record) + [u["reason"] for u in unapplied(record.run_dir) if "reason" in u]
     try:
         judgement = judge(load_history(record.run_dir), load_history(golden_dir) if golden_dir is not None else None)
     except InputError as exc:

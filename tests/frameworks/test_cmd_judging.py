@@ -1,0 +1,71 @@
+"""Judging a user's command right, without running one: the corruption target taken from the
+run's own `save` events, and a corruption that finds nothing to damage judged "unknown"
+with the reason (never invalid). Hand-built run directories, so these are quick."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.invariants.histories import HistoryBuilder
+
+from trainwreck.harness.cmd import judge_cmd_run
+from trainwreck.harness.cmdfaults import UNAPPLIED, corrupt_before
+from trainwreck.harness.restarts import RunRecord
+from trainwreck.invariants.verdict import UNKNOWN
+from trainwreck.trainer.rundir import iter_events
+
+CORRUPT = {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}
+
+
+def killed_after_two_snapshots(run_dir: Path, name: str = "snapshot.pt") -> HistoryBuilder:
+    """Attempt 0 overwrites one checkpoint file after updates 4 and 8, then rank 1 is killed."""
+    b = HistoryBuilder(run_dir, total_steps=12, faults=[CORRUPT], world_sizes=[2])
+    att = b.attempt(2)
+    for step in (4, 8):
+        att.train(step)
+        att.save(step, name=name, content=f"sha-{step}")
+    att.train(9).crash(1)
+    b.spec["world_sizes"] = [2, 2]
+    b.write()
+    return b
+
+
+def record_of(run_dir: Path, status: str = "completed") -> RunRecord:
+    return RunRecord(run_dir=run_dir, status=status, outcome=status, attempts=2, final_step=12, hangs=0, wall_s=0.0)
+
+
+def test_a_corrupt_fault_damages_the_newest_committed_checkpoint_whatever_its_name(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    killed_after_two_snapshots(run_dir)
+    ckpt = run_dir / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "snapshot.pt").write_bytes(b"x" * 64)
+    (ckpt / "old-000099.pt").write_bytes(b"y" * 64)  # a step number in its name, but no save announced it
+    corrupt_before(run_dir, "checkpoints", [CORRUPT], 1)
+    faults = [e for e in iter_events(run_dir) if e["kind"] == "fault"]
+    assert [(f["fault_id"], f["checkpoint"], f["attempt"]) for f in faults] == [("c1", "snapshot.pt", 1)]
+    assert (ckpt / "snapshot.pt").read_bytes() != b"x" * 64
+    assert (ckpt / "old-000099.pt").read_bytes() == b"y" * 64
+    assert not (run_dir / UNAPPLIED).exists()
+
+
+def test_a_corrupt_fault_that_finds_no_checkpoint_makes_the_run_unknown_with_the_reason(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    b = killed_after_two_snapshots(run_dir)
+    # The snapshot lives outside the run directory: nothing the harness may damage.
+    corrupt_before(run_dir, "checkpoints", [CORRUPT], 1)
+    assert not [e for e in iter_events(run_dir) if e["kind"] == "fault"]
+    # The next attempt even replays data (an invalid run): the fault never fired, so the run
+    # tested nothing the plan meant, and it is "unknown" (exit 2), not invalid.
+    att = b.attempt(2, restore="snapshot.pt", restore_step=4, restore_content="sha-8")
+    att.train(12)
+    b.end()
+    b.write()
+    judgement = judge_cmd_run(record_of(run_dir), None)
+    assert judgement.valid == UNKNOWN, judgement.to_json()
+    assert judgement.verdicts["coverage"].valid is False
+    reason = judgement.notes[0]
+    assert reason.startswith("fault c1 found no checkpoint to damage before attempt 1: the newest committed "
+                             "checkpoint 'snapshot.pt' (step 8, attempt 0) is not under"), reason
+    line = json.loads((run_dir / UNAPPLIED).read_text())
+    assert line["fault_id"] == "c1" and line["attempt"] == 1
