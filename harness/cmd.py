@@ -5,20 +5,21 @@ it gets everything the reference trainer gets from harness/supervisor.py: the wa
 restarts on the world-size schedule, external faults at steps, and (through the probe, which
 builds faults/cmdrank.py's hooks from the plan) kill/hang at its fault points and crashes
 inside the framework's own save. This module adds what
-only a foreign command needs: its golden run (cached by the command and the hashes of
-the files it names), corrupting its newest checkpoint between attempts, and the bad-input
+only a foreign command needs: its golden run (cached by the command, the files it names and
+imports, and the installed versions: harness/cmdkey.py), corrupting its newest checkpoint
+between attempts, and the bad-input
 rule: a command that breaks the run format's contract is judged "unknown" with the
 reason, never valid.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
 
 from trainwreck.harness.cmdfaults import unapplied
+from trainwreck.harness.cmdkey import cmd_golden_key, discard
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
@@ -33,23 +34,12 @@ CONTRACT_FIELDS = ("dataset_size", "global_batch", "drop_last", "total_steps")
 """run.json fields only the command knows; its probe writes them (Probe.write_run_json)."""
 
 
-def input_hash(command: str, cwd: Path | None = None) -> str:
-    """The command line plus the bytes of every file it names (the script, a config), so a
-    cached golden run is rebuilt as soon as the user edits their trainer."""
-    h = hashlib.sha256(command.encode())
-    for word in shlex.split(command):
-        path = Path(cwd or Path.cwd()) / word
-        if path.is_file():
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:20]
-
-
-def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None) -> Path:
-    """An uninterrupted run of the same command on the first world size (cached)."""
+def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = False) -> Path:
+    """An uninterrupted run of the same command on the first world size, cached by everything
+    that shapes it (harness/cmdkey.py); `fresh`: rebuilt even when a cached one is intact."""
     cache_dir = cache_dir or default_cache_dir()
-    final = cache_dir / f"cmd-{input_hash(f'{spec.command} @{spec.world_sizes[0]}')}"
-    if _intact(final):
+    final = cache_dir / f"cmd-{cmd_golden_key(spec.command or '', spec.world_sizes[0])}"
+    if not fresh and _intact(final):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(cache_dir)
@@ -61,6 +51,8 @@ def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None) -> Path:
         raise GoldenFailed(f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); "
                            f"see {scratch}/logs")
     _write_manifest(scratch)
+    if fresh:
+        discard(final)
     _publish(scratch, final)
     return final
 
@@ -115,10 +107,10 @@ def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
     return judgement
 
 
-def run_cmd_judged(spec: JobSpec, golden_cache: Path | None = None) -> JudgedRun:
+def run_cmd_judged(spec: JobSpec, golden_cache: Path | None = None, fresh_golden: bool = False) -> JudgedRun:
     """Run a --cmd job, judge it against the command's golden run, write verdicts.json and the report."""
     try:
-        golden_dir = golden_cmd_run(spec, golden_cache)
+        golden_dir = golden_cmd_run(spec, golden_cache, fresh_golden)
     except GoldenFailed as exc:
         golden_dir = None
         reason = str(exc)

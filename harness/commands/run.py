@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
                                       "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+    parser.add_argument("--fresh-golden", action="store_true",
+                        help="--cmd: rebuild the command's golden run even when a cached one matches its key "
+                             "(the command, the files it names and imports, torch and trainwreck versions)")
     parser.add_argument("--ckpt-dir", default="checkpoints",
                         help="--cmd: the command's checkpoint directory, relative to the run directory "
                              "(corrupt faults damage its newest entry; default checkpoints)")
@@ -41,6 +44,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.cmd is not None:
         return main_cmd(args)
+    if getattr(args, "fresh_golden", False):
+        print("trainwreck run: error: --fresh-golden applies to --cmd only: the reference trainer's golden key "
+              "already covers its config and source; leave it out", file=sys.stderr)
+        return 2
     try:
         scenario = build_scenario(args)
         out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -129,6 +136,6 @@ def main_cmd(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, SpecError, OSError) as exc:
         print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
-    judged = run_cmd_judged(spec)
+    judged = run_cmd_judged(spec, fresh_golden=getattr(args, "fresh_golden", False))
     print_result(judged, args.json)
     return judged.exit_code
