@@ -23,7 +23,9 @@ from trainwreck.harness.cmdkey import cmd_golden_key, discard
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
+from trainwreck.harness.report.rootcause import last_exception
 from trainwreck.harness.runner import JudgedRun, publish
+from trainwreck.harness.runner import _root_cause as root_cause_of
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import InputError, Judgement, judge, load_history
@@ -71,6 +73,10 @@ def contract_problems(record: RunRecord) -> list[str]:
                    and e.get("kind") != "fault"]
     if not rank_events:
         codes = {f"a{a}r{r}": c for (a, r), c in sorted(exits.items())}
+        failed = rank_error(run_dir, sorted(exits))
+        if failed is not None:
+            return [f"the command wrote no events: it failed before its probe wrote any (exit codes by attempt "
+                    f"and rank {codes}); rank {failed[1]} of attempt {failed[0]}: {failed[2]} ({failed[3]})"]
         return [f"the command wrote no events (exit codes by attempt and rank {codes}; see {RunDir(run_dir).logs}): "
                 "call trainwreck.trainer.probe.Probe.from_env() in it (docs/FRAMEWORKS.md)"]
     problems = []
@@ -92,6 +98,17 @@ def contract_problems(record: RunRecord) -> list[str]:
         problems.append("the command applied no update (no `step` event): it exited or failed before its "
                         f"first step; see {RunDir(run_dir).logs}")
     return problems
+
+
+def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, str, str] | None:
+    """(attempt, rank, its last exception line, its log relative to the run directory) of the first
+    rank whose log ends in a traceback: the rank's own error, where the command really failed."""
+    for attempt, rank in ranks:
+        path = RunDir(run_dir).rank_log(attempt, rank)
+        line, _ = last_exception(path)
+        if line is not None:
+            return attempt, rank, line, path.relative_to(run_dir).as_posix()
+    return None
 
 
 def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
@@ -120,7 +137,7 @@ def run_cmd_judged(spec: JobSpec, golden_cache: Path | None = None, fresh_golden
         golden_dir = Path("")
     else:
         judgement = judge_cmd_run(record, golden_dir)
-    judged = JudgedRun(record, judgement, golden_dir, reproduce_cmd(spec))
+    judged = JudgedRun(record, judgement, golden_dir, reproduce_cmd(spec), root_cause_of(record.run_dir))
     publish(judged)
     return judged
 

@@ -15,7 +15,7 @@ from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement, judge, load_history
-from trainwreck.invariants.verdict import exit_code, verdict_word
+from trainwreck.invariants.verdict import Validity, Verdict, exit_code, verdict_word
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -36,6 +36,31 @@ class JudgedRun:
         """0 valid, 1 invalid, 2 unknown (the CLI contract)."""
         return exit_code(self.judgement.valid)
 
+    @property
+    def valid(self) -> Validity:
+        """True, False or "unknown": the whole judgement (`assert judged.valid is True`)."""
+        return self.judgement.valid
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        """Invariant name -> Verdict (`judged.verdicts["coverage"].summary`)."""
+        return self.judgement.verdicts
+
+    @property
+    def fired(self) -> list[str]:
+        """The planned faults that fired, from the run's own `fault` events, in order, once each."""
+        from trainwreck.trainer.rundir import iter_events
+
+        ids = [str(e.get("fault_id")) for e in iter_events(self.record.run_dir, batches=False) if e["kind"] == "fault"]
+        return list(dict.fromkeys(ids))
+
+    def assert_valid(self) -> None:
+        """Raise AssertionError with the failure section (verdicts, evidence, run directory,
+        report, reproduce line) unless every invariant held and every planned fault fired."""
+        if self.judgement.valid is not True:
+            raise AssertionError("trainwreck judged the run " + verdict_word(self.judgement.valid) + "\n"
+                                 + failure_section(self))
+
 
 MAX_INLINE_PLAN = 32 * 1024
 """Longest plan put on the reproduce line itself; Linux refuses one argument over 128 KiB
@@ -50,6 +75,24 @@ def verdict_lines(judgement: Judgement) -> list[str]:
         lines.extend(f"{'':<21}{e}" for e in verdict.evidence[:3])
     lines.extend(f"note: {n}" for n in judgement.notes)
     return lines
+
+
+def failure_section(judged: JudgedRun, report: Path | None = None) -> str:
+    """What a failed test prints about one run: the verdicts with their evidence, the root
+    cause when a rank died of its own error, the run directory, the report, the reproduce line."""
+    lines = [f"overall: {verdict_word(judged.judgement.valid)} ({judged.record.outcome} after "
+             f"{judged.record.attempts} attempt(s))"]
+    if judged.root_cause is not None:
+        lines.append(f"root cause: {judged.root_cause.sentence()}")
+    lines += verdict_lines(judged.judgement)
+    if judged.judgement.unfired_faults:
+        lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
+    lines.append(f"run directory: {judged.record.run_dir}")
+    report = report or RunDir(judged.record.run_dir).root / "report" / "report.html"
+    if report.is_file():
+        lines.append(f"report: {report}")
+    lines.append(f"reproduce: {judged.reproduce}")
+    return "\n".join(lines)
 
 
 def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:

@@ -69,3 +69,25 @@ def test_a_corrupt_fault_that_finds_no_checkpoint_makes_the_run_unknown_with_the
                              "checkpoint 'snapshot.pt' (step 8, attempt 0) is not under"), reason
     line = json.loads((run_dir / UNAPPLIED).read_text())
     assert line["fault_id"] == "c1" and line["attempt"] == 1
+
+
+def test_a_command_that_dies_before_its_probe_names_its_own_exception_and_log(tmp_path: Path,
+                                                                               golden_cache: Path) -> None:
+    import sys
+
+    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.spec import JobSpec
+    from trainwreck.trainer.config import TrainConfig
+
+    script = tmp_path / "train.py"
+    script.write_text("raise ValueError('config error: --lr must be positive, got -3')\n")
+    spec = JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=30.0, launcher="cmd",
+                   command=f"{sys.executable} {script}", run_dir=tmp_path / "run", keep=True)
+    judged = run_cmd_judged(spec, golden_cache)
+    assert judged.valid == UNKNOWN and judged.exit_code == 2
+    mine = judged.judgement.notes[-1]  # the golden run's failure first, then this run's own
+    assert "ValueError: config error: --lr must be positive, got -3 (logs/a000-r000.log)" in mine, mine
+    assert "Probe.from_env" not in mine
+    assert judged.root_cause is not None
+    assert judged.root_cause.to_json()["line"] == "ValueError: config error: --lr must be positive, got -3"
+    assert judged.root_cause.to_json()["log"] == "logs/a000-r000.log"
