@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainwreck.harness.cmdfaults import unapplied
 from trainwreck.harness.cmdkey import cmd_golden_key, discard
+from trainwreck.harness.cmdrepeat import check_repeatable, judged_without_golden, nondeterminism
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
@@ -52,6 +53,7 @@ def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = F
     if record.status != "completed" or problems:
         raise GoldenFailed(f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); "
                            f"see {scratch}/logs")
+    check_repeatable(spec, scratch, cache_dir / _build_name(f"{final.name}-repeat"), record.wall_s)
     _write_manifest(scratch)
     if fresh:
         discard(final)
@@ -115,10 +117,14 @@ def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
     """The usual judgement, but "unknown" with the reasons when the command broke the contract.
     `golden_dir` None: the run is itself a golden run (nothing to compare with)."""
     problems = contract_problems(record) + [u["reason"] for u in unapplied(record.run_dir) if "reason" in u]
+    unrepeatable = nondeterminism(golden_dir)
     try:
-        judgement = judge(load_history(record.run_dir), load_history(golden_dir) if golden_dir is not None else None)
+        golden = load_history(golden_dir) if golden_dir is not None and unrepeatable is None else None
+        judgement = judge(load_history(record.run_dir), golden)
     except InputError as exc:
         return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
+    if unrepeatable is not None:
+        judgement = judged_without_golden(judgement, unrepeatable)
     if problems:
         return Judgement(UNKNOWN, judgement.verdicts, judgement.unfired_faults, [*problems, *judgement.notes])
     return judgement

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.invariants.histories import HistoryBuilder
 
 from trainwreck.harness.cmd import judge_cmd_run
@@ -91,3 +93,80 @@ def test_a_command_that_dies_before_its_probe_names_its_own_exception_and_log(tm
     assert judged.root_cause is not None
     assert judged.root_cause.to_json()["line"] == "ValueError: config error: --lr must be positive, got -3"
     assert judged.root_cause.to_json()["log"] == "logs/a000-r000.log"
+
+
+SEEDED = "torch.manual_seed(0)\n"
+
+
+@pytest.mark.slow
+def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one_valid(
+        tmp_path: Path) -> None:
+    import sys
+
+    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.cmdrepeat import REPEAT_FILE
+    from trainwreck.harness.spec import JobSpec
+    from trainwreck.trainer.config import TrainConfig
+
+    source = (Path(__file__).parent / "scripts" / "plain_ddp.py").read_text()
+    assert SEEDED in source
+    verdicts = {}
+    for name, text in (("seeded", source), ("unseeded", source.replace(SEEDED, ""))):
+        script = tmp_path / f"{name}.py"
+        script.write_text(text)
+        spec = JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=30.0, launcher="cmd",
+                       command=f"{sys.executable} {script} --total-steps 6", run_dir=tmp_path / name, keep=True)
+        judged = run_cmd_judged(spec, tmp_path / "cache")
+        repeat = json.loads((judged.golden_dir / REPEAT_FILE).read_text())
+        assert repeat["steps_compared"] >= 2, repeat
+        verdicts[name] = (judged, repeat)
+    seeded, repeat = verdicts["seeded"]
+    assert seeded.valid is True and repeat["first_difference"] is None, seeded.judgement.to_json()
+    unseeded, repeat = verdicts["unseeded"]
+    assert unseeded.valid == UNKNOWN and unseeded.exit_code == 2
+    diff = repeat["first_difference"]
+    assert diff["step"] == 1
+    summary = unseeded.verdicts["continuity"].summary
+    assert summary.startswith(f"the script is not deterministic (step 1 digest {diff['golden']} vs {diff['again']}")
+    assert "seed it: call probe.seed(...)" in summary
+
+
+def golden_with_repeat(root: Path, first_difference: dict[str, object] | None) -> Path:
+    golden = HistoryBuilder(root / "golden", total_steps=12)
+    golden.attempt(2).train(12)
+    golden.end()
+    golden.write()
+    (root / "golden" / "repeat.json").write_text(json.dumps({"steps_compared": 2, "first_difference": first_difference}))
+    return root / "golden"
+
+
+def test_a_golden_run_that_did_not_repeat_makes_continuity_unknown_and_names_probe_seed(tmp_path: Path) -> None:
+    golden = golden_with_repeat(tmp_path, {"step": 1, "golden": "aa11", "again": "bb22"})
+    run_dir = tmp_path / "run"
+    b = HistoryBuilder(run_dir, total_steps=12, world_sizes=[2])
+    b.attempt(2).train(12, digests=lambda k: f"other-{k}")  # differs from golden everywhere: no fault did that
+    b.spec["world_sizes"] = [2]
+    b.end()
+    b.write()
+    judgement = judge_cmd_run(record_of(run_dir), golden)
+    assert judgement.valid == UNKNOWN, judgement.to_json()
+    assert judgement.verdicts["continuity"].summary == (
+        "the script is not deterministic (step 1 digest aa11 vs bb22 in two uninterrupted runs): seed it: call "
+        "probe.seed(...) at the top of the script, before the model and the data are built (docs/FRAMEWORKS.md)")
+    assert judgement.notes[0] == judgement.verdicts["continuity"].summary
+    # The same run against a golden run that did repeat: the difference is the run's own.
+    golden_with_repeat(tmp_path / "repeatable", None)
+    assert judge_cmd_run(record_of(run_dir), tmp_path / "repeatable" / "golden").valid is False
+
+
+def test_an_unrepeatable_golden_run_still_reports_a_restore_that_differs_from_its_save(tmp_path: Path) -> None:
+    golden = golden_with_repeat(tmp_path, {"step": 1, "golden": "aa11", "again": "bb22"})
+    run_dir = tmp_path / "run"
+    b = HistoryBuilder(run_dir, total_steps=12)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.attempt(2, restore="step-00000004", restore_digest="state-3").train(12)
+    b.end()
+    b.write()
+    judgement = judge_cmd_run(record_of(run_dir), golden)
+    assert judgement.valid is False and judgement.verdicts["continuity"].valid is False
+    assert "state-3 != state-4" in judgement.verdicts["continuity"].evidence[0]
