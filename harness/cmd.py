@@ -18,6 +18,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from trainwreck.harness.cmdbatch import batch_change, batch_change_note
 from trainwreck.harness.cmdfaults import unapplied
 from trainwreck.harness.cmdkey import cmd_golden_key, discard
 from trainwreck.harness.cmdrepeat import check_repeatable, judged_without_golden, nondeterminism
@@ -122,7 +123,9 @@ def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
         golden = load_history(golden_dir) if golden_dir is not None and unrepeatable is None else None
         judgement = judge(load_history(record.run_dir), golden)
     except InputError as exc:
-        return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
+        change = batch_change(record.run_dir)
+        facts = [batch_change_note(change)] if change is not None else []
+        return Judgement(UNKNOWN, {}, [], [*facts, f"the command's run cannot be judged: {exc}", *problems])
     if unrepeatable is not None:
         judgement = judged_without_golden(judgement, unrepeatable)
     if problems:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import Lineage, content_of, restore_point, save_of_restore, walk_lineage
+from trainwreck.invariants.lineage import (Lineage, batch_changed, content_of, restore_point, save_of_restore,
+                                           walk_lineage)
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "continuity"
@@ -49,6 +50,9 @@ def check_continuity(history: History, golden: History | None = None) -> Verdict
     if golden is None and restores == 0:
         return Verdict(NAME, True, f"no restore to check: the lineage is one attempt; {counts['saves_checked']} save digest(s) match their steps", counts)
     golden_note = f", {counts['golden_steps_checked']} lineage steps match the golden run" if golden is not None else ""
+    if "global_batch_changed_at_step" in counts:
+        golden_note += (f" up to step {counts['global_batch_changed_at_step']}, where the global batch changed "
+                        f"({counts['global_batch_golden']} -> {counts['global_batch_after_change']})")
     return Verdict(NAME, True, f"{restores} restore digest(s) equal their saves{golden_note}", counts)
 
 
@@ -112,10 +116,16 @@ def _check_golden(
         if ours is None:
             _note(unverified, f"no step event for lineage step {k} (attempt {attempt})")
             continue
+        g_attempt = golden_at.get(k, max(golden_at.values(), default=0))
+        changed = batch_changed(history, attempt, golden, g_attempt)
+        if changed is not None:  # a per-device batch on another world size: steps are other updates
+            counts.setdefault("global_batch_changed_at_step", k)
+            counts.setdefault("global_batch_golden", changed[0])
+            counts.setdefault("global_batch_after_change", changed[1])
+            continue
         if k not in golden_at:
             _note(unverified, f"the golden run has no step {k}")
             continue
-        g_attempt = golden_at[k]
         theirs = golden.step_record(g_attempt, k)
         if theirs is None:
             _note(unverified, f"the golden run has no step event for step {k}")

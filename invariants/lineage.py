@@ -180,3 +180,23 @@ def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
         if outside:
             redo[attempt] = outside
     return redo
+
+
+def attempt_global_batch(history: History, attempt: int) -> int | None:
+    """How many samples one update of the attempt used, all ranks together (at its first update
+    with batch events): a script that sizes its batch per device changes it with the world size."""
+    cache = history.__dict__.setdefault("_global_batch", {})
+    if attempt not in cache:
+        firsts = [log.batch_steps[0] for log in history.ranks_of(attempt) if log.batch_steps]
+        ids = history.global_batch(attempt, min(firsts)) if firsts else None
+        cache[attempt] = len(ids) if ids is not None else None
+    return cache[attempt]
+
+
+def batch_changed(history: History, attempt: int, golden: History, golden_attempt: int) -> tuple[int, int] | None:
+    """(golden's global batch, this attempt's) when they differ; None when equal or unknown. Steps
+    then stop meaning the same updates, so comparisons with the golden run end there."""
+    ours, theirs = attempt_global_batch(history, attempt), attempt_global_batch(golden, golden_attempt)
+    if ours is None or theirs is None or ours == theirs:
+        return None
+    return theirs, ours

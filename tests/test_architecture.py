@@ -27,7 +27,8 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor")),
-    ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd", "harness.cmdkey", "harness.cmdrepeat")),
+    ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd", "harness.cmdkey", "harness.cmdrepeat",
+                       "harness.cmdbatch")),
     ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )

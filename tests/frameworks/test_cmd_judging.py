@@ -170,3 +170,18 @@ def test_an_unrepeatable_golden_run_still_reports_a_restore_that_differs_from_it
     judgement = judge_cmd_run(record_of(run_dir), golden)
     assert judgement.valid is False and judgement.verdicts["continuity"].valid is False
     assert "state-3 != state-4" in judgement.verdicts["continuity"].evidence[0]
+
+
+def test_a_per_device_batch_run_past_total_steps_says_the_global_batch_changed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    b = HistoryBuilder(run_dir, dataset_size=16, global_batch=4, total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)  # 2 ranks x 2 samples: 4 an update
+    # One rank, still 2 samples an update: twice the updates, numbered past total_steps.
+    b.attempt(1, restore="step-00000004").train(12, samples=lambda step, rank: [step % 16, (step + 8) % 16])
+    b.end()
+    b.write()
+    judgement = judge_cmd_run(record_of(run_dir), None)
+    assert judgement.valid == UNKNOWN
+    assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 4 -> 2 samples per "
+                                         "update, with the world size (2 -> 1)"), judgement.notes
+    assert "beyond total_steps=8" in judgement.notes[1]
