@@ -82,8 +82,9 @@ def failure_section(judged: JudgedRun, report: Path | None = None) -> str:
     cause when a rank died of its own error, the run directory, the report, the reproduce line."""
     lines = [f"overall: {verdict_word(judged.judgement.valid)} ({judged.record.outcome} after "
              f"{judged.record.attempts} attempt(s))"]
-    if judged.root_cause is not None:
-        lines.append(f"root cause: {judged.root_cause.sentence()}")
+    cause = getattr(judged, "root_cause", None)  # anything shaped like a JudgedRun may be described
+    if cause is not None:
+        lines.append(f"root cause: {cause.sentence()}")
     lines += verdict_lines(judged.judgement)
     if judged.judgement.unfired_faults:
         lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
