@@ -18,14 +18,13 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from trainwreck.harness.cmdbatch import batch_change, batch_change_note
+from trainwreck.harness.cmdfacts import batch_change, batch_change_note, rank_error
 from trainwreck.harness.cmdfaults import unapplied
 from trainwreck.harness.cmdkey import cmd_golden_key, discard
 from trainwreck.harness.cmdrepeat import check_repeatable, judged_without_golden, nondeterminism
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
     remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.report.rootcause import last_exception
 from trainwreck.harness.runner import JudgedRun, publish
 from trainwreck.harness.runner import _root_cause as root_cause_of
 from trainwreck.harness.spec import JobSpec
@@ -101,17 +100,6 @@ def contract_problems(record: RunRecord) -> list[str]:
         problems.append("the command applied no update (no `step` event): it exited or failed before its "
                         f"first step; see {RunDir(run_dir).logs}")
     return problems
-
-
-def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, str, str] | None:
-    """(attempt, rank, its last exception line, its log relative to the run directory) of the first
-    rank whose log ends in a traceback: the rank's own error, where the command really failed."""
-    for attempt, rank in ranks:
-        path = RunDir(run_dir).rank_log(attempt, rank)
-        line, _ = last_exception(path)
-        if line is not None:
-            return attempt, rank, line, path.relative_to(run_dir).as_posix()
-    return None
 
 
 def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:

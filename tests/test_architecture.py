@@ -28,7 +28,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor")),
     ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd", "harness.cmdkey", "harness.cmdrepeat",
-                       "harness.cmdbatch")),
+                       "harness.cmdfacts")),
     ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )

@@ -1,4 +1,6 @@
-"""The global batch each attempt of a `--cmd` run actually used, from its own `batch` events.
+"""Facts a `--cmd` judgement carries about the command itself, read from its run directory:
+the global batch each attempt actually used (from its own `batch` events), and the rank's own
+error when the command died before its probe wrote anything.
 
 A script that sizes its batch per device (`DataLoader(batch_size=32)` under a
 DistributedSampler) changes its global batch with the world size: 2 ranks x 8 is 16, 1 rank
@@ -13,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.harness.report.rootcause import last_exception
+from trainwreck.trainer.rundir import RunDir, iter_events
 
 
 def global_batches(run_dir: Path) -> dict[int, dict[str, int]]:
@@ -53,3 +56,14 @@ def batch_change_note(change: dict[str, Any]) -> str:
             f"{after}/{before} of the batch it was tuned for (the linear rule would scale it by {after}/{before}); "
             "to judge across the change, keep the global batch fixed (per-device batch = global batch / WORLD_SIZE, "
             "or accumulate gradients)")
+
+
+def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, str, str] | None:
+    """(attempt, rank, its last exception line, its log relative to the run directory) of the first
+    rank whose log ends in a traceback: the rank's own error, where the command really failed."""
+    for attempt, rank in ranks:
+        path = RunDir(run_dir).rank_log(attempt, rank)
+        line, _ = last_exception(path)
+        if line is not None:
+            return attempt, rank, line, path.relative_to(run_dir).as_posix()
+    return None
