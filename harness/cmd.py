@@ -18,7 +18,7 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from trainwreck.harness.cmdfacts import batch_change, batch_change_note, rank_error
+from trainwreck.harness.cmdfacts import judge_across_batch_change, rank_error
 from trainwreck.harness.cmdfaults import unapplied
 from trainwreck.harness.cmdkey import cmd_golden_key, discard
 from trainwreck.harness.cmdrepeat import check_repeatable, judged_without_golden, nondeterminism
@@ -109,11 +109,16 @@ def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
     unrepeatable = nondeterminism(golden_dir)
     try:
         golden = load_history(golden_dir) if golden_dir is not None and unrepeatable is None else None
-        judgement = judge(load_history(record.run_dir), golden)
+        try:
+            judgement = judge(load_history(record.run_dir), golden)
+        except InputError:
+            # A per-device batch resumed on another world size runs past total_steps: judged across the change.
+            across = judge_across_batch_change(record.run_dir, golden)
+            if across is None:
+                raise
+            judgement = across
     except InputError as exc:
-        change = batch_change(record.run_dir)
-        facts = [batch_change_note(change)] if change is not None else []
-        return Judgement(UNKNOWN, {}, [], [*facts, f"the command's run cannot be judged: {exc}", *problems])
+        return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
     if unrepeatable is not None:
         judgement = judged_without_golden(judgement, unrepeatable)
     if problems:

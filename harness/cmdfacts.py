@@ -7,8 +7,9 @@ DistributedSampler) changes its global batch with the world size: 2 ranks x 8 is
 is 8. After such a change the job takes more, smaller updates, numbered past the
 `total_steps` its first attempt announced, and the update at step k is no longer the golden
 run's update k. The checkers compare with the golden run only up to the change (their counts
-say where: `global_batch_changed_at_step`); this module states the change itself as facts, for
-the judgement's notes, when the run cannot even be loaded (steps beyond total_steps).
+say where: `global_batch_changed_at_step`); this module states the change itself as the
+judgement's first note and, where the run's steps went past the total_steps its first attempt
+announced, judges it with the updates it really took.
 """
 from __future__ import annotations
 
@@ -67,3 +68,32 @@ def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, s
         if line is not None:
             return attempt, rank, line, path.relative_to(run_dir).as_posix()
     return None
+
+
+def judge_across_batch_change(run_dir: Path, golden: Any) -> Any | None:
+    """The judgement of a run whose global batch changed and whose steps therefore ran past
+    run.json's total_steps (its first attempt announced them for its own batch): judged on a copy
+    whose total_steps is the run's own last update, so coverage is judged exactly-once across the
+    change and continuity up to it (their counts say where), with the change as the first note.
+    None when the batch never changed: the run is inconsistent for another reason."""
+    import json
+    import shutil
+    import tempfile
+
+    from trainwreck.invariants import Judgement, judge, load_history
+
+    change = batch_change(run_dir)
+    if change is None:
+        return None
+    last = max((ev["step"] for ev in iter_events(run_dir) if isinstance(ev.get("step"), int)), default=0)
+    paths = RunDir(run_dir)
+    with tempfile.TemporaryDirectory(prefix="trainwreck-batch-") as tmp:
+        view = Path(tmp)
+        spec = json.loads(paths.run_json.read_text())
+        announced = spec.get("total_steps", 0)
+        (view / "run.json").write_text(json.dumps({**spec, "total_steps": max(last, announced)}))
+        shutil.copytree(paths.events, view / "events", symlinks=True)
+        judgement = judge(load_history(view), golden)
+    note = (f"{batch_change_note(change)}; judged with the {last} updates the run took instead of the "
+            f"total_steps={announced} its first attempt announced")
+    return Judgement(judgement.valid, judgement.verdicts, judgement.unfired_faults, [note, *judgement.notes])

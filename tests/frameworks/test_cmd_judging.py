@@ -11,8 +11,10 @@ import pytest
 from tests.invariants.histories import HistoryBuilder
 
 from trainwreck.harness.cmd import judge_cmd_run
+from trainwreck.harness.cmdfacts import judge_across_batch_change
 from trainwreck.harness.cmdfaults import UNAPPLIED, corrupt_before
 from trainwreck.harness.restarts import RunRecord
+from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.rundir import iter_events
 
@@ -172,16 +174,33 @@ def test_an_unrepeatable_golden_run_still_reports_a_restore_that_differs_from_it
     assert "state-3 != state-4" in judgement.verdicts["continuity"].evidence[0]
 
 
-def test_a_per_device_batch_run_past_total_steps_says_the_global_batch_changed(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
+def per_device_batch_run(run_dir: Path, samples) -> HistoryBuilder:
     b = HistoryBuilder(run_dir, dataset_size=16, global_batch=4, total_steps=8)
-    b.attempt(2).train(5, save_every=2).crash(1)  # 2 ranks x 2 samples: 4 an update
-    # One rank, still 2 samples an update: twice the updates, numbered past total_steps.
-    b.attempt(1, restore="step-00000004").train(12, samples=lambda step, rank: [step % 16, (step + 8) % 16])
-    b.end()
+    b.attempt(2).train(4, save_every=4).crash(1)  # 2 ranks x 2 samples: 4 an update, 4 updates an epoch
+    # One rank, still 2 samples an update: twice the updates, numbered past total_steps=8.
+    b.attempt(1, restore="step-00000004").train(12, samples=samples, epoch=lambda step: 1 + (step - 5) // 8)
+    b.end(final_step=12)  # the harness's record: the last update the job applied
     b.write()
-    judgement = judge_cmd_run(record_of(run_dir), None)
-    assert judgement.valid == UNKNOWN
+    return b
+
+
+def test_a_per_device_batch_run_past_total_steps_is_judged_across_the_change_and_says_so(tmp_path: Path) -> None:
+    golden = HistoryBuilder(tmp_path / "golden", dataset_size=16, global_batch=4, total_steps=8)
+    golden.attempt(2).train(8)
+    golden.end()
+    order = [(i * 5 + 3) % 16 for i in range(16)]  # epoch 1's order, as the builder's sampler makes it
+    per_device_batch_run(tmp_path / "run", lambda step, rank: order[2 * (step - 5):2 * (step - 4)])
+    judgement = judge_cmd_run(record_of(tmp_path / "run"), None)
     assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 4 -> 2 samples per "
                                          "update, with the world size (2 -> 1)"), judgement.notes
-    assert "beyond total_steps=8" in judgement.notes[1]
+    assert "judged with the 12 updates the run took instead of the total_steps=8" in judgement.notes[0]
+    assert judgement.valid is True, judgement.to_json()  # every id once across the change, the job complete
+    against = judge_across_batch_change(tmp_path / "run", load_history(golden.write()))
+    assert against is not None and against.valid is True, against.to_json()
+    assert against.verdicts["continuity"].counts["global_batch_changed_at_step"] == 5
+
+
+def test_a_per_device_batch_run_that_repeats_samples_across_the_change_is_invalid(tmp_path: Path) -> None:
+    per_device_batch_run(tmp_path / "run", lambda step, rank: [step % 4, (step + 1) % 4])
+    judgement = judge_cmd_run(record_of(tmp_path / "run"), None)
+    assert judgement.valid is False and judgement.verdicts["coverage"].valid is False
