@@ -182,21 +182,26 @@ def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
     return redo
 
 
-def attempt_global_batch(history: History, attempt: int) -> int | None:
-    """How many samples one update of the attempt used, all ranks together (at its first update
-    with batch events): a script that sizes its batch per device changes it with the world size."""
-    cache = history.__dict__.setdefault("_global_batch", {})
+def first_batches(history: History, attempt: int, count: int = 2) -> list[tuple[int, int]]:
+    """(step, samples of that update over all ranks) for the attempt's first `count` updates."""
+    cache = history.__dict__.setdefault("_first_batches", {})
     if attempt not in cache:
-        firsts = [log.batch_steps[0] for log in history.ranks_of(attempt) if log.batch_steps]
-        ids = history.global_batch(attempt, min(firsts)) if firsts else None
-        cache[attempt] = len(ids) if ids is not None else None
+        steps = sorted({k for log in history.ranks_of(attempt) for k in log.batch_steps[:count]})[:count]
+        cache[attempt] = [(k, len(history.global_batch(attempt, k) or [])) for k in steps]
     return cache[attempt]
 
 
 def batch_changed(history: History, attempt: int, golden: History, golden_attempt: int) -> tuple[int, int] | None:
-    """(golden's global batch, this attempt's) when they differ; None when equal or unknown. Steps
-    then stop meaning the same updates, so comparisons with the golden run end there."""
-    ours, theirs = attempt_global_batch(history, attempt), attempt_global_batch(golden, golden_attempt)
-    if ours is None or theirs is None or ours == theirs:
+    """(golden's global batch, this attempt's) when the attempt's differs: a per-device batch on
+    another world size, whose step k is then another update than golden's step k, so comparisons
+    with the golden run end there. None when equal or unknown. Two first updates are compared with
+    golden's updates of the same numbers, both must differ: an epoch's final partial batch is one."""
+    ours, theirs = first_batches(history, attempt), first_batches(golden, golden_attempt)
+    if not ours or not theirs:
         return None
-    return theirs, ours
+    full = max(size for _, size in theirs)
+    for step, size in ours:
+        golden_ids = golden.global_batch(golden_attempt, step)
+        if size == (len(golden_ids) if golden_ids is not None else full):
+            return None
+    return full, max(size for _, size in ours)

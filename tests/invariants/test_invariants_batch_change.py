@@ -74,3 +74,16 @@ def test_a_resume_that_places_itself_with_the_old_batch_loses_samples_across_the
     coverage = check_coverage(history, golden)
     assert coverage.valid is False, coverage
     assert "never used in a completed epoch" in coverage.summary
+
+
+def test_an_attempt_that_resumes_on_an_epochs_partial_batch_is_still_compared_with_golden(builder):
+    # 10 samples in batches of 4 (drop_last false): 4, 4, 2. Resuming at the partial update is no batch change.
+    golden = builder("golden", dataset_size=10, global_batch=4, total_steps=6)
+    golden.attempt(2).train(6)
+    b = builder(dataset_size=10, global_batch=4, total_steps=6)
+    b.attempt(2).train(2, save_every=2).crash(1)
+    b.attempt(2, restore="step-00000002").train(6, digests=lambda k: f"drift-{k}")
+    b.end()
+    continuity = check_continuity(b.load(), golden.load())
+    assert continuity.valid is False and "global_batch_changed_at_step" not in continuity.counts
+    assert continuity.evidence[0].startswith("lineage step 3 (attempt 1): digest drift-3 != golden state-3")
