@@ -172,24 +172,3 @@ def _read(path: Path) -> bytes:
     except OSError:
         return b""
 
-
-def discard(entry: Path) -> None:
-    """Remove a cached golden run (`--fresh-golden`): renamed aside under the cache's lock first,
-    so a concurrent reader never sees half of it, and never followed if it is a link."""
-    import fcntl
-    import shutil
-
-    from trainwreck.harness.golden import _build_name
-
-    if not entry.exists() and not entry.is_symlink():
-        return
-    with open(entry.parent / f".lock-{entry.name}", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not entry.exists() and not entry.is_symlink():
-            return
-        doomed = entry.parent / _build_name(entry.name)
-        os.rename(entry, doomed)
-    if doomed.is_symlink():
-        doomed.unlink()
-    else:
-        shutil.rmtree(doomed, ignore_errors=True)

@@ -6,7 +6,7 @@ at all, and the verdict would blame the checkpoint ("the resumed model is not th
 was saved"). So when a golden run is built, the command runs once more, uninterrupted, and
 is stopped as soon as a rank reports update REPEAT_STEPS: its digests must equal the golden
 run's at every step both reached. The finding is stored beside the golden run
-(`repeat.json`), so it costs one short run per golden key, and `judge_cmd_run` turns a
+(`repeat.json`), so it costs one short run per golden key, and `Command.judge` turns a
 difference into "unknown: the script is not deterministic (step 1 digest A vs B): seed it".
 
 Why a prefix and not a second whole golden run: the steps that matter are the first (an
@@ -16,14 +16,9 @@ updates instead of the whole job (measured in docs/FRAMEWORKS.md).
 from __future__ import annotations
 
 import json
-import shutil
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Verdict, compose
 from trainwreck.trainer.rundir import iter_events
@@ -31,7 +26,8 @@ from trainwreck.trainer.rundir import iter_events
 REPEAT_STEPS = 2
 """Updates the second run must reach before it is stopped."""
 REPEAT_FILE = "repeat.json"
-STOP_ID = "repeat-stop"
+REPEAT_STOP = {"id": "repeat-stop", "kind": "signal", "signal": "SIGKILL", "rank": 0, "step": REPEAT_STEPS + 1}
+"""The repeat run's only fault: it ends it (harness/golden.py runs it; Command.repeat_spec plans it)."""
 
 
 def step_digests(run_dir: Path) -> dict[int, str]:
@@ -46,21 +42,13 @@ def step_digests(run_dir: Path) -> dict[int, str]:
     return {k: d for k, (_, d) in best.items()}
 
 
-def check_repeatable(spec: JobSpec, golden_dir: Path, scratch: Path, golden_s: float) -> dict[str, Any]:
-    """Run the command again (stopped after REPEAT_STEPS updates) and write golden_dir/repeat.json:
-    the steps compared and the first whose digest differs, if any."""
-    stop = {"id": STOP_ID, "kind": "signal", "signal": "SIGKILL", "rank": 0, "step": REPEAT_STEPS + 1}
-    started = time.monotonic()
-    try:
-        run_job(replace(spec, plan=[stop], world_sizes=spec.world_sizes[:1], run_dir=scratch, keep=True,
-                        max_restarts=0, scenario=None))
-        again = step_digests(scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    golden = step_digests(golden_dir)
+def record_repeat(golden_dir: Path, repeat_dir: Path, golden_s: float, repeat_s: float) -> dict[str, Any]:
+    """Compare the repeat run's digests with the golden run's at every step both reached and write
+    golden_dir/repeat.json: the steps compared and the first whose digest differs, if any."""
+    golden, again = step_digests(golden_dir), step_digests(repeat_dir)
     common = sorted(set(golden) & set(again))
     first = next((k for k in common if golden[k] != again[k]), None)
-    finding: dict[str, Any] = {"steps_compared": len(common), "repeat_s": round(time.monotonic() - started, 3),
+    finding: dict[str, Any] = {"steps_compared": len(common), "repeat_s": round(repeat_s, 3),
                                "golden_s": round(golden_s, 3), "first_difference": None}
     if first is not None:
         finding["first_difference"] = {"step": first, "golden": golden[first], "again": again[first]}

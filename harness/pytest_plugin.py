@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, get_launcher, launcher_names
 from trainwreck.trainer.config import backend_fields
 
 # ----- options: names as constants, resolution in one place ---------------------------------
@@ -68,7 +69,8 @@ class Option:
 
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(BACKEND, "gloo", "process-group backend of scenario runs (nccl needs CUDA)", ("gloo", "nccl", "auto")),
-    Option(LAUNCHER, "warm", "how ranks start: warm (fork server), spawn or torchrun", ("warm", "spawn", "torchrun")),
+    Option(LAUNCHER, DEFAULT_LAUNCHER, "how ranks start: " + ", ".join(launcher_names(REFERENCE)),
+           launcher_names(REFERENCE)),
     Option(KEEP_RUNS, "failed", "which run directories outlive their test: failed, all or none", KEEP_POLICIES),
     Option(CHAOS_EXAMPLES, "", "Hypothesis examples per chaos property (default: the profile's)"),
     Option(CHAOS_BUDGET, "", "wall-clock budget of one chaos property, e.g. 90s, 10m, 1h (default: none)"),
@@ -322,7 +324,7 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
     from trainwreck.harness.scenarios import Scenario, get_scenario
 
     settings = trainwreck_settings
-    if settings.launcher == "warm":
+    if get_launcher(settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
     if settings.backend == "nccl" and cuda_device_count() == 0:
         pytest.skip("backend nccl needs CUDA; none is available")
@@ -332,8 +334,8 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         base = get_scenario(scenario) if isinstance(scenario, str) else scenario
         base = replace(base, **changes)
         base = replace(base, config=apply_backend(dict(base.config), settings.backend))
-        if settings.launcher == "torchrun" and len(set(base.world_sizes)) > 1:
-            pytest.skip(f"{base.name}: torchrun restarts with a fixed world size, this scenario changes it")
+        if get_launcher(settings.launcher).fixed_world_size and len(set(base.world_sizes)) > 1:
+            pytest.skip(f"{base.name}: {settings.launcher} restarts with a fixed world size, this scenario changes it")
         out = tmp_path / f"{base.name}-{len(run_dirs)}"
         run_dirs.append(out)
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
@@ -357,9 +359,9 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
     import shlex
 
     from trainwreck.faults.plan import PlanError
-    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.cmd import Command
+    from trainwreck.harness.runner import run_judged
     from trainwreck.harness.spec import JobSpec, SpecError
-    from trainwreck.trainer.config import TrainConfig
 
     settings = trainwreck_settings
     run_dirs: list[Path] = []
@@ -374,13 +376,12 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
         out = tmp_path / f"cmd-{len(run_dirs)}"
         run_dirs.append(out)
         try:
-            spec = JobSpec(config=TrainConfig(), world_sizes=tuple(world_sizes or settings.world_sizes),
-                           plan=[dict(f) for f in plan or []],
-                           hang_timeout_s=hang_timeout_s or settings.hang_timeout_s, launcher="cmd",
-                           command=command, ckpt_dir=ckpt_dir, run_dir=out, keep=True)
+            spec = JobSpec(target=Command(command, ckpt_dir), world_sizes=tuple(world_sizes or settings.world_sizes),
+                           plan=[dict(f) for f in plan or []], hang_timeout_s=hang_timeout_s or settings.hang_timeout_s,
+                           run_dir=out, keep=True)
         except (PlanError, SpecError, ValueError) as exc:
             pytest.fail(f"run_command(): {exc}", pytrace=False)
-        judged = run_cmd_judged(spec, golden_cache, fresh_golden)
+        judged = run_judged(spec, golden_cache=golden_cache, fresh_golden=fresh_golden)
         record_run(request, judged)
         return judged
 
@@ -419,7 +420,7 @@ class Chaos:
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
           golden_cache: Path) -> Iterator[Chaos]:
-    if trainwreck_settings.launcher == "warm":
+    if get_launcher(trainwreck_settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
     if trainwreck_settings.backend == "nccl" and cuda_device_count() == 0:
         pytest.skip("backend nccl needs CUDA; none is available")

@@ -84,20 +84,20 @@ def test_fresh_golden_without_cmd_exits_2_with_the_reason(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_fresh_golden_rebuilds_an_intact_cached_golden_run(tmp_path: Path) -> None:
-    from trainwreck.harness.cmd import golden_cmd_run
+    from trainwreck.harness.cmd import Command
+    from trainwreck.harness.golden import golden_for
     from trainwreck.harness.spec import JobSpec
-    from trainwreck.trainer.config import TrainConfig
     from trainwreck.trainer.rundir import iter_events
 
     script = Path(__file__).parent / "scripts" / "plain_ddp.py"
-    spec = JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=30.0, launcher="cmd",
-                   command=f"{PYTHON} {script} --total-steps 3", run_dir=tmp_path / "run", keep=True)
+    spec = JobSpec(target=Command(f"{PYTHON} {script} --total-steps 3"), world_sizes=(2,), hang_timeout_s=30.0,
+                   run_dir=tmp_path / "run", keep=True)
 
     def pids(run_dir: Path) -> set[int]:
         return {e["pid"] for e in iter_events(run_dir) if e["kind"] == "start"}
 
-    first = golden_cmd_run(spec, tmp_path / "cache")
+    first = golden_for(spec, tmp_path / "cache")
     before = pids(first)
-    assert golden_cmd_run(spec, tmp_path / "cache") == first and pids(first) == before  # cached
-    again = golden_cmd_run(spec, tmp_path / "cache", fresh=True)
+    assert golden_for(spec, tmp_path / "cache") == first and pids(first) == before  # cached
+    again = golden_for(spec, tmp_path / "cache", fresh=True)
     assert again == first and pids(again).isdisjoint(before)  # the same key, a new run

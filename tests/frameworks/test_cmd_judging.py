@@ -10,10 +10,9 @@ import pytest
 
 from tests.invariants.histories import HistoryBuilder
 
-from trainwreck.harness.cmd import judge_cmd_run
+from trainwreck.harness.cmd import Command
 from trainwreck.harness.cmdfacts import judge_across_batch_change
 from trainwreck.harness.cmdfaults import UNAPPLIED, corrupt_before
-from trainwreck.harness.restarts import RunRecord
 from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.rundir import iter_events
@@ -32,10 +31,6 @@ def killed_after_two_snapshots(run_dir: Path, name: str = "snapshot.pt") -> Hist
     b.spec["world_sizes"] = [2, 2]
     b.write()
     return b
-
-
-def record_of(run_dir: Path, status: str = "completed") -> RunRecord:
-    return RunRecord(run_dir=run_dir, status=status, outcome=status, attempts=2, final_step=12, hangs=0, wall_s=0.0)
 
 
 def test_a_corrupt_fault_damages_the_newest_committed_checkpoint_whatever_its_name(tmp_path: Path) -> None:
@@ -65,7 +60,7 @@ def test_a_corrupt_fault_that_finds_no_checkpoint_makes_the_run_unknown_with_the
     att.train(12)
     b.end()
     b.write()
-    judgement = judge_cmd_run(record_of(run_dir), None)
+    judgement = Command('python train.py').judge(run_dir, None)
     assert judgement.valid == UNKNOWN, judgement.to_json()
     assert judgement.verdicts["coverage"].valid is False
     reason = judgement.notes[0]
@@ -79,15 +74,14 @@ def test_a_command_that_dies_before_its_probe_names_its_own_exception_and_log(tm
                                                                                golden_cache: Path) -> None:
     import sys
 
-    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.runner import run_judged
     from trainwreck.harness.spec import JobSpec
-    from trainwreck.trainer.config import TrainConfig
 
     script = tmp_path / "train.py"
     script.write_text("raise ValueError('config error: --lr must be positive, got -3')\n")
-    spec = JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=30.0, launcher="cmd",
-                   command=f"{sys.executable} {script}", run_dir=tmp_path / "run", keep=True)
-    judged = run_cmd_judged(spec, golden_cache)
+    spec = JobSpec(target=Command(f"{sys.executable} {script}"), world_sizes=(2,), hang_timeout_s=30.0,
+                   run_dir=tmp_path / "run", keep=True)
+    judged = run_judged(spec, golden_cache=golden_cache)
     assert judged.valid == UNKNOWN and judged.exit_code == 2
     mine = judged.judgement.notes[-1]  # the golden run's failure first, then this run's own
     assert "ValueError: config error: --lr must be positive, got -3 (logs/a000-r000.log)" in mine, mine
@@ -105,10 +99,9 @@ def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one
         tmp_path: Path) -> None:
     import sys
 
-    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.runner import run_judged
     from trainwreck.harness.cmdrepeat import REPEAT_FILE
     from trainwreck.harness.spec import JobSpec
-    from trainwreck.trainer.config import TrainConfig
 
     source = (Path(__file__).parent / "scripts" / "plain_ddp.py").read_text()
     assert SEEDED in source
@@ -116,9 +109,9 @@ def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one
     for name, text in (("seeded", source), ("unseeded", source.replace(SEEDED, ""))):
         script = tmp_path / f"{name}.py"
         script.write_text(text)
-        spec = JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=30.0, launcher="cmd",
-                       command=f"{sys.executable} {script} --total-steps 6", run_dir=tmp_path / name, keep=True)
-        judged = run_cmd_judged(spec, tmp_path / "cache")
+        spec = JobSpec(target=Command(f"{sys.executable} {script} --total-steps 6"), world_sizes=(2,),
+                       hang_timeout_s=30.0, run_dir=tmp_path / name, keep=True)
+        judged = run_judged(spec, golden_cache=tmp_path / "cache")
         repeat = json.loads((judged.golden_dir / REPEAT_FILE).read_text())
         assert repeat["steps_compared"] >= 2, repeat
         verdicts[name] = (judged, repeat)
@@ -150,7 +143,7 @@ def test_a_golden_run_that_did_not_repeat_makes_continuity_unknown_and_names_pro
     b.spec["world_sizes"] = [2]
     b.end()
     b.write()
-    judgement = judge_cmd_run(record_of(run_dir), golden)
+    judgement = Command('python train.py').judge(run_dir, golden)
     assert judgement.valid == UNKNOWN, judgement.to_json()
     assert judgement.verdicts["continuity"].summary == (
         "the script is not deterministic (step 1 digest aa11 vs bb22 in two uninterrupted runs): seed it: call "
@@ -158,7 +151,7 @@ def test_a_golden_run_that_did_not_repeat_makes_continuity_unknown_and_names_pro
     assert judgement.notes[0] == judgement.verdicts["continuity"].summary
     # The same run against a golden run that did repeat: the difference is the run's own.
     golden_with_repeat(tmp_path / "repeatable", None)
-    assert judge_cmd_run(record_of(run_dir), tmp_path / "repeatable" / "golden").valid is False
+    assert Command('python train.py').judge(run_dir, tmp_path / "repeatable" / "golden").valid is False
 
 
 def test_an_unrepeatable_golden_run_still_reports_a_restore_that_differs_from_its_save(tmp_path: Path) -> None:
@@ -169,7 +162,7 @@ def test_an_unrepeatable_golden_run_still_reports_a_restore_that_differs_from_it
     b.attempt(2, restore="step-00000004", restore_digest="state-3").train(12)
     b.end()
     b.write()
-    judgement = judge_cmd_run(record_of(run_dir), golden)
+    judgement = Command('python train.py').judge(run_dir, golden)
     assert judgement.valid is False and judgement.verdicts["continuity"].valid is False
     assert "state-3 != state-4" in judgement.verdicts["continuity"].evidence[0]
 
@@ -190,7 +183,7 @@ def test_a_per_device_batch_run_past_total_steps_is_judged_across_the_change_and
     golden.end()
     order = [(i * 5 + 3) % 16 for i in range(16)]  # epoch 1's order, as the builder's sampler makes it
     per_device_batch_run(tmp_path / "run", lambda step, rank: order[2 * (step - 5):2 * (step - 4)])
-    judgement = judge_cmd_run(record_of(tmp_path / "run"), None)
+    judgement = Command('python train.py').judge(tmp_path / "run", None)
     assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 4 -> 2 samples per "
                                          "update, with the world size (2 -> 1)"), judgement.notes
     assert "judged with the 12 updates the run took instead of the total_steps=8" in judgement.notes[0]
@@ -202,5 +195,5 @@ def test_a_per_device_batch_run_past_total_steps_is_judged_across_the_change_and
 
 def test_a_per_device_batch_run_that_repeats_samples_across_the_change_is_invalid(tmp_path: Path) -> None:
     per_device_batch_run(tmp_path / "run", lambda step, rank: [step % 4, (step + 1) % 4])
-    judgement = judge_cmd_run(record_of(tmp_path / "run"), None)
+    judgement = Command('python train.py').judge(tmp_path / "run", None)
     assert judgement.valid is False and judgement.verdicts["coverage"].valid is False
