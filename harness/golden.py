@@ -2,7 +2,8 @@
 
 The job's target (harness/targets.py) names the entry and builds the uninterrupted job:
 for the reference trainer the key covers the trainer config, the world size and the
-trainer's source code; for a user's command, the command line and the files it names. So
+trainer's source code; for a user's command, the command line, the files it names and
+imports, and the installed versions (harness/cmdkey.py). So
 a cached golden run is reused across scenarios, test sessions and CLI calls, and is
 recomputed as soon as anything that could change its digests changes.
 """
