@@ -288,7 +288,7 @@ def swept_save_step(golden_dir: Path) -> int:
 
 def command_framework(command: str) -> Framework:
     """A user's own command as a one-row framework of the table (`trainwreck sweep --cmd`)."""
-    return Framework("cmd", "torch", None, script="", argv=tuple(shlex.split(command)), save_step=0)
+    return Framework("command", "torch", None, script="", argv=tuple(shlex.split(command)), save_step=0)
 
 
 def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_launcher,

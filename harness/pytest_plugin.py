@@ -35,7 +35,7 @@ KEEP_RUNS = "keep_runs"
 CHAOS_EXAMPLES = "chaos_examples"
 CHAOS_BUDGET = "chaos_budget"
 CHAOS_PROFILE = "chaos_profile"
-CMD = "cmd"
+COMMAND = "command"
 WORLD_SIZES = "world_sizes"
 HANG_TIMEOUT = "hang_timeout"
 
@@ -76,7 +76,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(CHAOS_BUDGET, "", "wall-clock budget of one chaos property, e.g. 90s, 10m, 1h (default: none)"),
     Option(CHAOS_PROFILE, "ci", "chaos Hypothesis profile: ci (small, derandomised) or nightly (large, "
                                 "with a database in .hypothesis/)", ("ci", "nightly")),
-    Option(CMD, "", "your training command for run_command() called without one, e.g. 'python train.py'"),
+    Option(COMMAND, "", "your training command for run_command() called without one, e.g. 'python train.py'"),
     Option(WORLD_SIZES, "2", "run_command(): world size per attempt, e.g. 2,1 (the last repeats)"),
     Option(HANG_TIMEOUT, "30", "run_command(): seconds without progress before a hang is declared"),
 )}
@@ -114,7 +114,7 @@ class Settings:
     chaos_examples: int | None
     chaos_budget_s: float | None
     chaos_profile: str
-    cmd: str = ""
+    command: str = ""
     world_sizes: tuple[int, ...] = (2,)
     hang_timeout_s: float = 30.0
     sources: dict[str, str] = field(default_factory=dict, compare=False)
@@ -138,7 +138,7 @@ def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Sett
             raise pytest.UsageError(f"trainwreck option chaos_budget (from {sources[CHAOS_BUDGET]}): {exc}") from None
     return Settings(backend=values[BACKEND], launcher=values[LAUNCHER], keep_runs=values[KEEP_RUNS],
                     chaos_examples=int(examples) if examples else None, chaos_budget_s=budget_s,
-                    chaos_profile=values[CHAOS_PROFILE], cmd=values[CMD],
+                    chaos_profile=values[CHAOS_PROFILE], command=values[COMMAND],
                     world_sizes=_world_sizes(values[WORLD_SIZES], sources[WORLD_SIZES]),
                     hang_timeout_s=_seconds(values[HANG_TIMEOUT], sources[HANG_TIMEOUT]), sources=sources)
 
@@ -177,7 +177,7 @@ MARKERS = (
     "gpu(devices=1): needs that many CUDA devices (skipped without them)",
     "chaos: property-based chaos (deselected by default; run with -m chaos)",
     "slow: heavier than the default run (deselected by default; run with -m slow)",
-    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*, cmd, world_sizes, "
+    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*, command, world_sizes, "
     "hang_timeout) for one test",
 )
 
@@ -354,7 +354,7 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
     """run_command(argv=None, *, plan=None, world_sizes=None, hang_timeout_s=None, ckpt_dir="checkpoints",
     fresh_golden=False) -> JudgedRun: your own training command (it calls the probe), one process per
     rank under the harness with `plan`'s faults, judged against its own cached golden run, exactly as
-    `trainwreck run --cmd` does. argv: a list or a command line; None: the `cmd` option. world_sizes
+    `trainwreck run --cmd` does. argv: a list or a command line; None: the `command` option. world_sizes
     and hang_timeout_s default to the options (marker > CLI > env > ini > default)."""
     import shlex
 
@@ -369,10 +369,10 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
     def run(argv: str | list[Any] | tuple[Any, ...] | None = None, *, plan: list[dict[str, Any]] | None = None,
             world_sizes: tuple[int, ...] | list[int] | None = None, hang_timeout_s: float | None = None,
             ckpt_dir: str = "checkpoints", fresh_golden: bool = False) -> Any:
-        command = argv if isinstance(argv, str) else shlex.join(map(str, argv)) if argv else settings.cmd
+        command = argv if isinstance(argv, str) else shlex.join(map(str, argv)) if argv else settings.command
         if not command:
             pytest.fail("run_command() needs your training command: pass it (run_command([sys.executable, "
-                        "'train.py']) or set the trainwreck option cmd (ini trainwreck_cmd)", pytrace=False)
+                        "'train.py']) or set the trainwreck option command (ini trainwreck_command)", pytrace=False)
         out = tmp_path / f"cmd-{len(run_dirs)}"
         run_dirs.append(out)
         try:

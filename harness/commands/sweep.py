@@ -93,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
     from trainwreck.trainer.entry import trainer_class
 
     dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
-    if getattr(args, "cmd", None) is not None:
+    if args.cmd is not None:
         return command_main(args)
     if args.writer in FRAMEWORKS and not args.power_loss:
         return framework_main(args)
@@ -149,8 +149,7 @@ def command_main(args: argparse.Namespace) -> int:
     if refused or not args.cmd.strip():
         what = (f"{refused[0]} does not apply to --cmd: the command's own save is crashed at every file operation "
                 "its golden run recorded; leave it out") if refused else "--cmd is empty; give e.g. --cmd 'python train.py'"
-        print(f"trainwreck sweep: error: {what}", file=sys.stderr)
-        return 2
+        raise InputError(what)
     out = args.out or Path("trainwreck-out") / f"sweep-cmd-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
 

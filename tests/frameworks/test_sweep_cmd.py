@@ -39,5 +39,5 @@ def test_sweep_cmd_crashes_the_plain_scripts_own_save_at_every_recorded_operatio
     for row in points:
         assert row.fired == (f"crash-{row.scenario.removeprefix(EVERY_OP + '-')}",), row  # the run's own events
         assert row.valid is True, row
-    verdicts = json.loads((tmp_path / "out" / "cmd-golden" / "verdicts.json").read_text())
+    verdicts = json.loads((tmp_path / "out" / "command-golden" / "verdicts.json").read_text())
     assert verdicts["reproduce"].startswith("trainwreck run --cmd")
