@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -102,6 +102,9 @@ class Framework:
     newest: str = "newest"
     """What corrupt-newest damages: "newest" (the checkpoint with the highest step in its name) or a
     name in the checkpoint folder (Lightning's last.ckpt has no step in its name)."""
+    argv: tuple[str, ...] = ()
+    """A user's own command (`trainwreck sweep --cmd`), run as it is; save_step 0: the golden run's
+    second recorded save (its first when it has one), as the user's save schedule is the script's."""
 
     @property
     def install(self) -> str:
@@ -111,6 +114,8 @@ class Framework:
         return importlib.util.find_spec(self.module) is not None
 
     def command(self) -> tuple[str, ...]:
+        if self.argv:
+            return self.argv
         return (sys.executable, str(SCRIPTS / self.script), "--steps", str(STEPS), "--global-batch",
                 str(GLOBAL_BATCH), *self.args)
 
@@ -258,12 +263,40 @@ def _framework_rows(fw: Framework, out_dir: Path, launcher: Launcher, wanted: li
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
         rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, launcher)))
     if EVERY_OP in wanted:
+        if not fw.save_step:
+            fw = replace(fw, save_step=swept_save_step(out_dir / f"{fw.name}-golden"))
         ops = recorded_ops(out_dir / f"{fw.name}-golden", fw.save_step)
         if not ops:
+            where = f"at step {fw.save_step}" if fw.save_step else "at all"
             rows.append(_tell(progress, Row(fw.name, EVERY_OP, UNKNOWN,
-                                            reason=f"the golden run recorded no save at step {fw.save_step}")))
+                                            reason=f"the golden run recorded no save {where}: wrap the script's "
+                                                   "save in `with probe.saving(step, checkpoint_dir):` so its file "
+                                                   "operations are recorded (docs/FRAMEWORKS.md)")))
         rows += [_tell(progress, run_one(j, out_dir, launcher)) for j in crash_every_op_jobs(fw, ops)]
     return rows
+
+
+def swept_save_step(golden_dir: Path) -> int:
+    """The save a user command's sweep crashes: the golden run's second recorded save of rank 0 (a
+    crash there has an earlier checkpoint to fall back to), its first when it made one; 0: none."""
+    from trainwreck.trainer.rundir import iter_events
+
+    steps = sorted({e["step"] for e in iter_events(golden_dir) if e["kind"] == "save_ops" and e.get("rank") == 0
+                    and isinstance(e.get("step"), int)}) if golden_dir.is_dir() else []
+    return steps[1] if len(steps) > 1 else (steps[0] if steps else 0)
+
+
+def command_framework(command: str) -> Framework:
+    """A user's own command as a one-row framework of the table (`trainwreck sweep --cmd`)."""
+    return Framework("command", "torch", None, script="", argv=tuple(shlex.split(command)), save_step=0)
+
+
+def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_launcher,
+                      progress: Callable[[Row], None] | None = None) -> list[Row]:
+    """A crash at every file operation of the command's own save, as the table's crash-every-op
+    rows do for a built-in framework (one code path): its golden row first, which records the
+    saves, then one judged run per crash point."""
+    return _framework_rows(command_framework(command), out_dir, launcher, [EVERY_OP], progress)
 
 
 def _tell(progress: Callable[[Row], None] | None, row: Row) -> Row:

@@ -27,6 +27,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.cmdfaults",
                 "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.targets", "harness.cmd",
+                   "harness.cmdkey", "harness.cmdrepeat", "harness.cmdfacts",
                    "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor")),
     ("run-and-judge", ("harness.golden", "harness.runner")),
     ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
