@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainwreck.harness.cmdkey import cmd_golden_key, command_sources
+from trainwreck.trainer.frameworks import EXAMPLES
 
 PYTHON = sys.executable
 
@@ -89,7 +90,7 @@ def test_fresh_golden_rebuilds_an_intact_cached_golden_run(tmp_path: Path) -> No
     from trainwreck.harness.spec import JobSpec
     from trainwreck.trainer.rundir import iter_events
 
-    script = Path(__file__).parent / "scripts" / "plain_ddp.py"
+    script = EXAMPLES / "plain_ddp.py"
     spec = JobSpec(target=Command(f"{PYTHON} {script} --total-steps 3"), world_sizes=(2,), hang_timeout_s=30.0,
                    run_dir=tmp_path / "run", keep=True)
 

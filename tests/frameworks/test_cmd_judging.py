@@ -16,6 +16,7 @@ from trainwreck.harness.cmdfaults import UNAPPLIED, corrupt_before
 from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.rundir import iter_events
+from trainwreck.trainer.frameworks import EXAMPLES
 
 CORRUPT = {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}
 
@@ -103,7 +104,7 @@ def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one
     from trainwreck.harness.cmdrepeat import REPEAT_FILE
     from trainwreck.harness.spec import JobSpec
 
-    source = (Path(__file__).parent / "scripts" / "plain_ddp.py").read_text()
+    source = (EXAMPLES / "plain_ddp.py").read_text()
     assert SEEDED in source
     verdicts = {}
     for name, text in (("seeded", source), ("unseeded", source.replace(SEEDED, ""))):

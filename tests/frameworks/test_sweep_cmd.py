@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from trainwreck.harness.frameworks import EVERY_OP, command_framework, run_command_sweep
+from trainwreck.trainer.frameworks import EXAMPLES
 
-PLAIN = Path(__file__).parent / "scripts" / "plain_ddp.py"
+PLAIN = EXAMPLES / "plain_ddp.py"
 
 
 def test_a_command_becomes_a_framework_that_runs_as_given() -> None:

@@ -19,9 +19,10 @@ from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.runner import JudgedRun
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import Verdict
+from trainwreck.trainer.frameworks import EXAMPLES
 
 DOC = Path(__file__).parents[2] / "docs" / "TESTING.md"
-SCRIPT = Path(__file__).parent / "scripts" / "plain_ddp.py"
+SCRIPT = EXAMPLES / "plain_ddp.py"
 RESTORES_OPTIMIZER = 'model.load_state_dict(state["model"]), opt.load_state_dict(state["opt"])'
 
 
