@@ -26,7 +26,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.cmdfaults",
                 "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
-                   "harness.restarts", "harness.torchrun", "harness.supervisor")),
+                   "harness.restarts", "harness.torchrun", "harness.supervisor", "harness.replicas")),
     ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),
     ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
@@ -46,6 +46,8 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.hf": {"transformers"},
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},
+    "trainer.frameworks.torchft_adapter": {"torchft"},
+    "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},  # wraps serialize_file when installed, as faults.foreign does
 }

@@ -1,0 +1,133 @@
+"""An example torchft trainer, instrumented for trainwreck: one rank of one replica group.
+
+    trainwreck frameworks --frameworks torchft          # the harness starts it, per group
+    python -m trainwreck.trainer.frameworks.torchft_train --steps 30   # under harness/replicas.py
+
+A tiny MLP on synthetic data, torchft's own pieces as its README shows them: `Manager`
+(quorum, heal, commit), its `DistributedDataParallel` and `DistributedSampler` (a static
+shard per replica group). It calls `manager.should_commit()` itself rather than through
+`OptimizerWrapper.step()`, only to learn the commit decision for the `commit` event;
+the optimizer is stepped exactly when the wrapper would step it.
+
+Flags that break it on purpose (the invariants must catch each): `--min-replicas N` (no
+group trains alone below N groups), `--heal-model-only` (a heal loads the weights but
+not the optimizer state), `--claim-exactly-once` (claims in run.json a sampler it lacks).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
+from torchft.data import DistributedSampler
+
+from trainwreck.trainer.frameworks.torchft_adapter import (LOOPBACK, LoopbackHTTPTransport, ReplicaProbe,
+                                                           ReplicaRank, allreduce_point, loopback_only,
+                                                           record_quorums)
+from trainwreck.trainer.hooks import STEP_START
+from trainwreck.trainer.probe import state_digest
+
+DATASET, FEATURES = 64, 8
+
+
+class Synthetic(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Sample i is a fixed random vector and its target; items carry their id."""
+
+    def __init__(self, size: int) -> None:
+        gen = torch.Generator().manual_seed(1234)
+        self.x = torch.randn(size, FEATURES, generator=gen)
+        self.y = self.x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(size, 1, generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+        return i, self.x[i], self.y[i]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30, help="updates to commit")
+    p.add_argument("--batch", type=int, default=4, help="samples per rank per update")
+    p.add_argument("--step-seconds", type=float, default=0.0,
+                   help="compute time each update stands for (a tiny MLP takes ~2 ms; a restart takes seconds)")
+    p.add_argument("--min-replicas", type=int, default=1, help="torchft's min_replica_size")
+    p.add_argument("--timeout", type=float, default=10.0, help="torchft's operation timeout, seconds")
+    p.add_argument("--heal-model-only", action="store_true", help="defect: a heal skips the optimizer state")
+    p.add_argument("--claim-exactly-once", action="store_true", help="claim exactly-once data in run.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    who = ReplicaRank.from_env()
+    loopback_only()
+    torch.manual_seed(0)  # every group starts from the same weights; torchft also syncs step 0
+    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tw = ReplicaProbe(who)
+    data = Synthetic(DATASET)
+    tw.start(dataset_size=DATASET, global_batch=args.batch * who.world_size, drop_last=True,
+             total_steps=args.steps, exactly_once=args.claim_exactly_once)
+
+    def load_state_dict(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        if not args.heal_model_only:
+            optimizer.load_state_dict(state["optim"])
+        tw.healed(model, optimizer)
+
+    timeout = timedelta(seconds=args.timeout)
+    transport = LoopbackHTTPTransport(timeout, tw.on_send, tw.on_recv)
+    record_quorums(tw)
+    manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=args.min_replicas,
+                      load_state_dict=load_state_dict,
+                      state_dict=lambda: {"model": model.state_dict(), "optim": optimizer.state_dict()},
+                      replica_id=f"group_{who.group}", hostname=LOOPBACK, timeout=timeout,
+                      quorum_timeout=timeout * 3, connect_timeout=timeout, checkpoint_transport=transport,
+                      init_sync=False)  # every group seeds the same weights; a step-0 heal would drop a batch
+    tw.digest = lambda: state_digest(model, optimizer)
+    allreduce_point(manager, tw)
+    ddp = DistributedDataParallel(manager, model)
+    sampler = DistributedSampler(data, replica_rank=who.group, num_replica_groups=who.groups,
+                                 group_rank=who.group_rank, num_replicas=who.group_world_size,
+                                 shuffle=True, seed=0, drop_last=True)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
+    tw.ready()  # every group's first start waits for the others: a fair first quorum
+    epoch = 0
+    while manager.current_step() < args.steps:
+        sampler.set_epoch(epoch)
+        for ids, x, y in loader:
+            if manager.current_step() >= args.steps:
+                break
+            tw.point(STEP_START, manager.current_step() + 1)
+            manager.start_quorum()  # what OptimizerWrapper.zero_grad() does first
+            optimizer.zero_grad()
+            loss = F.mse_loss(ddp(x), y)
+            loss.backward()
+            if args.step_seconds:
+                time.sleep(args.step_seconds)  # the compute a real model would spend here
+            participating = manager.is_participating()
+            committed = manager.should_commit()  # a heal is applied in here: the step number may jump
+            step = manager.current_step() if committed else manager.current_step() + 1
+            tw.batch(step, epoch, ids.tolist())
+            if committed:
+                optimizer.step()
+            tw.outcome(step, committed, participating, manager.num_participants(), getattr(manager, "_quorum_id", -1),
+                       float(loss.detach()), state_digest(model, optimizer) if committed else None)
+        epoch += 1
+    tw.close()
+    manager.shutdown(wait=False)
+    del ddp
+    gc.collect()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
