@@ -123,7 +123,9 @@ class Lighthouse:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        binary = Path(sys.executable).with_name("torchft_lighthouse")
+        # The lighthouse of the torchft the ranks import: beside the command's interpreter.
+        argv0 = shlex.split(self.job.command)[0]
+        binary = Path(argv0 if "/" in argv0 else sys.executable).with_name("torchft_lighthouse")
         exe = str(binary) if binary.exists() else "torchft_lighthouse"
         cmd = [exe, "--bind", f"{HOST}:{self.port}", "--min_replicas", "1",
                "--heartbeat_timeout_ms", str(int(self.job.heartbeat_timeout_s * 1000)),

@@ -166,6 +166,8 @@ class ReplicaProbe:
         self.pending_heal: dict[str, Any] | None = None
         self.digest: Callable[[], str] | None = None
         """The trainer's state digest: a heal's sender records what it serves."""
+        self.current_step: Callable[[], int] = lambda: 0
+        """The Manager's committed step (`manager.current_step`): fault points count updates by it."""
 
     def emit(self, kind: str, **fields: Any) -> None:
         with self._lock:
@@ -215,7 +217,9 @@ class ReplicaProbe:
 
     def on_recv(self, src_rank: int, address: str, step: int) -> None:
         self.pending_heal = {"step": step, "source_replica_rank": src_rank, "source": address}
-        self.point(IN_HEAL, step)
+        # Numbered like every point, by the update the group is attempting (a fresh group: 1),
+        # not by the peer's step it heals to, which no plan can know in advance.
+        self.point(IN_HEAL, self.current_step() + 1)
 
     def healed(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """After the received state is loaded (main thread): the `heal` event with its digest."""
@@ -245,11 +249,14 @@ def record_quorums(probe: ReplicaProbe) -> logging.Handler:
 
 def allreduce_point(manager: Any, probe: ReplicaProbe) -> None:
     """A fault point inside the update's gradient all-reduce: DDP's comm hook calls
-    ``manager.allreduce`` per bucket, so the instance's method is wrapped."""
+    ``manager.allreduce`` per bucket, so the instance's method is wrapped, and the point fires
+    once the collective is issued and before it completes (a kill there leaves the peers
+    inside it)."""
     inner = manager.allreduce
 
     def allreduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        work = inner(tensor, *args, **kwargs)
         probe.point(IN_ALLREDUCE, manager.current_step() + 1)
-        return inner(tensor, *args, **kwargs)
+        return work
 
     manager.allreduce = allreduce

@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                       quorum_timeout=timeout * 3, connect_timeout=timeout, checkpoint_transport=transport,
                       init_sync=False)  # every group seeds the same weights; a step-0 heal would drop a batch
     tw.digest = lambda: state_digest(model, optimizer)
+    tw.current_step = manager.current_step
     allreduce_point(manager, tw)
     ddp = DistributedDataParallel(manager, model)
     sampler = DistributedSampler(data, replica_rank=who.group, num_replica_groups=who.groups,
