@@ -70,6 +70,9 @@ class ReplicaJob:
     """Restarts per group before it is given up."""
     lost_groups: tuple[int, ...] = ()
     """Groups that are never restarted (a group that never comes back)."""
+    restart: str = "group"
+    """"group": a failed group restarts alone; "job": every group is stopped and restarted together
+    (the whole-job restart every other supervisor here makes, for comparison)."""
     heartbeat_timeout_s: float = 5.0
     """The lighthouse's ``--heartbeat_timeout_ms`` (torchft's default: 5 s)."""
     join_timeout_s: float = 1.0
@@ -79,6 +82,8 @@ class ReplicaJob:
     scenario: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.restart not in ("group", "job"):
+            raise ReplicaJobError(f"restart={self.restart!r} is not a restart scope; use 'group' or 'job'")
         if self.groups < 1 or self.group_world_size < 1:
             raise ReplicaJobError(f"groups={self.groups}, group_world_size={self.group_world_size}: both must be >= 1")
         for f in self.plan:
@@ -98,7 +103,7 @@ class ReplicaJob:
                 "faults": [dict(f) for f in self.plan], "max_restarts": 0, "launcher": "replica-groups",
                 "command": self.command, "scenario": self.scenario,
                 "replica_groups": {"groups": self.groups, "group_world_size": self.group_world_size,
-                                   "restart": "group", "max_group_restarts": self.max_group_restarts,
+                                   "restart": self.restart, "max_group_restarts": self.max_group_restarts,
                                    "lost_groups": list(self.lost_groups),
                                    "heartbeat_timeout_s": self.heartbeat_timeout_s,
                                    "join_timeout_s": self.join_timeout_s}}
@@ -204,7 +209,7 @@ class ReplicaSupervisor:
         self.completed: set[int] = set()  # groups whose every rank exited 0
         self.gate = HarnessStore()  # the first incarnations' meeting point (trainer's ReplicaProbe.ready)
 
-    def rank_env(self, group: int, group_rank: int, store: HarnessStore) -> dict[str, str]:
+    def rank_env(self, group: int, group_rank: int, store: HarnessStore, gated: bool) -> dict[str, str]:
         env = _child_env()
         env.update({
             "RANK": str(group_rank), "WORLD_SIZE": str(self.job.group_world_size), "LOCAL_RANK": str(group_rank),
@@ -215,11 +220,12 @@ class ReplicaSupervisor:
             "TRAINWRECK_INCARNATION": str(self.starts[group]),
             "TRAINWRECK_RUN_DIR": str(self.run.root.absolute()), "TRAINWRECK_ATTEMPT": "0",
             "TRAINWRECK_HOOKS": "trainwreck.faults.cmdrank:build_cmd_hooks",
-            "TRAINWRECK_REPLICA_GATE": f"{HOST}:{self.gate.port}",
         })
+        if gated:  # every group starts together: they meet before their first update
+            env["TRAINWRECK_REPLICA_GATE"] = f"{HOST}:{self.gate.port}"
         return env
 
-    def start_group(self, group: int) -> None:
+    def start_group(self, group: int, gated: bool = False) -> None:
         store = HarnessStore()
         procs: list[subprocess.Popen[bytes]] = []
         parent = os.getpid()
@@ -228,7 +234,7 @@ class ReplicaSupervisor:
             with open(self.run.rank_log(0, rank), "ab") as log:
                 procs.append(subprocess.Popen(
                     shlex.split(self.job.command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=self.rank_env(group, r, store), preexec_fn=lambda: set_parent_death_signal(parent),
+                    env=self.rank_env(group, r, store, gated), preexec_fn=lambda: set_parent_death_signal(parent),
                     **_process_group(procs[0].pid if procs else 0)))
         self.live[group] = Incarnation(group, self.starts[group], procs, store)
         self.events.emit("group_start", replica_group=group, incarnation=self.starts[group],
@@ -239,14 +245,15 @@ class ReplicaSupervisor:
     def supervise(self) -> str:
         self.lighthouse.start()
         for g in range(self.job.groups):
-            self.start_group(g)
+            self.start_group(g, gated=True)
         last_progress, last_seen = time.monotonic(), self.progress()
         while self.live:
             # A pidfd becomes readable when its process ends; the timeout bounds how late a
             # lighthouse fault or the watchdog looks at the progress boards.
             wait([fd for inc in self.live.values() for fd in inc.pidfds], timeout=0.1)
             for group in list(self.live):
-                self.reap_exits(self.live[group])
+                if group in self.live:  # a job restart may have replaced or ended it meanwhile
+                    self.reap_exits(self.live[group])
             self.fire_lighthouse_faults()
             seen = self.progress()
             if seen != last_seen:
@@ -273,13 +280,17 @@ class ReplicaSupervisor:
                 inc.close_fds()
                 del self.live[inc.group]
             return
-        inc.kill()  # a rank died: its group goes, the other groups are left alone
-        for r, proc in enumerate(inc.procs):
-            if r not in inc.done:
-                inc.done[r] = proc.returncode if proc.returncode is not None else -9
-                self.events.emit("exit", rank=inc.group * self.job.group_world_size + r, code=inc.done[r],
-                                 replica_group=inc.group, incarnation=inc.number)
-        del self.live[inc.group]
+        # A rank died: its group goes; with restart="job", every group goes.
+        doomed = list(self.live.values()) if self.job.restart == "job" else [inc]
+        for gone in doomed:
+            self.stop(gone)
+        if self.job.restart == "job":
+            if all(self.starts[g] <= self.job.max_group_restarts for g in range(self.job.groups)):
+                for g in range(self.job.groups):
+                    self.start_group(g, gated=True)
+            else:
+                self.finished_ok = False
+            return
         others = set(range(self.job.groups)) - {inc.group}
         # A group restarted after every other one finished would train alone from step 0.
         if (inc.group not in self.job.lost_groups and self.starts[inc.group] <= self.job.max_group_restarts
@@ -287,6 +298,15 @@ class ReplicaSupervisor:
             self.start_group(inc.group)
         elif not self.live:
             self.finished_ok = False
+
+    def stop(self, inc: Incarnation) -> None:
+        inc.kill()
+        for r, proc in enumerate(inc.procs):
+            if r not in inc.done:
+                inc.done[r] = proc.returncode if proc.returncode is not None else -9
+                self.events.emit("exit", rank=inc.group * self.job.group_world_size + r, code=inc.done[r],
+                                 replica_group=inc.group, incarnation=inc.number)
+        del self.live[inc.group]
 
     def progress(self) -> dict[int, int]:
         seen = {}

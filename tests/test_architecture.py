@@ -28,7 +28,8 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor", "harness.replicas")),
     ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),
-    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
+    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks",
+                "harness.torchft_rows", "harness.restart_compare")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )
 # ... and which third-party packages (everything else must be the standard library).

@@ -22,7 +22,9 @@ Loopback (torchft 0.2.0, read from its source):
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import io
 import logging
 import os
 import socket
@@ -180,17 +182,19 @@ class ReplicaProbe:
         self.probe.phase(0, "start")
 
     def ready(self) -> None:
-        """Every rank of every group's first start, once its Manager (and so its heartbeat)
-        is up: wait for all the others, so the first quorum has every group and no group
-        trains its first steps alone because a peer was slower to import torch. A restarted
-        group does not wait: joining a running job is what it is there for."""
+        """When the harness starts every group together (the job's start, a whole-job restart),
+        each rank waits here, once its Manager (and so its heartbeat) is up, for all the others:
+        the first quorum then has every group, and no group trains alone because a peer was
+        slower to import torch. A group restarted alone gets no gate: joining a running job is
+        what it is there for."""
         gate = os.environ.get(ENV_GATE)
-        if not gate or self.who.incarnation != 0:
+        if not gate:
             return
         host, port = gate.rsplit(":", 1)
         store = torch.distributed.TCPStore(host, int(port), is_master=False, timeout=GATE_TIMEOUT)
-        store.set(f"ready/{self.who.rank}", "1")
-        store.wait([f"ready/{r}" for r in range(self.who.world_size)])
+        round_ = self.who.incarnation  # every group of one start has the same incarnation number
+        store.set(f"ready/{round_}/{self.who.rank}", "1")
+        store.wait([f"ready/{round_}/{r}" for r in range(self.who.world_size)])
 
     def point(self, name: str, step: int) -> None:
         self.hooks.point(name, step)
@@ -229,6 +233,51 @@ class ReplicaProbe:
 
     def close(self) -> None:
         self.probe.close()
+
+
+class Checkpoints:
+    """Periodic checkpoints of a replica job, written by group 0's rank 0 only (every group holds
+    the same state at a committed step): serialised in memory, named by step and sha256, written
+    to a temporary name, fsynced and renamed into place, reported with `save` once durable.
+    Read back only if the bytes match the name's checksum, with ``weights_only=True``."""
+
+    def __init__(self, probe: ReplicaProbe) -> None:
+        self.probe = probe
+        run_dir = probe.probe.run_dir
+        self.root = Path(run_dir) / "checkpoints" if run_dir is not None else None
+
+    def save(self, step: int, state: dict[str, Any], digest: str) -> None:
+        if self.root is None or (self.probe.who.group, self.probe.who.group_rank) != (0, 0):
+            return
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getvalue()
+        name = f"step-{step:06d}-{hashlib.sha256(data).hexdigest()[:16]}.pt"
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{name}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / name)
+        folder = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        self.probe.emit("save", step=step, checkpoint=name, digest=digest)
+
+    def newest(self) -> tuple[str, dict[str, Any]] | None:
+        """The newest checkpoint whose bytes match its checksum (a damaged one is rejected)."""
+        if self.root is None or not self.root.is_dir():
+            return None
+        for path in sorted(self.root.glob("step-*.pt"), reverse=True):
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest()[:16] != path.stem.rsplit("-", 1)[1]:
+                self.probe.emit("reject", checkpoint=path.name, reason="sha256 does not match its name")
+                continue
+            return path.name, torch.load(io.BytesIO(data), weights_only=True)
+        return None
 
 
 def record_quorums(probe: ReplicaProbe) -> logging.Handler:

@@ -28,7 +28,7 @@ from torch import nn
 from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
 from torchft.data import DistributedSampler
 
-from trainwreck.trainer.frameworks.torchft_adapter import (LOOPBACK, LoopbackHTTPTransport, ReplicaProbe,
+from trainwreck.trainer.frameworks.torchft_adapter import (LOOPBACK, Checkpoints, LoopbackHTTPTransport, ReplicaProbe,
                                                            ReplicaRank, allreduce_point, loopback_only,
                                                            record_quorums)
 from trainwreck.trainer.hooks import STEP_START
@@ -60,9 +60,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="compute time each update stands for (a tiny MLP takes ~2 ms; a restart takes seconds)")
     p.add_argument("--min-replicas", type=int, default=1, help="torchft's min_replica_size")
     p.add_argument("--timeout", type=float, default=10.0, help="torchft's operation timeout, seconds")
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N committed updates (0: never)")
+    p.add_argument("--resume", action="store_true", help="start from the newest intact checkpoint, if any")
     p.add_argument("--heal-model-only", action="store_true", help="defect: a heal skips the optimizer state")
     p.add_argument("--claim-exactly-once", action="store_true", help="claim exactly-once data in run.json")
     return p.parse_args(argv)
+
+
+def resume(args: argparse.Namespace, store: Checkpoints, tw: ReplicaProbe, model: nn.Module,
+           optimizer: torch.optim.Optimizer, manager: Manager) -> tuple[int, int]:
+    """With --resume and an intact checkpoint: its state, step and data position (epoch, batches
+    of it used); otherwise the start. A group that finds live peers heals past it anyway."""
+    found = store.newest() if args.resume else None
+    if found is None:
+        return 0, 0
+    name, state = found
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+    manager.load_state_dict(state["manager"])
+    tw.emit("restore", step=manager.current_step(), checkpoint=name, digest=state_digest(model, optimizer))
+    return int(state["epoch"]), int(state["position"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                                  group_rank=who.group_rank, num_replicas=who.group_world_size,
                                  shuffle=True, seed=0, drop_last=True)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
+    store = Checkpoints(tw)
+    epoch, skip = resume(args, store, tw, model, optimizer, manager)
     tw.ready()  # every group's first start waits for the others: a fair first quorum
-    epoch = 0
     while manager.current_step() < args.steps:
         sampler.set_epoch(epoch)
-        for ids, x, y in loader:
+        for position, (ids, x, y) in enumerate(loader):
+            if position < skip:
+                continue  # a resumed epoch: these batches were used before the checkpoint
             if manager.current_step() >= args.steps:
                 break
             tw.point(STEP_START, manager.current_step() + 1)
@@ -120,9 +140,13 @@ def main(argv: list[str] | None = None) -> int:
             tw.batch(step, epoch, ids.tolist())
             if committed:
                 optimizer.step()
+            digest = state_digest(model, optimizer) if committed else None
             tw.outcome(step, committed, participating, manager.num_participants(), getattr(manager, "_quorum_id", -1),
-                       float(loss.detach()), state_digest(model, optimizer) if committed else None)
-        epoch += 1
+                       float(loss.detach()), digest)
+            if committed and args.save_every and step % args.save_every == 0:
+                store.save(step, {"model": model.state_dict(), "optim": optimizer.state_dict(),
+                                  "manager": manager.state_dict(), "epoch": epoch, "position": position + 1}, digest)
+        epoch, skip = epoch + 1, 0
     tw.close()
     manager.shutdown(wait=False)
     del ddp
