@@ -179,6 +179,8 @@ class Loss:
     the loss until the lost group's first commit after it (None: a survivor never committed again)."""
     alone_steps: int
     """Steps the survivors committed without the lost group, until it was back."""
+    crashed: tuple[tuple[int, int], ...] = ()
+    """(group, exit code) of surviving groups whose ranks died too before the lost group was back."""
 
 
 def group_losses(run: ReplicaRun) -> list[Loss]:
@@ -206,7 +208,10 @@ def group_losses(run: ReplicaRun) -> list[Loss]:
         alone = {int(e["step"]) for e in commits if run.group_of(e) != group and t < float(e["t"]) < rejoined
                  and int(e.get("participants", run.groups)) < run.groups}
         stall = None if (not stalls or None in stalls) else max(s for s in stalls if s is not None)
-        losses.append(Loss(str(fault.get("fault_id")), group, t, stall, len(alone)))
+        crashed = tuple((run.group_of(e), int(e["code"])) for e in run.of("exit")
+                        if run.group_of(e) not in (None, group) and isinstance(e.get("code"), int) and e["code"] != 0
+                        and t < float(e["t"]) <= rejoined)
+        losses.append(Loss(str(fault.get("fault_id")), group, t, stall, len(alone), crashed))
     return losses
 
 
@@ -224,8 +229,12 @@ def check_replica_progress(run: ReplicaRun) -> Verdict:
     losses = group_losses(run)
     group_restart = rg.get("restart", "group") == "group"
     for loss in losses:
+        for g, code in loss.crashed:
+            evidence.add(f"after {loss.fault_id} (group {loss.group}) surviving group {g} crashed too (exit code "
+                         f"{code}) before group {loss.group} was back")
         if loss.stall_s is None and group_restart:
-            evidence.add(f"after {loss.fault_id} (group {loss.group}) a surviving group never committed again")
+            evidence.add(f"after {loss.fault_id} (group {loss.group}) a surviving group committed nothing "
+                         f"until group {loss.group} was back (or the job ended)")
         elif loss.stall_s is not None and loss.stall_s > bound and group_restart:
             evidence.add(f"after {loss.fault_id} (group {loss.group}) a survivor paused {loss.stall_s:.2f} s, more "
                          f"than heartbeat {rg.get('heartbeat_timeout_s')} s + join {rg.get('join_timeout_s')} s + "

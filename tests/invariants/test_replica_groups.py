@@ -54,7 +54,7 @@ class Run:
             (self.root / "events" / f"a000-r{g:03d}-p{100 + inc}.jsonl").write_text(
                 "".join(json.dumps(e) + "\n" for e in events))
         end = {"kind": "end", "t": self.t + 1, "status": status, "final_step": final}
-        (self.root / "events" / "harness.jsonl").write_text(json.dumps(end) + "\n")
+        (self.root / "events" / "harness.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*self.harness, end]))
         return self.root
 
 
@@ -132,7 +132,7 @@ def test_survivors_that_never_commit_again_fail_progress(tmp_path: Path) -> None
     run.fault(1)
     verdict = check_replica_progress(load_replica_run(run.write(status="failed", final=1)))
     assert verdict.valid is False
-    assert any("never committed again" in e for e in verdict.evidence)
+    assert any("committed nothing until group 1 was back" in e for e in verdict.evidence)
 
 
 def test_lossy_coverage_is_measured_and_not_failed_when_exactly_once_is_not_claimed(tmp_path: Path) -> None:
@@ -158,6 +158,15 @@ def test_a_healing_steps_batch_counts_as_dropped(tmp_path: Path) -> None:
     commit = next(e for e in run.files[(1, 0)] if e["kind"] == "commit" and e["step"] == STEPS)
     commit["participating"] = False  # the last epoch: its ids are read, never used
     assert coverage_figures(load_replica_run(run.write()))[(STEPS - 1) // 2]["dropped"] == BATCH
+
+
+def test_a_survivor_that_crashes_while_its_peer_is_down_is_named_by_progress(tmp_path: Path) -> None:
+    run = killed_and_healed(tmp_path)
+    run.harness.append({"kind": "exit", "t": run.files[(1, 0)][-1]["t"] + 0.001, "rank": 0, "code": 1,
+                        "replica_group": 0})
+    verdict = check_replica_progress(load_replica_run(run.write()))
+    assert verdict.valid is False
+    assert "surviving group 0 crashed too (exit code 1)" in verdict.evidence[0]
 
 
 def test_judge_uses_the_replica_checkers_for_a_replica_run(tmp_path: Path) -> None:
