@@ -106,6 +106,10 @@ def check_heal_continuity(run: ReplicaRun) -> Verdict:
     for k in split[:3]:
         evidence.add(f"step {k}: groups committed different states: " + ", ".join(
             f"group {g} (incarnation {i}) {d}" for (g, i), d in sorted(committed[k].items())))
+    if split:
+        for g, inc in _started_over(run):
+            evidence.add(f"group {g} incarnation {inc} committed update 1 again with no heal and no restore: it "
+                         "found no live peer and no checkpoint, and started over from the initial state")
     bad_heals = _check_heals(run, committed, evidence)
     numbering = _check_numbering(run, evidence)
     counts = {"committed_steps": len(committed), "split_steps": len(split), "heals": len(run.of("heal")),
@@ -119,26 +123,39 @@ def check_heal_continuity(run: ReplicaRun) -> Verdict:
                    f"{counts['heals']} heal(s), each equal to its peer's state at that step", counts)
 
 
+def _started_over(run: ReplicaRun) -> list[tuple[int, int]]:
+    """Restarted incarnations whose first record is a committed step 1 (no heal, no restore)."""
+    first: dict[tuple[int, int], dict[str, Any]] = {}
+    for e in run.events:
+        if e.get("kind") in ("heal", "restore", "step") and int(e.get("incarnation", 0)) > 0:
+            first.setdefault((run.group_of(e) or 0, int(e["incarnation"])), e)
+    return sorted(k for k, e in first.items() if e["kind"] == "step" and e.get("step") == 1)
+
+
 def _check_heals(run: ReplicaRun, committed: dict[int, dict[tuple[int, int], str]], evidence: Evidence) -> int:
-    sends = defaultdict(set)  # step -> digests peers served
-    for e in run.of("heal_send"):
-        if e.get("digest") is not None:
-            sends[int(e["step"])].add((run.group_of(e), e["digest"]))
+    """Each heal against the state a peer served for it: the latest `heal_send` at that step by
+    another group before the heal (else the latest `step` another group committed there). Whether
+    that state agrees with the rest of the history is the split-step check's business."""
     bad = 0
     for heal in run.of("heal"):
-        step, group, digest = heal.get("step"), run.group_of(heal), heal.get("digest")
+        step, group, digest, t = heal.get("step"), run.group_of(heal), heal.get("digest"), float(heal["t"])
         if not isinstance(step, int):
             evidence.add(f"group {group}: a heal with no step (the transport never named what it fetched)")
             bad += 1
             continue
-        peers = {d for g, d in sends.get(step, set()) if g != group}
-        peers |= {d for (g, _), d in committed.get(step, {}).items() if g != group}
-        if not peers:
+        served = [e for e in run.of("heal_send") if e.get("step") == step and run.group_of(e) != group
+                  and float(e["t"]) <= t and e.get("digest") is not None]
+        if not served:
+            served = [e for e in run.of("step") if e.get("step") == step and run.group_of(e) != group
+                      and float(e["t"]) <= t]
+        if not served:
             evidence.add(f"group {group} healed at step {step}, but no peer recorded its state there")
             bad += 1
-        elif digest not in peers or len(peers) > 1:
+        elif served[-1].get("digest") != digest:
+            peer = served[-1]
             evidence.add(f"group {group} incarnation {heal.get('incarnation')} healed at step {step} to {digest}; "
-                         f"the peers' state there: {', '.join(sorted(map(str, peers)))}")
+                         f"group {run.group_of(peer)} (incarnation {peer.get('incarnation')}) held "
+                         f"{peer.get('digest')} there")
             bad += 1
     return bad
 

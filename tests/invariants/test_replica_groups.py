@@ -105,6 +105,16 @@ def test_groups_committing_different_states_at_one_step_break_continuity(tmp_pat
     assert f"step {STEPS}" in verdict.evidence[0]
 
 
+def test_a_restarted_group_that_starts_over_without_a_peer_is_named_by_continuity(tmp_path: Path) -> None:
+    run = golden(tmp_path)
+    for k in (1, 2):  # group 1 back after everyone else: alone from the initial state
+        run.update(1, 1, k, 0, digest=f"alone{k}", participants=1)
+    verdict = check_heal_continuity(load_replica_run(run.write()))
+    assert verdict.valid is False and verdict.counts["split_steps"] == 2
+    assert any("group 1 incarnation 1 committed update 1 again with no heal and no restore" in e
+               for e in verdict.evidence)
+
+
 def test_a_skipped_step_number_without_a_heal_breaks_continuity(tmp_path: Path) -> None:
     run = golden(tmp_path)
     run.files[(0, 0)] = [e for e in run.files[(0, 0)] if e.get("step") != 3]
