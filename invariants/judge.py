@@ -38,6 +38,13 @@ def checkers_for(history: History) -> dict[str, Checker]:
     return {**replica_checkers(history.run_dir), "hang": check_hang}
 
 
+def read_elsewhere(spec: dict[str, Any], note: str) -> bool:
+    """A loader note about kinds the replica checkers read themselves (not worth telling)."""
+    from trainwreck.invariants.replica_groups import REPLICA_KINDS, is_replica_run
+
+    return is_replica_run(spec) and any(note.endswith(f"unknown kind {kind!r}") for kind in REPLICA_KINDS)
+
+
 @dataclass(frozen=True)
 class Judgement:
     """Every verdict on a run, and what they add up to."""
@@ -69,7 +76,7 @@ def judge(history: History, golden: History | None = None) -> Judgement:
     what it meant to. A violation still wins, since it was really observed."""
     verdicts = {name: check_safe(name, fn, history, golden) for name, fn in checkers_for(history).items()}
     unfired = unfired_faults(history)
-    notes = list(history.notes)
+    notes = [note for note in history.notes if not read_elsewhere(history.spec, note)]
     if golden is not None:
         notes.extend(f"golden: {note}" for note in golden.notes)
     planned = {f["id"] for f in history.spec["faults"]}

@@ -246,14 +246,15 @@ def check_replica_progress(run: ReplicaRun) -> Verdict:
     losses = group_losses(run)
     group_restart = rg.get("restart", "group") == "group"
     for loss in losses:
+        lost = f"group {loss.group}" if loss.group is not None else "the lighthouse"
         for g, code in loss.crashed:
-            evidence.add(f"after {loss.fault_id} (group {loss.group}) surviving group {g} crashed too (exit code "
-                         f"{code}) before group {loss.group} was back")
+            evidence.add(f"after {loss.fault_id} ({lost}) group {g} crashed (exit code {code})"
+                         + (f" before group {loss.group} was back" if loss.group is not None else ""))
         if loss.stall_s is None and group_restart:
-            evidence.add(f"after {loss.fault_id} (group {loss.group}) a surviving group committed nothing "
-                         f"until group {loss.group} was back (or the job ended)")
+            evidence.add(f"after {loss.fault_id} ({lost}) a surviving group committed nothing "
+                         f"until {lost} was back (or the job ended)")
         elif loss.stall_s is not None and loss.stall_s > bound and group_restart:
-            evidence.add(f"after {loss.fault_id} (group {loss.group}) a survivor paused {loss.stall_s:.2f} s, more "
+            evidence.add(f"after {loss.fault_id} ({lost}) a survivor paused {loss.stall_s:.2f} s, more "
                          f"than heartbeat {rg.get('heartbeat_timeout_s')} s + join {rg.get('join_timeout_s')} s + "
                          f"slack {STALL_SLACK_S} s (configured)")
     counts: dict[str, Any] = {"losses": len(losses),
@@ -319,6 +320,9 @@ def check_replica_coverage(run: ReplicaRun) -> Verdict:
     return Verdict("coverage", True, f"measured, not judged (the job does not claim exactly-once): {figures} "
                    f"over {len(per_epoch)} epoch(s)", counts, lossy[:10])
 
+
+REPLICA_KINDS = ("quorum", "commit", "heal", "heal_send", "group_start")
+"""The extension's kinds (docs/DESIGN.md "Replica groups"): the classic loader skips them, these checkers read them."""
 
 REPLICA_CHECKERS: dict[str, Callable[[ReplicaRun], Verdict]] = {
     "coverage": check_replica_coverage,

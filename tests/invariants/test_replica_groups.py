@@ -176,10 +176,11 @@ def test_a_survivor_that_crashes_while_its_peer_is_down_is_named_by_progress(tmp
                         "replica_group": 0})
     verdict = check_replica_progress(load_replica_run(run.write()))
     assert verdict.valid is False
-    assert "surviving group 0 crashed too (exit code 1)" in verdict.evidence[0]
+    assert "group 0 crashed (exit code 1) before group 1 was back" in verdict.evidence[0]
 
 
 def test_judge_uses_the_replica_checkers_for_a_replica_run(tmp_path: Path) -> None:
     judgement = judge(load_history(killed_and_healed(tmp_path, heal_digest="other").write()))
     assert set(judgement.verdicts) == {"coverage", "continuity", "progress", "hang"}
     assert judgement.valid is False and judgement.verdicts["continuity"].valid is False
+    assert not [n for n in judgement.notes if "commit" in n or "heal" in n]  # read, so not "ignored"
