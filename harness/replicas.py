@@ -36,6 +36,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from trainwreck.faults.cmdrank import HOOKS_FACTORY
 from trainwreck.harness.launchers import _child_env, _process_group
 from trainwreck.harness.procs import set_parent_death_signal, signal_group
 from trainwreck.harness.store import HOST, HarnessStore
@@ -219,7 +220,7 @@ class ReplicaSupervisor:
             "TRAINWRECK_REPLICA_GROUP": str(group), "TRAINWRECK_REPLICA_GROUPS": str(self.job.groups),
             "TRAINWRECK_INCARNATION": str(self.starts[group]),
             "TRAINWRECK_RUN_DIR": str(self.run.root.absolute()), "TRAINWRECK_ATTEMPT": "0",
-            "TRAINWRECK_HOOKS": "trainwreck.faults.cmdrank:build_cmd_hooks",
+            "TRAINWRECK_HOOKS": HOOKS_FACTORY,
         })
         if gated:  # every group starts together: they meet before their first update
             env["TRAINWRECK_REPLICA_GATE"] = f"{HOST}:{self.gate.port}"
@@ -259,11 +260,16 @@ class ReplicaSupervisor:
             if seen != last_seen:
                 last_progress, last_seen = time.monotonic(), seen
             elif time.monotonic() - last_progress > self.job.hang_timeout_s:
-                self.events.emit("hang", ranks=[], waiting=[], last_step=max(seen.values(), default=0),
-                                 detected_after_s=round(time.monotonic() - last_progress, 3))
+                self.record_hang(seen, time.monotonic() - last_progress)
                 return "failed"
         return "completed" if self.finished_ok else "failed"
 
+    def record_hang(self, seen: dict[int, int], silent_s: float) -> None:
+        """No rank moved for hang_timeout_s: the suspects are the ranks furthest behind."""
+        behind = min(seen.values(), default=0)
+        suspects = sorted(r for r in range(self.job.world_size) if seen.get(r, 0) == behind)
+        self.events.emit("hang", ranks=suspects, waiting=sorted(set(range(self.job.world_size)) - set(suspects)),
+                         last_step=max(seen.values(), default=0), detected_after_s=round(silent_s, 3))
 
     def reap_exits(self, inc: Incarnation) -> None:
         for r, proc in enumerate(inc.procs):
