@@ -306,12 +306,13 @@ class ReplicaSupervisor:
             self.finished_ok = False
 
     def stop(self, inc: Incarnation) -> None:
+        """Kill what is left of one incarnation; its `exit` events say the harness stopped them."""
         inc.kill()
         for r, proc in enumerate(inc.procs):
             if r not in inc.done:
                 inc.done[r] = proc.returncode if proc.returncode is not None else -9
                 self.events.emit("exit", rank=inc.group * self.job.group_world_size + r, code=inc.done[r],
-                                 replica_group=inc.group, incarnation=inc.number)
+                                 replica_group=inc.group, incarnation=inc.number, stopped_by_harness=True)
         del self.live[inc.group]
 
     def progress(self) -> dict[int, int]:

@@ -227,7 +227,7 @@ def group_losses(run: ReplicaRun) -> list[Loss]:
         stall = None if (not stalls or None in stalls) else max(s for s in stalls if s is not None)
         crashed = tuple((run.group_of(e), int(e["code"])) for e in run.of("exit")
                         if run.group_of(e) not in (None, group) and isinstance(e.get("code"), int) and e["code"] != 0
-                        and t < float(e["t"]) <= rejoined)
+                        and not e.get("stopped_by_harness") and t < float(e["t"]) <= rejoined)
         losses.append(Loss(str(fault.get("fault_id")), group, t, stall, len(alone), crashed))
     return losses
 

@@ -179,6 +179,15 @@ def test_a_survivor_that_crashes_while_its_peer_is_down_is_named_by_progress(tmp
     assert "group 0 crashed (exit code 1) before group 1 was back" in verdict.evidence[0]
 
 
+def test_a_group_the_harness_stopped_for_a_whole_job_restart_is_no_crash(tmp_path: Path) -> None:
+    run = killed_and_healed(tmp_path)
+    run.spec["replica_groups"]["restart"] = "job"
+    run.harness.append({"kind": "exit", "t": run.files[(1, 0)][-1]["t"] + 0.001, "rank": 0, "code": -9,
+                        "replica_group": 0, "stopped_by_harness": True})
+    verdict = check_replica_progress(load_replica_run(run.write()))
+    assert verdict.valid is True and "measured, not bounded" in verdict.summary
+
+
 def test_judge_uses_the_replica_checkers_for_a_replica_run(tmp_path: Path) -> None:
     judgement = judge(load_history(killed_and_healed(tmp_path, heal_digest="other").write()))
     assert set(judgement.verdicts) == {"coverage", "continuity", "progress", "hang"}
