@@ -79,7 +79,10 @@ class ReplicaJob:
     join_timeout_s: float = 1.0
     """The lighthouse's ``--join_timeout_ms``: how long a quorum waits for stragglers."""
     hang_timeout_s: float = 90.0
-    """No rank progressing for this long ends the job failed."""
+    """No rank progressing for this long ends the job failed (once every live rank is up)."""
+    startup_timeout_s: float = 180.0
+    """How long a rank may take to publish its first progress (importing torch and torchft on a
+    loaded 2-core machine took over 20 s here); a silence this long is a hang even during startup."""
     scenario: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -175,6 +178,7 @@ class Incarnation:
     procs: list[subprocess.Popen[bytes]]
     store: HarnessStore
     done: dict[int, int] = field(default_factory=dict)  # group rank -> exit code
+    started: float = field(default_factory=time.time)  # wall clock: compared with progress files' mtimes
     pidfds: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -259,10 +263,24 @@ class ReplicaSupervisor:
             seen = self.progress()
             if seen != last_seen:
                 last_progress, last_seen = time.monotonic(), seen
-            elif time.monotonic() - last_progress > self.job.hang_timeout_s:
-                self.record_hang(seen, time.monotonic() - last_progress)
-                return "failed"
+            else:
+                silent = time.monotonic() - last_progress
+                if silent > (self.job.hang_timeout_s if self.all_up() else self.job.startup_timeout_s):
+                    self.record_hang(seen, silent)
+                    return "failed"
         return "completed" if self.finished_ok else "failed"
+
+    def all_up(self) -> bool:
+        """Every live rank has published progress since its incarnation started."""
+        for inc in self.live.values():
+            for r in range(len(inc.procs)):
+                board = self.run.rank_progress(0, inc.group * self.job.group_world_size + r)
+                try:
+                    if board.stat().st_mtime < inc.started:
+                        return False
+                except FileNotFoundError:
+                    return False
+        return True
 
     def record_hang(self, seen: dict[int, int], silent_s: float) -> None:
         """No rank moved for hang_timeout_s: the suspects are the ranks furthest behind."""
