@@ -221,8 +221,8 @@ def group_losses(run: ReplicaRun) -> list[Loss]:
                 continue
             later = [x for x in mine if x > rejoined][:1]  # the first commit with the group back, if any
             times = [before[-1], *window, *later]
-            if not later:  # it stopped committing: the pause runs to its last sign of life
-                times.append(max(float(e["t"]) for e in run.events if run.group_of(e) == g))
+            if not later:  # it stopped committing: the pause runs to its last decision, committed or not
+                times.append(max(float(e["t"]) for e in run.of("commit") if run.group_of(e) == g))
             stalls.append(max(b - a for a, b in zip(times, times[1:])))
         alone = {int(e["step"]) for e in commits if run.group_of(e) != group and t < float(e["t"]) < rejoined
                  and int(e.get("participants", run.groups)) < run.groups}
