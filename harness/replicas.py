@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY
+from trainwreck.harness.errors import SpecError
 from trainwreck.harness.launchers import _child_env, _process_group
 from trainwreck.harness.procs import set_parent_death_signal, signal_group
 from trainwreck.harness.store import HOST, HarnessStore
@@ -53,7 +54,7 @@ REAP_S = 10.0
 LISTENING = re.compile(r"listening on: http://[^:\s]+:(\d+)")
 
 
-class ReplicaJobError(ValueError):
+class ReplicaJobError(SpecError):
     """A replica job that cannot run as given; the message names the field and the fix."""
 
 

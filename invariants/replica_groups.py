@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, intervals
+from trainwreck.invariants.history import InputError
+from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 STALL_SLACK_S = 3.0
 """Stated slack over heartbeat + join timeout for a survivor's pause (process start and
@@ -84,7 +85,7 @@ def load_replica_run(run_dir: str | Path) -> ReplicaRun:
                 if n == len(lines) - 1:
                     notes.append(f"skipped a torn last line in events/{path.name}")
                     continue
-                raise ValueError(f"events/{path.name} line {n + 1} is not JSON; the run cannot be judged") from None
+                raise InputError(f"events/{path.name} line {n + 1} is not JSON; the run cannot be judged") from None
             if isinstance(event, dict) and isinstance(event.get("t"), (int, float)):
                 events.append(event)
     events.sort(key=lambda e: e["t"])
