@@ -18,6 +18,7 @@ from trainwreck.harness.replicas import ReplicaJob, run_replica_job  # noqa: E40
 from trainwreck.harness.torchft_rows import SCRIPT, judge_replica_run  # noqa: E402
 from trainwreck.trainer.progress import read_progress  # noqa: E402
 from trainwreck.trainer.rundir import RunDir, iter_events  # noqa: E402
+from tests.harness.conftest import assert_no_leftover_processes  # noqa: E402
 from tests.harness.test_loopback import non_loopback  # noqa: E402
 
 SCAN_AT_STEP = 3
@@ -82,6 +83,7 @@ def test_a_torchft_golden_run_listens_on_loopback_only_and_is_judged_valid(tmp_p
     assert judgement.valid is True, judgement.to_json()
     assert {e["replica_group"] for e in events(run_dir, "step")} == {0, 1}
     assert figures["replayed"] == figures["dropped"] == 0 and figures["uncommitted_steps"] == 0
+    assert_no_leftover_processes()  # ranks, lighthouse: all reaped
 
 
 @pytest.mark.slow
@@ -96,6 +98,7 @@ def test_a_group_killed_between_steps_heals_from_its_peer_and_the_survivor_train
     heals = events(run_dir, "heal")
     assert [h["replica_group"] for h in heals] == [1] and heals[0]["step"] >= 9
     assert figures["replayed"] > 0  # the restarted group replays its shard: measured, not failed
+    assert_no_leftover_processes()
 
 
 @pytest.mark.slow
