@@ -82,18 +82,11 @@ def resume(args: argparse.Namespace, store: Checkpoints, tw: ReplicaProbe, model
     return int(state["epoch"]), int(state["position"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    who = ReplicaRank.from_env()
-    loopback_only()
-    torch.manual_seed(0)  # every group starts from the same weights; torchft also syncs step 0
-    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    tw = ReplicaProbe(who)
-    data = Synthetic(DATASET)
-    tw.start(dataset_size=DATASET, global_batch=args.batch * who.world_size, drop_last=True,
-             total_steps=args.steps, exactly_once=args.claim_exactly_once)
-
+def build_manager(args: argparse.Namespace, who: ReplicaRank, tw: ReplicaProbe, model: nn.Module,
+                  optimizer: torch.optim.Optimizer) -> Manager:
+    """torchft's Manager as its README builds it, on loopback, with the probe's hooks: heals are
+    recorded (with the digest of what was loaded), served states too, and the all-reduce is a
+    fault point."""
     def load_state_dict(state: dict[str, Any]) -> None:
         model.load_state_dict(state["model"])
         if not args.heal_model_only:
@@ -112,6 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     tw.digest = lambda: state_digest(model, optimizer)
     tw.current_step = manager.current_step
     allreduce_point(manager, tw)
+    return manager
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    who = ReplicaRank.from_env()
+    loopback_only()
+    torch.manual_seed(0)  # every group starts from the same weights (hence init_sync=False)
+    model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tw = ReplicaProbe(who)
+    data = Synthetic(DATASET)
+    tw.start(dataset_size=DATASET, global_batch=args.batch * who.world_size, drop_last=True,
+             total_steps=args.steps, exactly_once=args.claim_exactly_once)
+
+    manager = build_manager(args, who, tw, model, optimizer)
     ddp = DistributedDataParallel(manager, model)
     sampler = DistributedSampler(data, replica_rank=who.group, num_replica_groups=who.groups,
                                  group_rank=who.group_rank, num_replicas=who.group_world_size,
@@ -119,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
     store = Checkpoints(tw)
     epoch, skip = resume(args, store, tw, model, optimizer, manager)
-    tw.ready()  # every group's first start waits for the others: a fair first quorum
+    tw.ready()  # groups the harness started together meet here: a fair first quorum
     while manager.current_step() < args.steps:
         sampler.set_epoch(epoch)
         for position, (ids, x, y) in enumerate(loader):
