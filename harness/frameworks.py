@@ -187,12 +187,15 @@ class Row:
     report: str | None = None
     reason: str = ""
     fired: tuple[str, ...] = ()
+    figures: dict[str, Any] = field(default_factory=dict)
+    """What the judge measured, where a row has figures (torchft: stalls, steps alone, ids lost)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"framework": self.framework, "scenario": self.scenario,
-                "valid": self.valid if isinstance(self.valid, bool) else "unknown",
-                "invalid": list(self.invalid), "report": self.report, "reason": self.reason,
-                "fired": list(self.fired)}
+        row = {"framework": self.framework, "scenario": self.scenario,
+               "valid": self.valid if isinstance(self.valid, bool) else "unknown",
+               "invalid": list(self.invalid), "report": self.report, "reason": self.reason,
+               "fired": list(self.fired)}
+        return {**row, "figures": self.figures} if self.figures else row
 
 
 def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
@@ -249,7 +252,10 @@ def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequ
               scenarios: Sequence[str] | None = None, progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Every (framework, scenario) run, golden first (the others are judged against it)."""
     rows: list[Row] = []
-    for name in frameworks or FRAMEWORKS:
+    for name in frameworks or [*FRAMEWORKS, REPLICA_FRAMEWORK]:
+        if name == REPLICA_FRAMEWORK:
+            rows += _replica_rows(out_dir, scenarios, progress)
+            continue
         rows += _framework_rows(FRAMEWORKS[name], out_dir, launcher, list(scenarios or [*SCENARIOS, EVERY_OP]),
                                 progress)
     return rows
@@ -297,6 +303,24 @@ def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_laun
     rows do for a built-in framework (one code path): its golden row first, which records the
     saves, then one judged run per crash point."""
     return _framework_rows(command_framework(command), out_dir, launcher, [EVERY_OP], progress)
+
+
+REPLICA_FRAMEWORK = "torchft"
+"""Its rows are replica-group jobs (harness/torchft_rows.py), not `--cmd` jobs: a group restarts alone."""
+
+
+def _replica_rows(out_dir: Path, scenarios: Sequence[str] | None,
+                  progress: Callable[[Row], None] | None) -> list[Row]:
+    from trainwreck.harness.torchft_rows import INSTALL, SCENARIOS as REPLICA_SCENARIOS, TorchftRow, torchft_rows
+
+    def row(r: TorchftRow) -> Row:
+        return Row(REPLICA_FRAMEWORK, r.scenario, r.valid, r.invalid, None, r.reason, r.fired, r.figures)
+
+    wanted = [s for s in (scenarios or REPLICA_SCENARIOS) if s in REPLICA_SCENARIOS]
+    if importlib.util.find_spec("torchft") is None:
+        return [_tell(progress, Row(REPLICA_FRAMEWORK, s, UNKNOWN, reason=f"torchft is not installed: {INSTALL}"))
+                for s in wanted]
+    return [row(r) for r in torchft_rows(out_dir, wanted, progress=lambda r: _tell(progress, row(r)))]
 
 
 def _tell(progress: Callable[[Row], None] | None, row: Row) -> Row:

@@ -28,9 +28,11 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.targets", "harness.cmd",
                    "harness.cmdkey", "harness.cmdrepeat", "harness.cmdfacts",
-                   "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor")),
+                   "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor",
+                   "harness.replicas")),
     ("run-and-judge", ("harness.golden", "harness.runner")),
-    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
+    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks",
+                "harness.torchft_rows", "harness.restart_compare")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )
 # ... and which third-party packages (everything else must be the standard library).
@@ -48,6 +50,8 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.hf": {"transformers"},
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},
+    "trainer.frameworks.torchft_adapter": {"torchft"},
+    "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},  # wraps serialize_file when installed, as faults.foreign does
 }
