@@ -23,13 +23,20 @@ import json.scanner
 import os
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import orjson
 
+from trainwreck.invariants.files import open_regular, read_bounded
 from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
 
 _INT = "a non-negative integer"
+# Reading bounds (files.py refuses what is not a regular file). run.json is a small spec;
+# an events file is streamed in blocks of BLOCK bytes, so memory is bounded by a block
+# and the columns, never by the file; one event line is bounded by MAX_LINE.
+MAX_SPEC_BYTES = 16 << 20
+MAX_LINE = 64 << 20
+BLOCK = 4 << 20
 # Bounds no real run comes near. A number past them (a flipped or forged field) would make
 # a checker allocate a range that size; it is refused as input instead.
 MAX_COUNT = 2**40
@@ -99,9 +106,7 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     gc.disable()
     try:
         for name in names:
-            path = os.path.join(events_dir, name)
-            if os.path.isfile(path):
-                _load_file(history, path, "events/" + name, unknown)
+            _load_file(history, run_dir, os.path.join(events_dir, name), "events/" + name, unknown)
     finally:
         if enabled:
             gc.enable()
@@ -130,13 +135,18 @@ def _check_steps(history: History) -> None:
 
 
 def _place_by_time(history: History) -> None:
-    """Give each harness event without `attempt` the attempt its time puts it in.
+    """Give harness events the attempt their time `t` puts them in (docs/DESIGN.md:
+    harness events are ordered against rank events by `t`; `attempt` only where
+    `t` cannot decide).
 
     An attempt begins at its first rank event. A hang, an exit or a fault on a
-    rank belongs to the latest attempt begun by its time; damage the harness
-    did to a checkpoint (rank null) belongs to no running attempt, so it is
-    placed before the next one to begin - the first that could restore it -
-    and atomicity carries it to every later attempt that considers it."""
+    rank without `attempt` belongs to the latest attempt begun by its time.
+    Damage the harness did to a checkpoint (rank null) belongs to no running
+    attempt, so it is placed before the next one to begin - the first that could
+    restore it - whichever attempt it names (harnesses differ: the one that
+    ended or the one it affects); atomicity carries it to every later attempt
+    that considers it. Only when no attempt begins after it does its own
+    `attempt` (if any) decide."""
     starts: dict[int, float] = {}
     for ev in history.events:
         if ev["kind"] not in _HARNESS and "attempt" in ev:
@@ -146,13 +156,16 @@ def _place_by_time(history: History) -> None:
             starts[attempt] = min(starts.get(attempt, log.first_pos[0]), log.first_pos[0])
     order = sorted(starts, key=lambda a: (starts[a], a))
     for ev in history.events:
-        if ev["kind"] not in _HARNESS or "attempt" in ev or not order:
+        if ev["kind"] not in _HARNESS or not order:
             continue
-        begun = [a for a in order if starts[a] <= ev["t"]]
         if ev["kind"] == "fault" and ev.get("rank") is None and isinstance(ev.get("checkpoint"), str):
             later = [a for a in order if starts[a] > ev["t"]]
-            ev["attempt"] = later[0] if later else order[-1]
-        else:
+            if later:
+                ev["attempt"] = later[0]
+            elif "attempt" not in ev:
+                ev["attempt"] = order[-1]
+        elif "attempt" not in ev:
+            begun = [a for a in order if starts[a] <= ev["t"]]
             ev["attempt"] = begun[-1] if begun else order[0]
 
 
@@ -165,8 +178,9 @@ def load_spec(run_dir: str) -> dict[str, Any]:
         raise InputError(f"{run_dir}: not a directory")
     path = os.path.join(run_dir, "run.json")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bounded(run_dir, path, MAX_SPEC_BYTES, "run.json is a small spec; this is not one")
+    except InputError as exc:
+        raise InputError(f"{run_dir}/{exc}") from None
     except FileNotFoundError:
         raise InputError(f"{path}: missing; a run directory needs run.json (format {FORMAT!r})") from None
     except OSError as exc:
@@ -229,21 +243,86 @@ def _bad(src: str, line: int, message: str) -> InputError:
     return InputError(f"{src} line {line}: {message}")
 
 
-def _load_file(history: History, path: str, src: str, unknown: dict[str, int]) -> None:
+def _load_file(history: History, root: str, path: str, src: str, unknown: dict[str, int]) -> None:
+    """Stream one events file block by block; each block of whole lines is judged
+    alone (fast path, else the reference path), the last one with the torn-line
+    allowance. A block is held back until the next arrives, so the final block
+    always holds the file's last line."""
+    held: tuple[int, bytes] | None = None
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        for first, block in _blocks(history, root, path, src):
+            if held is not None and block is not None and not block.strip():
+                continue  # blank lines carry nothing; the held block may still end the file
+            if held is not None:
+                _load_block(history, held[1], held[0], src, unknown, final=False)
+            held = None if block is None else (first, block)
+    except FileNotFoundError:
+        raise InputError(f"{src}: vanished while being read") from None
     except OSError as exc:
         raise InputError(f"{src}: cannot read: {exc}") from None
+    if held is not None:
+        _load_block(history, held[1], held[0], src, unknown, final=True)
+
+
+def _blocks(history: History, root: str, path: str, src: str) -> Iterator[tuple[int, bytes | None]]:
+    """(first line number, whole lines without the final newline) of about BLOCK
+    bytes each, the last one holding what follows the last newline (None: the
+    rest of the file was a torn tail, already noted). A line longer
+    than MAX_LINE is refused, or skipped as torn when nothing follows it (a NUL
+    tail a crash left): it is skimmed in blocks, holes skipped, never held."""
+    number, pending = 1, b""
+    with open_regular(root, path) as f:
+        while chunk := f.read(BLOCK):
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                pending = data
+                if len(pending) > MAX_LINE:
+                    _skim_overlong(history, f, src, number, len(pending))
+                    yield number, None  # the block held before the torn tail is not the last
+                    return
+                continue
+            yield number, data[:cut]
+            number += data.count(b"\n", 0, cut) + 1
+            pending = data[cut + 1 :]
+    yield number, pending
+
+
+def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length: int) -> None:
+    """Read past a line longer than MAX_LINE without keeping it: an error if
+    anything but blanks follows a newline (a line in the middle), else a torn
+    last line. Holes of a sparse file (NULs, no newline) are jumped over."""
+    fd, pos = f.fileno(), f.tell()  # raw reads from here on: no buffer to fall out of step
+    size = os.fstat(fd).st_size
+    seek_data = getattr(os, "SEEK_DATA", None)
+    broken = False
+    while pos < size:
+        if seek_data is not None:
+            try:
+                nxt = os.lseek(fd, pos, seek_data)  # jump over a hole: it holds only NULs
+            except OSError:  # ENXIO: nothing but a hole up to the end
+                nxt = size
+            length, pos = length + nxt - pos, nxt
+        chunk = os.pread(fd, BLOCK, pos)
+        if not chunk:
+            break
+        if broken and chunk.strip() or b"\n" in chunk and chunk[chunk.index(b"\n") :].strip():
+            raise _bad(src, number, f"a line longer than {MAX_LINE} bytes; an event is one small JSON object")
+        broken = broken or b"\n" in chunk
+        length, pos = length + len(chunk), pos + len(chunk)
+    history.notes.append(f"{src} line {number}: skipped a torn last line ({length} bytes, longer than any event)")
+
+
+def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
     fast = _parse_fast(data)
     if fast is not None:
         try:
-            if _ingest_columns(history, fast, range(1, len(fast) + 1), src, unknown):
+            if _ingest_columns(history, fast, range(first, first + len(fast)), src, unknown):
                 history.event_count += len(fast)
                 return
         except InputError:
             pass  # _ingest_columns changed nothing; the reference path names the line
-    parsed, numbers = _parse(history, data, src)
+    parsed, numbers = _parse(history, data, src, first, final)
     if not parsed:
         return
     if not _ingest_columns(history, parsed, numbers, src, unknown):
@@ -269,19 +348,20 @@ def _parse_fast(data: bytes) -> list[Any] | None:
         return None
 
 
-def _parse(history: History, data: bytes, src: str) -> tuple[list[Any], Sequence[int]]:
-    """The JSON values of a file's lines and their line numbers.
+def _parse(history: History, data: bytes, src: str, first: int = 1, final: bool = True) -> tuple[list[Any], Sequence[int]]:
+    """The JSON values of a block's lines and their line numbers (the block
+    starts at line `first`; only the `final` block may end in a torn line).
 
-    Fast path: one C-level parse of the whole file turned into a JSON array,
+    Fast path: one C-level parse of the whole block turned into a JSON array,
     used only when every line is one object - each newline sits between a "}"
     and a "{" - and the element count equals the line count; otherwise line
     by line, which also finds the line to blame."""
-    text = _decode(history, data, src).rstrip()
+    text = _decode(history, data, src, first, final).rstrip()
     if not text:
         return [], []
     head, _, last = text.rpartition("\n")
-    if not _parses(last):
-        history.notes.append(f"{src} line {head.count(chr(10)) + 2 if head else 1}: skipped a torn last line ({len(last)} characters)")
+    if final and not _parses(last):
+        history.notes.append(f"{src} line {first - 1 + (head.count(chr(10)) + 2 if head else 1)}: skipped a torn last line ({len(last)} characters)")
         text = head.rstrip()
         if not text:
             return [], []
@@ -292,23 +372,23 @@ def _parse(history: History, data: bytes, src: str) -> tuple[list[Any], Sequence
         except (ValueError, StopIteration, RecursionError):
             parsed = None  # the line-by-line pass names the line
         if parsed is not None and len(parsed) == breaks + 1:
-            return parsed, range(1, breaks + 2)
-    return _parse_lines(text.split("\n"), src)
+            return parsed, range(first, first + breaks + 1)
+    return _parse_lines(text.split("\n"), src, first)
 
 
-def _decode(history: History, data: bytes, src: str) -> str:
-    """UTF-8 text of a file; a cut inside a character is allowed only in the
-    last line, which a killed writer can leave torn."""
+def _decode(history: History, data: bytes, src: str, first: int = 1, final: bool = True) -> str:
+    """UTF-8 text of a block; a cut inside a character is allowed only in the
+    file's last line, which a killed writer can leave torn."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         start = data.rfind(b"\n", 0, exc.start) + 1
         end = data.find(b"\n", exc.start)
-        line = data.count(b"\n", 0, exc.start) + 1
-        if end != -1 and data[end:].strip():
+        line = first + data.count(b"\n", 0, exc.start)
+        if not final or (end != -1 and data[end:].strip()):
             raise _bad(src, line, "bytes that are not UTF-8; only a file's last line may be torn") from None
         history.notes.append(f"{src} line {line}: skipped a torn last line (cut inside a UTF-8 character)")
-        return _decode(history, data[:start], src)
+        return _decode(history, data[:start], src, first, final)
 
 
 def _parses(line: str) -> bool:
@@ -319,7 +399,7 @@ def _parses(line: str) -> bool:
     return True
 
 
-def _parse_lines(lines: list[str], src: str) -> tuple[list[Any], list[int]]:
+def _parse_lines(lines: list[str], src: str, first: int = 1) -> tuple[list[Any], list[int]]:
     parsed: list[Any] = []
     numbers: Sequence[int] = []
     decode = _DECODER.decode
@@ -329,10 +409,10 @@ def _parse_lines(lines: list[str], src: str) -> tuple[list[Any], list[int]]:
         try:
             parsed.append(decode(line))
         except ValueError as exc:
-            raise _bad(src, index + 1, f"not valid JSON ({exc}); only a file's last line may be torn") from None
+            raise _bad(src, index + first, f"not valid JSON ({exc}); only a file's last line may be torn") from None
         except RecursionError:
-            raise _bad(src, index + 1, "JSON nested too deeply to read; an event is a flat object") from None
-        numbers.append(index + 1)
+            raise _bad(src, index + first, "JSON nested too deeply to read; an event is a flat object") from None
+        numbers.append(index + first)
     return parsed, numbers
 
 
@@ -343,6 +423,9 @@ def _validate(ev: Any, src: str, line: int) -> str:
     """The kind of a well-formed event; an InputError naming the field otherwise."""
     if type(ev) is not dict:
         raise _bad(src, line, f"expected a JSON object, got {type(ev).__name__}")
+    if None in ev.values():  # JSON null means the field is absent (docs/DESIGN.md)
+        for name in [k for k, v in ev.items() if v is None and k not in ("kind", "t")]:
+            del ev[name]
     for name in ("kind", "t"):
         if name not in ev:
             raise _bad(src, line, f"missing field {name!r}")
