@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 import orjson
 
 from trainwreck.invariants.files import open_regular, read_bounded
-from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
+from trainwreck.invariants.history import FORMAT, History, InputError, RankLog, extend_ints, extend_losses
 
 _INT = "a non-negative integer"
 # Reading bounds (files.py refuses what is not a regular file). run.json is a small spec;
@@ -112,6 +112,7 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
             gc.enable()
     for kind, count in sorted(unknown.items()):
         history.notes.append(f"ignored {count} event(s) of unknown kind {kind!r}")
+    history.__dict__.pop("_digest_table", None)
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
@@ -483,14 +484,14 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
             if log.first_pos is None or pos < log.first_pos:
                 log.first_pos = pos
             if kind == "step":
-                log.steps.append(ev["step"])
-                log.losses.append(ev.get("loss"))
+                log.steps = extend_ints(log.steps, [ev["step"]])
+                log.losses = extend_losses(log.losses, [ev.get("loss")])
                 log.digests.append(ev.get("digest"))
             else:
-                log.batch_steps.append(ev["step"])
-                log.epochs.append(ev["epoch"])
-                log.ids.extend(ev["samples"])
-                log.offsets.append(len(log.ids))
+                log.batch_steps = extend_ints(log.batch_steps, [ev["step"]])
+                log.epochs = extend_ints(log.epochs, [ev["epoch"]])
+                log.ids = extend_ints(log.ids, ev["samples"])
+                log.offsets = extend_ints(log.offsets, [len(log.ids)])
         elif kind in REQUIRED:
             _keep_sparse(history, ev, src, line)
         else:
@@ -540,6 +541,8 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
             return False
         if min(steps, default=0) < 0 or min(batch_steps, default=0) < 0 or min(epochs, default=0) < 0:
             return False
+        if max(steps, default=0) > MAX_COUNT or max(batch_steps, default=0) > MAX_COUNT or max(epochs, default=0) > MAX_COUNT:
+            return False  # the reference path names the field
         dense_mask = list(map(_DENSE.__contains__, kinds))
         sparse_at = list(compress(range(len(parsed)), map(not_, dense_mask)))
         for i in sparse_at:  # few: validate them before touching the history
@@ -551,13 +554,13 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     pos = (float(times[first]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    log.steps.extend(steps)
-    log.losses.extend(losses)
-    log.digests.extend(digests)
-    log.batch_steps.extend(batch_steps)
-    log.epochs.extend(epochs)
-    log.offsets.extend(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None))
-    log.ids.extend(ids)
+    log.steps = extend_ints(log.steps, steps)
+    log.losses = extend_losses(log.losses, losses)
+    log.digests.extend(_shared(history, digests))
+    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
+    log.epochs = extend_ints(log.epochs, epochs)
+    log.offsets = extend_ints(log.offsets, list(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None)))
+    log.ids = extend_ints(log.ids, ids)
     for i in sparse_at:
         kind = kinds[i]
         if kind in REQUIRED:
@@ -565,6 +568,17 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         else:
             unknown[kind] = unknown.get(kind, 0) + 1
     return True
+
+
+def _shared(history: History, digests: list[Any]) -> list[Any]:
+    """Equal digests as one object: all replicas report the same digest for a
+    step, so a run holds about one string per step rather than one per event.
+    The table lives only while loading."""
+    table = history.__dict__.setdefault("_digest_table", {})
+    try:
+        return list(map(table.setdefault, digests, digests))
+    except TypeError:  # an unhashable digest (a list): kept as it is
+        return digests
 
 
 def _finish(history: History, log: RankLog) -> None:
@@ -582,11 +596,13 @@ def _finish(history: History, log: RankLog) -> None:
             steps.append(log.steps[i])
             losses.append(log.losses[i])
             digests.append(log.digests[i])
-        log.steps, log.losses, log.digests = steps, losses, digests
+        log.steps = extend_ints(log.steps[:0], steps)
+        log.losses = extend_losses(log.losses[:0], losses)
+        log.digests = digests
     if any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
         order = sorted(range(len(log.batch_steps)), key=log.batch_steps.__getitem__)
         chunks = [log.ids[log.offsets[i] : log.offsets[i + 1]] for i in order]
-        log.batch_steps = [log.batch_steps[i] for i in order]
-        log.epochs = [log.epochs[i] for i in order]
-        log.ids = list(chain.from_iterable(chunks))
-        log.offsets = list(accumulate(map(len, chunks), initial=0))
+        log.batch_steps = extend_ints(log.batch_steps[:0], [log.batch_steps[i] for i in order])
+        log.epochs = extend_ints(log.epochs[:0], [log.epochs[i] for i in order])
+        log.ids = extend_ints(log.ids[:0], list(chain.from_iterable(chunks)))
+        log.offsets = extend_ints(log.offsets[:0], list(accumulate(map(len, chunks), initial=0)))

@@ -23,7 +23,7 @@ def test_torn_last_line_is_skipped_with_a_note(builder):
     b.raw_line(b.attempts[0].file(1), '{"kind": "step", "t": 1001.5, "attem')
     history = b.load()
     assert any("torn last line" in note and "r001" in note for note in history.notes)
-    assert history.logs[(0, 1)].steps == [1, 2, 3, 4]
+    assert list(history.logs[(0, 1)].steps) == [1, 2, 3, 4]
 
 
 def test_last_line_cut_inside_a_utf8_character_is_a_torn_line(builder):
@@ -114,7 +114,7 @@ def test_every_jsonl_file_is_read_whatever_its_name(builder):
     b.write_event("my-trainer.jsonl", "step", attempt=0, rank=0, world_size=1, step=1, loss=1.0, digest="d1")
     b.write_event("zz.jsonl", "end", status="completed", final_step=1)
     history = b.load()
-    assert history.logs[(0, 0)].steps == [1]
+    assert list(history.logs[(0, 0)].steps) == [1]
     assert [ev["kind"] for ev in history.events] == ["end"]
 
 
@@ -152,7 +152,7 @@ def test_a_file_mixing_ranks_takes_the_reference_path(builder):
         b.write_event("one.jsonl", "step", attempt=0, rank=rank, world_size=2, step=1, loss=1.0, digest="d")
     history = b.load()
     assert sorted(history.logs) == [(0, 0), (0, 1)]
-    assert history.logs[(0, 1)].ids == [1]
+    assert list(history.logs[(0, 1)].ids) == [1]
 
 
 def test_repeated_step_events_are_set_aside(builder):
@@ -160,5 +160,5 @@ def test_repeated_step_events_are_set_aside(builder):
     att = b.attempt(1).train(2)
     att.emit(0, "step", step=2, loss=1.0, digest="other")
     history = b.load()
-    assert history.logs[(0, 0)].steps == [1, 2]
+    assert list(history.logs[(0, 0)].steps) == [1, 2]
     assert [(a, s, r, d) for a, s, r, _, d, _ in history.duplicate_steps] == [(0, 2, 0, "other")]
