@@ -21,6 +21,7 @@ import gc
 import json
 import json.scanner
 import os
+from bisect import bisect_left
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
 from typing import Any, BinaryIO, Iterator, Sequence
@@ -36,7 +37,7 @@ _INT = "a non-negative integer"
 # and the columns, never by the file; one event line is bounded by MAX_LINE.
 MAX_SPEC_BYTES = 16 << 20
 MAX_LINE = 64 << 20
-BLOCK = 4 << 20
+BLOCK = 1 << 20
 # Bounds no real run comes near. A number past them (a flipped or forged field) would make
 # a checker allocate a range that size; it is refused as input instead.
 MAX_COUNT = 2**40
@@ -112,7 +113,7 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
             gc.enable()
     for kind, count in sorted(unknown.items()):
         history.notes.append(f"ignored {count} event(s) of unknown kind {kind!r}")
-    history.__dict__.pop("_digest_table", None)
+    history.__dict__.pop("_first_log", None)
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
@@ -556,7 +557,7 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         log.first_pos = pos
     log.steps = extend_ints(log.steps, steps)
     log.losses = extend_losses(log.losses, losses)
-    log.digests.extend(_shared(history, digests))
+    log.digests.extend(_shared(history, log, steps, digests))
     log.batch_steps = extend_ints(log.batch_steps, batch_steps)
     log.epochs = extend_ints(log.epochs, epochs)
     log.offsets = extend_ints(log.offsets, list(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None)))
@@ -570,15 +571,17 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     return True
 
 
-def _shared(history: History, digests: list[Any]) -> list[Any]:
-    """Equal digests as one object: all replicas report the same digest for a
-    step, so a run holds about one string per step rather than one per event.
-    The table lives only while loading."""
-    table = history.__dict__.setdefault("_digest_table", {})
-    try:
-        return list(map(table.setdefault, digests, digests))
-    except TypeError:  # an unhashable digest (a list): kept as it is
+def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]) -> list[Any]:
+    """The block's digests as the objects the attempt's first rank log already
+    holds for the same updates, when they are equal: all replicas report the same
+    digest for a step, so a run keeps about one string per update, not one per
+    event. Equal values only, so sharing never changes what a checker sees."""
+    first = history.__dict__.setdefault("_first_log", {}).setdefault(log.attempt, log)
+    if first is log or not steps:
         return digests
+    i = bisect_left(first.steps, steps[0])
+    candidate = first.digests[i : i + len(digests)]
+    return candidate if candidate == digests else digests
 
 
 def _finish(history: History, log: RankLog) -> None:
