@@ -20,7 +20,9 @@ from __future__ import annotations
 import gc
 import json
 import json.scanner
+import multiprocessing
 import os
+import threading
 from bisect import bisect_left
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
@@ -106,8 +108,10 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for name in names:
-            _load_file(history, run_dir, os.path.join(events_dir, name), "events/" + name, unknown)
+        files = [(os.path.join(events_dir, name), "events/" + name) for name in names]
+        if not _load_parallel(history, files, unknown):
+            for path, src in files:
+                _load_file(history, run_dir, path, src, unknown)
     finally:
         if enabled:
             gc.enable()
@@ -120,6 +124,75 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     _check_steps(history)
     _place_by_time(history)
     return history
+
+
+# Parsing is most of a big run's cost and each file parses alone, so files are
+# parsed in worker processes when the run is big enough to pay for them and this
+# process may fork (one thread: a harness with threads loads sequentially).
+PARALLEL_MIN_BYTES = 64 << 20
+WORKERS = min(2, os.cpu_count() or 1)
+
+
+def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict[str, int]) -> bool:
+    """Parse `files` in WORKERS forked processes, one file per task, and merge
+    each as it arrives, in file order - what the sequential loop would build;
+    digests are shared with the attempt's first rank log on arrival, so the
+    duplicates of one file at most are held at a time. False, having changed
+    nothing, when not worth it or when a merge would differ (two files writing
+    one rank log, or one attempt with two world sizes): then the caller loads
+    sequentially."""
+    sizes = [os.stat(path).st_size if os.path.isfile(path) else 0 for path, _ in files]
+    if WORKERS < 2 or len(files) < 2 or sum(sizes) < PARALLEL_MIN_BYTES or not _may_fork():
+        return False
+    merged = History(run_dir=history.run_dir, spec=history.spec)
+    counts: dict[str, int] = {}
+    jobs = [(history.run_dir, history.spec, path, src) for path, src in files]
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        for part, part_unknown in pool.imap(_load_one, jobs):
+            if part.logs.keys() & merged.logs.keys() or any(
+                    merged.world_sizes.get(a, ws) != ws for a, ws in part.world_sizes.items()):
+                return False
+            for log in part.logs.values():
+                _share_digests(merged, log)
+            merged.logs.update(part.logs)
+            merged.world_sizes.update(part.world_sizes)
+            merged.events.extend(part.events)
+            merged.notes.extend(part.notes)
+            merged.event_count += part.event_count
+            for kind, n in part_unknown.items():
+                counts[kind] = counts.get(kind, 0) + n
+    history.logs, history.world_sizes, history.events = merged.logs, merged.world_sizes, merged.events
+    history.notes.extend(merged.notes)
+    history.event_count += merged.event_count
+    for kind, n in counts.items():
+        unknown[kind] = unknown.get(kind, 0) + n
+    return True
+
+
+def _may_fork() -> bool:
+    """Forking a process that runs other threads can copy a lock held mid-operation."""
+    return threading.active_count() == 1
+
+
+def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[str, int]]:
+    """In a worker: one file into a History of its own."""
+    run_dir, spec, path, src = job
+    part = History(run_dir=run_dir, spec=spec)
+    unknown: dict[str, int] = {}
+    _load_file(part, run_dir, path, src, unknown)
+    part.__dict__.pop("_first_log", None)
+    part.__dict__.pop("_odd_world_sizes", None)
+    return part, unknown
+
+
+def _share_digests(history: History, log: RankLog) -> None:
+    """A whole log's digests as the objects of the attempt's first rank log, when equal."""
+    ref = next((other for (a, _), other in history.logs.items() if a == log.attempt), None)
+    if ref is not None and log.steps:
+        i = bisect_left(ref.steps, log.steps[0])
+        candidate = ref.digests[i : i + len(log.digests)]
+        if candidate == log.digests:
+            log.digests = candidate
 
 
 def _check_steps(history: History) -> None:
@@ -587,7 +660,7 @@ def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]
 def _finish(history: History, log: RankLog) -> None:
     """Put a rank log in update order (files may come in any order) and move
     repeated `step` events aside, so that each column has one row per update."""
-    if any(map(int.__gt__, log.steps, log.steps[1:])) or len(set(log.steps)) != len(log.steps):
+    if not all(map(int.__lt__, log.steps, log.steps[1:])):  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
         steps, losses, digests = [], [], []
         for i in order:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from histories import HistoryBuilder
 
-from trainwreck.invariants import InputError, load_history
+from trainwreck.invariants import InputError, judge, load_history
 from trainwreck.invariants import loader
 
 
@@ -162,3 +162,26 @@ def test_repeated_step_events_are_set_aside(builder):
     history = b.load()
     assert list(history.logs[(0, 0)].steps) == [1, 2]
     assert [(a, s, r, d) for a, s, r, _, d, _ in history.duplicate_steps] == [(0, 2, 0, "other")]
+
+
+def test_parallel_loading_builds_the_history_the_sequential_loop_builds(tmp_path, builder, monkeypatch):
+    from trainwreck.benchmarks.checker import write_run
+    write_run(str(tmp_path / "big"), 300, 4, 2)
+    b = builder(total_steps=6, faults=[{"id": "k1", "kind": "kill"}])
+    b.attempt(2).train(5, save_every=2).crash(1, "k1")
+    b.attempt(4, restore="step-00000004").train(6)
+    b.raw_line(b.attempts[1].file(3), '{"kind": "step", "t": 9')  # a torn line
+    b.end()
+    for run_dir in (tmp_path / "big", b.write()):
+        sequential = load_history(run_dir)
+        monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
+        monkeypatch.setattr(loader, "_may_fork", lambda: True)
+        used, real = [], loader._load_parallel
+        monkeypatch.setattr(loader, "_load_parallel", lambda *a: used.append(real(*a)) or used[-1])
+        parallel = load_history(run_dir)
+        monkeypatch.undo()
+        assert used == [True], "the files were not parsed by the workers"
+        assert parallel.notes == sequential.notes and parallel.event_count == sequential.event_count
+        assert list(parallel.logs) == list(sequential.logs) and parallel.logs == sequential.logs
+        assert parallel.events == sequential.events
+        assert judge(parallel).to_json() == judge(sequential).to_json()
