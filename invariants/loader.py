@@ -182,17 +182,29 @@ def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[
     _load_file(part, run_dir, path, src, unknown)
     part.__dict__.pop("_first_log", None)
     part.__dict__.pop("_odd_world_sizes", None)
+    for log in part.logs.values():  # digests travel as one string: no object per event on arrival
+        if log.digests and set(map(type, log.digests)) == {str}:
+            joined = "\n".join(log.digests)
+            if joined.count("\n") == len(log.digests) - 1:
+                log.__dict__["_joined"], log.digests = joined, []
     return part, unknown
 
 
 def _share_digests(history: History, log: RankLog) -> None:
-    """A whole log's digests as the objects of the attempt's first rank log, when equal."""
+    """A whole log's digests as the objects of the attempt's first rank log, when equal
+    (compared as joined strings when they came that way, never split then)."""
+    joined = log.__dict__.pop("_joined", None)
+    n = len(log.digests) if joined is None else joined.count("\n") + 1
     ref = next((other for (a, _), other in history.logs.items() if a == log.attempt), None)
     if ref is not None and log.steps:
         i = bisect_left(ref.steps, log.steps[0])
-        candidate = ref.digests[i : i + len(log.digests)]
-        if candidate == log.digests:
+        candidate = ref.digests[i : i + n]
+        if (candidate == log.digests) if joined is None else (
+                len(candidate) == n and set(map(type, candidate)) == {str} and "\n".join(candidate) == joined):
             log.digests = candidate
+            return
+    if joined is not None:
+        log.digests = joined.split("\n")
 
 
 def _check_steps(history: History) -> None:
