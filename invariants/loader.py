@@ -18,6 +18,7 @@ input comes from it, so both parsers judge the same input the same way.
 from __future__ import annotations
 
 import gc
+from collections import deque
 import json
 import json.scanner
 import multiprocessing
@@ -148,7 +149,15 @@ def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict
     counts: dict[str, int] = {}
     jobs = [(history.run_dir, history.spec, path, src) for path, src in files]
     with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
-        for part, part_unknown in pool.imap(_load_one, jobs):
+        # At most WORKERS + 1 files in flight: parsed files waiting for a busy (or
+        # starved) merger would otherwise pile up in this process, unshared.
+        queued = iter(jobs)
+        pending = deque(pool.apply_async(_load_one, (job,)) for job in islice(queued, WORKERS + 1))
+        while pending:
+            part, part_unknown = pending.popleft().get()
+            following = next(queued, None)
+            if following is not None:
+                pending.append(pool.apply_async(_load_one, (following,)))
             if part.logs.keys() & merged.logs.keys() or any(
                     merged.world_sizes.get(a, ws) != ws for a, ws in part.world_sizes.items()):
                 return False
