@@ -6,25 +6,27 @@ be trusted (a bad line in the middle of a file, a missing or mistyped field:
 InputError naming file, line and field). A checker that guessed over broken
 input would pass runs it never saw.
 
-Speed: each file is first parsed whole by orjson (several times faster than
-the stdlib on these small objects) and, when it is one process's events (one
-attempt, one rank: the normal case), split into columns with C-level
-map/compress passes. A file that does not fit - a torn or bad line, a mixed
-file, a field of the wrong type - is parsed again by the stdlib and goes
-through the per-event path, which is the reference: every message about bad
-input comes from it, so both parsers judge the same input the same way.
+Speed and memory: each file is streamed in blocks of whole lines (files.py
+opens it without trusting it); a block is parsed by orjson (several times
+faster than the stdlib on these small objects) and, when it is one process's
+events (one attempt, one rank: the normal case), split into compact columns
+with C-level map/compress passes. A block that does not fit - a torn or bad
+line, a mixed file, a field of the wrong type - is parsed again by the stdlib
+and goes through the per-event path, which is the reference: every message
+about bad input comes from it, so both parsers judge the same input the same
+way. A big run's files are parsed by forked workers (`_load_parallel`).
 """
 
 from __future__ import annotations
 
 import gc
-from collections import deque
 import json
 import json.scanner
 import multiprocessing
 import os
 import threading
 from bisect import bisect_left
+from collections import deque
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
 from typing import Any, BinaryIO, Iterator, Sequence
