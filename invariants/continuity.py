@@ -89,7 +89,7 @@ def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -
             continue
         digests = set()
         for log in history.ranks_of(save["attempt"]):
-            digest = log.digest_by_step().get(save["step"])
+            digest = log.digest_at(save["step"])
             if digest is not None:
                 digests.add(digest)
         if not digests:

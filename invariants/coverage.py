@@ -8,6 +8,7 @@ sample; the slow, exact bookkeeping runs only to describe a violation.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Sequence
 
 from trainwreck.invariants.history import History, RankLog
 from trainwreck.invariants.lineage import Lineage, Segment, batch_changed, walk_lineage
@@ -15,9 +16,19 @@ from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, absent_int
 
 NAME = "coverage"
 
-# epoch -> (ids seen, [ids used in all, lowest id, highest id]); min/max are
-# taken on list slices, which is several times faster than on the set.
-EpochIds = dict[int, tuple[set[int], list[int]]]
+# epoch -> (where its ids are, [ids used in all, lowest id, highest id]). An epoch's
+# ids are kept as (column, start, stop) references into the rank logs, not copied
+# into a set: the set of one epoch is built only when that epoch is judged, so the
+# checker holds one epoch's ids at a time, not every epoch's (2 GB at 16 M events).
+Part = tuple[Sequence[int], int, int]
+EpochIds = dict[int, tuple[list[Part], list[int]]]
+
+
+def _seen(parts: list[Part]) -> set[int]:
+    seen: set[int] = set()
+    for column, start, stop in parts:
+        seen.update(column[start:stop])
+    return seen
 
 
 def check_coverage(history: History, golden: History | None = None) -> Verdict:
@@ -39,7 +50,8 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     twice_by_epoch: dict[int, int] = {}
     ordered = sorted(epochs)
     for n, epoch in enumerate(ordered):
-        seen, (used, lowest, highest) = epochs[epoch]
+        parts, (used, lowest, highest) = epochs.pop(epoch)
+        seen = _seen(parts)
         if used != len(seen):
             twice, line = _where_twice(history, lineage, epoch)
             duplicated += twice
@@ -118,22 +130,24 @@ def _add_events(log: RankLog, i: int, j: int, epochs: EpochIds, last_epoch: int 
     offsets = log.offsets
     if last_epoch is not None and eps[0] < last_epoch:
         evidence.add(f"attempt {log.attempt} rank {log.rank} step {log.batch_steps[i]}: epoch went back from {last_epoch} to {eps[0]}")
-    in_order = eps == sorted(eps)
+    in_order = all(map(int.__le__, eps, eps[1:]))  # eps is an array: it never equals a list
     if not in_order:
         k = next(log.batch_steps[i + n + 1] for n in range(len(eps) - 1) if eps[n + 1] < eps[n])
         evidence.add(f"attempt {log.attempt} rank {log.rank} step {k}: epoch went back")
     for epoch in sorted(set(eps)):
         if in_order:  # each epoch is one contiguous run of events
             lo, hi = bisect_left(eps, epoch), bisect_right(eps, epoch)
-            ids = log.ids[offsets[i + lo] : offsets[i + hi]]
+            part: Part = (log.ids, offsets[i + lo], offsets[i + hi])
         else:
-            ids = [x for n, e in enumerate(eps) if e == epoch for x in log.samples(i + n)]
+            listed = [x for n, e in enumerate(eps) if e == epoch for x in log.samples(i + n)]
+            part = (listed, 0, len(listed))
+        ids = part[0][part[1] : part[2]]
         if not ids:
             continue
         entry = epochs.get(epoch)
         if entry is None:
-            entry = epochs[epoch] = (set(), [0, ids[0], ids[0]])
-        entry[0].update(ids)
+            entry = epochs[epoch] = ([], [0, ids[0], ids[0]])
+        entry[0].append(part)
         tally = entry[1]
         tally[0] += len(ids)
         tally[1] = min(tally[1], min(ids))

@@ -8,6 +8,7 @@ Every other update is redo work - a cost, not an error.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -173,10 +174,10 @@ def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
     redo: dict[int, int] = {}
     for attempt in {a for a, _ in history.logs}:
         lo, hi = in_lineage.get(attempt, (1, 0))
-        applied: set[int] = set()
+        applied: set[int] = set()  # steps outside lo..hi: the ends of each ascending column
         for log in history.ranks_of(attempt):
-            applied.update(log.steps)
-        outside = sum(1 for k in applied if not lo <= k <= hi)
+            applied.update(log.steps[: bisect_left(log.steps, lo)], log.steps[bisect_right(log.steps, hi) :])
+        outside = len(applied)
         if outside:
             redo[attempt] = outside
     return redo
