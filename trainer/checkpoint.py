@@ -503,7 +503,7 @@ class CheckpointStore:
         except TooLarge as exc:
             raise CheckpointRejected(f"{name}/{file_name}: {exc}, the manifest says {size}") from None
         except NotRegularFile as exc:
-            raise CheckpointRejected(f"{name}/{file_name}: {exc}") from None
+            raise CheckpointRejected(str(exc)) from None
         if len(data) != size:
             raise CheckpointRejected(
                 f"{name}/{file_name} has {len(data)} bytes, the manifest says {entry.get('size') if isinstance(entry, dict) else entry!r}")

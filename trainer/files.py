@@ -83,11 +83,13 @@ def inside(root: Path | str, path: Path | str) -> Path:
     return Path(full)
 
 
-def open_regular(path: Path | str, root: Path | str | None = None) -> int:
+def open_regular(path: Path | str, root: Path | str | None = None, label: str | None = None) -> int:
     """A read-only descriptor of the regular file `path`, never blocking: the open is
     non-blocking (a FIFO opens at once) and the file type is checked before any read.
-    The final component is never a followed link; with `root`, the folders must stay inside it."""
+    The final component is never a followed link; with `root`, the folders must stay inside it.
+    Messages name the file as `label` (default: `path`)."""
     target = inside(root, path) if root is not None else Path(path)
+    path = label or path
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -80,8 +80,11 @@ def check_relative(path: str) -> PurePosixPath:
 class LocalStorage:
     """POSIX files under `root`."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root).resolve()
+    def __init__(self, root: Path, within: Path | None = None) -> None:
+        """`within`: the folder `root` must stay inside (the run directory): a `checkpoints/`
+        that is a link out of it is refused (files.OutsideRoot), so the store never reads,
+        writes or cleans up in whatever folder the link names."""
+        self.root = files.inside(within, root) if within is not None else Path(root).resolve()
 
     def _abs(self, path: str) -> Path:
         full = (self.root / check_relative(path)).resolve()
@@ -100,7 +103,7 @@ class LocalStorage:
         return os.path.lexists(self._entry(path))
 
     def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
-        fd = files.open_regular(self._abs(path))
+        fd = files.open_regular(self._abs(path), label=path)
         with open(fd, "rb", buffering=0) as file:
             size = os.fstat(fd).st_size
             if limit is not None:
