@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from trainwreck.trainer.config import InputError, OneLineParser  # stdlib-only: no torch
+from trainwreck.trainer.files import describe, is_environment_failure
 from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
@@ -72,6 +73,11 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
         return int(module.main(args))
     except InputError as exc:
         print(f"trainwreck {name}: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except OSError as exc:  # the machine, not the input: a full disk, a read-only folder, a taken port
+        if not is_environment_failure(exc):
+            raise
+        print(f"trainwreck {name}: error: {one_line(describe(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
         return interrupted(name)

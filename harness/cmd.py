@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
-    remove_stale_builds
+    ensure_cache_dir, remove_stale_builds
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.runner import JudgedRun, publish
 from trainwreck.harness.spec import JobSpec
@@ -50,7 +50,7 @@ def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None) -> Path:
     final = cache_dir / f"cmd-{input_hash(f'{spec.command} @{spec.world_sizes[0]}')}"
     if _intact(final):
         return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    ensure_cache_dir(cache_dir)
     remove_stale_builds(cache_dir)
     scratch = cache_dir / _build_name(final.name)
     record = run_job(replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=scratch, keep=True,

@@ -104,10 +104,10 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
 def publish(judged: JudgedRun) -> None:
     """Write the run's verdicts.json and render its report: the one shape every judged run leaves."""
     record, cause = judged.record, judged.root_cause.to_json() if judged.root_cause else None
-    RunDir(record.run_dir).verdicts.write_text(json.dumps(
+    write_atomic(RunDir(record.run_dir).verdicts, json.dumps(
         {**judged.judgement.to_json(), "golden": str(judged.golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
-        indent=1, default=str) + "\n")
+        indent=1, default=str) + "\n", root=record.run_dir)
     _render_report(record.run_dir)
 
 

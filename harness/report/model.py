@@ -20,6 +20,7 @@ from trainwreck.invariants import InputError, Lineage, judge, load_history, walk
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
+from trainwreck.trainer.files import SMALL_LIMIT, STACK_LIMIT, read_json, read_text
 from trainwreck.trainer.rundir import RunDir
 
 REPORT_FORMAT = "trainwreck-report/1"
@@ -117,8 +118,8 @@ def _judgement(run_dir: Path, history: History | None, load_error: str | None) -
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, SMALL_LIMIT, root=path.parent)
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -312,9 +313,9 @@ def _stack(run_dir: Path, rel: str) -> dict[str, Any]:
     match = _RANK_IN_NAME.search(Path(rel).name)
     out: dict[str, Any] = {"file": rel, "rank": int(match.group(1)) if match else None,
                            "frame": None, "innermost": None}
-    try:
-        text = (run_dir / rel).read_text(errors="replace")
-    except OSError:
+    try:  # only a regular file inside stacks/, bounded: the event's path is data, not a file to open
+        text = read_text(run_dir / rel, STACK_LIMIT, root=RunDir(run_dir).stacks)
+    except (OSError, ValueError):
         return out
     block = text.split("\n\n")[0]  # faulthandler: the current thread first, most recent call first
     frames = [m.groupdict() for m in _FRAME.finditer(block)]
