@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.report.rundirs import clean_run, hung_run
-from tests.trainer.test_hostile_files import mkfifo, within_deadline
+from tests.hostile import mkfifo, within_deadline
 from trainwreck.harness.cli import main as trainwreck
 
 
