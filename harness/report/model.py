@@ -424,9 +424,9 @@ def _manifest(run_dir: Path, name: str) -> dict[str, Any] | None:
     root = RunDir(run_dir).checkpoints
     path = root / name / "manifest.json"
     try:
-        if any(p.is_symlink() for p in (root, root / name, path)) or path.stat().st_size > MANIFEST_LIMIT:
+        if any(p.is_symlink() for p in (root, root / name, path)):
             return None
-        data = json.loads(path.read_text())
+        data = read_json(path, MANIFEST_LIMIT, root=root)  # a regular file, bounded: never a FIFO's wait
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
