@@ -16,6 +16,7 @@ from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
 from trainwreck.invariants import Judgement, judge, load_history
 from trainwreck.invariants.verdict import exit_code, verdict_word
+from trainwreck.trainer.files import write_atomic
 from trainwreck.trainer.rundir import RunDir
 
 

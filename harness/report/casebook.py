@@ -6,7 +6,6 @@ to the runs that answer it, so the casebook reads as a study guide too.
 """
 from __future__ import annotations
 
-import json
 import os
 from html import escape
 from pathlib import Path

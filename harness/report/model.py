@@ -7,7 +7,6 @@ run's first event. It reads only the run directory: verdicts.json when present
 """
 from __future__ import annotations
 
-import json
 import shlex
 import re
 from pathlib import Path

@@ -7,7 +7,6 @@ regression fails the test instead of stalling the suite."""
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
 from typing import Any
 
