@@ -6,8 +6,9 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Callable, NoReturn
+
+from trainwreck.trainer.files import SMALL_LIMIT
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -67,8 +68,13 @@ def load_json_arg(text: str, flag: str, example: str) -> Any:
     NaN/Infinity would make a fault never fire or a timeout never expire, and deep
     nesting raises RecursionError (not ValueError) inside the json module."""
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
+        try:  # bounded: @/dev/zero must not be read until memory runs out (a pipe, @/dev/stdin, is fine)
+            with open(text[1:], "rb") as file:
+                raw = file.read(SMALL_LIMIT + 1)
+            if len(raw) > SMALL_LIMIT:
+                raise InputError(f"{flag} @{text[1:]}: longer than {SMALL_LIMIT} bytes (an endless device?); "
+                                 "give a JSON file")
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise InputError(f"{flag} @{text[1:]}: cannot read the file ({reason}); give a readable JSON file") from None

@@ -151,7 +151,8 @@ def write_atomic(path: Path | str, data: bytes | str, root: Path | str | None = 
     `root`, the folder must resolve inside it. Only the temporary created here is ever removed."""
     path = Path(path)
     folder = inside(root, path.parent) if root is not None else path.parent
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    # A run directory's name may not be UTF-8 (a report quotes it): such bytes are written as \x escapes.
+    payload = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)  # O_EXCL | O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as file:

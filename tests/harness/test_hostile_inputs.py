@@ -64,6 +64,7 @@ CASES: list[tuple[str, list[str], str]] = [
       for cmd in ("run", "demo", "chaos", "sweep", "defects")],
     ("run-out-holds-run", [*HARNESS, "run", "--plan", "[]", "--out", "{tmp}/old-run"], "--out {tmp}/old-run is not empty"),
     # Absurd values (issue 24, item 9): refused with the limit and the fix, nothing started.
+    ("plan-dev-zero", [*HARNESS, "run", "--plan", "@/dev/zero", "--out", "{tmp}/o"], "longer than 16777216 bytes"),
     ("world-sizes-empty", [*HARNESS, "run", "--plan", "[]", "--world-sizes", "", "--out", "{tmp}/o"], "--world-sizes ''"),
     ("hang-timeout-huge", [*HARNESS, "run", "--plan", "[]", "--hang-timeout", "1e9", "--out", "{tmp}/o"],
      "exceeds the limit of 3600 s"),
@@ -305,3 +306,28 @@ def test_a_lone_trainer_with_a_stray_master_addr_listens_on_no_interface(tmp_pat
     assert proc.returncode == 0, err[-2000:]
     outward = {a for a in listening if not ipaddress.ip_address(a.ip).is_loopback}
     assert not outward, f"a one-process job listened on {outward}"  # gloo's own pair sockets stay on loopback
+
+
+def test_an_environment_failure_inside_a_command_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+    from types import SimpleNamespace
+
+    from trainwreck.harness.cli import run_command
+
+    class DiskFull:
+        @staticmethod
+        def main(args: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", "/run/verdicts.json")
+
+    assert run_command("run", DiskFull, SimpleNamespace()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["trainwreck run: error: No space left on device (/run/verdicts.json)"], err
+
+
+def test_a_run_directory_whose_name_is_not_utf8_gets_its_report(tmp_path: Path) -> None:
+    from tests.report.rundirs import clean_run
+    from trainwreck.harness.report import render_report
+
+    run = clean_run(tmp_path / os.fsdecode(b"run-\xff\xfe"))
+    html = render_report(run)
+    assert html.is_file() and (run / "report" / "report.md").is_file()
