@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases
-from trainwreck.harness.spec import LAUNCHERS
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
+from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word
+from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -27,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed of the plan stream (default: random, printed)")
     parser.add_argument("--out", type=Path, help="directory for the run directories "
                                                  "(default ./trainwreck-out/chaos-TIMESTAMP)")
-    parser.add_argument("--launcher", default="warm", choices=LAUNCHERS, help="how ranks start (default warm)")
+    parser.add_argument("--launcher", default=DEFAULT_LAUNCHER, choices=launcher_names(REFERENCE),
+                        help=f"how ranks start (default {DEFAULT_LAUNCHER}): {launcher_help(launcher_names(REFERENCE))}")
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
                         help="process-group backend (default auto)")
 
@@ -46,8 +48,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         budget_s = parse_duration(args.budget)
     except ValueError as exc:
-        print(f"trainwreck chaos: error: --budget: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"--budget: {exc}") from None
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     out = args.out or Path("trainwreck-out") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -120,9 +121,6 @@ def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:
 
 
 def exit_code(outcomes: list[Outcome]) -> int:
+    """0 all valid, 1 any invalid, 2 any unknown and none invalid (0 when no plan fit the budget)."""
     values = [o.valid for o in outcomes]
-    if any(v is False for v in values):
-        return 1
-    if any(v is not True for v in values):
-        return 2
-    return 0
+    return verdict_exit_code(compose(values)) if values else EXIT_VALID  # type: ignore[arg-type]
