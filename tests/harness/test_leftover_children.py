@@ -10,9 +10,9 @@ from pathlib import Path
 
 import psutil
 
+from trainwreck.harness.cmd import Command
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
-from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import iter_events
 
 # One rank: start a plain child and a setsid child (each sleeps far longer than the test),
@@ -37,9 +37,8 @@ def alive(pid: int) -> bool:
 def test_children_and_setsid_escapes_of_cmd_ranks_die_with_their_attempt_and_are_named(tmp_path: Path) -> None:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
-    spec = JobSpec(config=TrainConfig(), world_sizes=(2,), plan=[], hang_timeout_s=30.0, launcher="cmd",
-                   command=f"{sys.executable} {script} {tmp_path}", run_dir=tmp_path / "run", keep=True,
-                   max_restarts=0)
+    spec = JobSpec(target=Command(f"{sys.executable} {script} {tmp_path}"), world_sizes=(2,), plan=[],
+                   hang_timeout_s=30.0, run_dir=tmp_path / "run", keep=True, max_restarts=0)
     pids = []
     try:
         run_job(spec)
