@@ -120,4 +120,8 @@ def corrupt_run_dir(fault: dict[str, Any], events_path: Path, emit: Emit) -> lis
     root = checkpoints_root(events_path)
     if not root.is_dir():
         return []
-    return apply_corruption(fault, LocalStorage(root), emit)
+    try:
+        storage = LocalStorage(root, within=root.parent)  # a checkpoints/ linked elsewhere is not ours to damage
+    except OSError:
+        return []
+    return apply_corruption(fault, storage, emit)

@@ -184,8 +184,8 @@ class PowerLossRecorder:
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
-        return self.inner.read(path, on_chunk)
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
+        return self.inner.read(path, on_chunk, limit)
 
     def list(self, path: str) -> list[str]:
         return self.inner.list(path)

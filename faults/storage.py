@@ -88,9 +88,9 @@ class FaultyStorage:
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
         self._stall("read", path)
-        data = self.inner.read(path, on_chunk)
+        data = self.inner.read(path, on_chunk, limit)
         self._throttle("read", path, len(data))
         return data
 
@@ -263,9 +263,9 @@ class RecordingStorage:
         self._log("exists", path)
         return self.inner.exists(path)
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
         self._log("read", path)
-        return self.inner.read(path, on_chunk)
+        return self.inner.read(path, on_chunk, limit)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._log("write", path, size=len(data))

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
 from trainwreck.trainer.config import OneLineParser
+from trainwreck.trainer.files import describe, is_environment_failure
 from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
@@ -75,6 +76,11 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
         return int(module.main(args))
     except INPUT_ERRORS as exc:
         print(f"trainwreck {name}: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except OSError as exc:  # the machine, not the input: a full disk, a read-only folder, a taken port
+        if not is_environment_failure(exc):
+            raise
+        print(f"trainwreck {name}: error: {one_line(describe(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:
         return interrupted(name)

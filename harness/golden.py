@@ -14,16 +14,18 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import psutil
 
-from trainwreck.harness.errors import GoldenFailed
+from trainwreck.harness.errors import GoldenFailed, SpecError
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from trainwreck.harness.targets import golden_key  # noqa: F401 - re-exported: its old home
+from trainwreck.trainer import files
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events
 
@@ -31,10 +33,32 @@ CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
 
 
 def default_cache_dir() -> Path:
-    if CACHE_ENV in os.environ:
+    """$TRAINWRECK_GOLDEN_CACHE, else $XDG_CACHE_HOME/trainwreck/golden, else ~/.cache/...
+    Only absolute folders count (the XDG rule): an empty or relative $HOME must not put
+    the cache at /.cache or under whatever folder a command runs in."""
+    if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "trainwreck" / "golden"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "trainwreck" / "golden"
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home) or home == "/":
+        home = _account_home()
+    return Path(home) / ".cache" / "trainwreck" / "golden"
+
+
+def _account_home() -> str:
+    """The account's home from the password database, when $HOME is empty or relative."""
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = ""
+    if not os.path.isabs(home) or home == "/":
+        raise SpecError(f"$HOME is {os.environ.get('HOME', '')!r} and the account has no home folder, so the golden "
+                        f"cache has no place: set {CACHE_ENV} to a writable folder")
+    return home
 
 
 MANIFEST = "golden.json"
@@ -59,7 +83,7 @@ def golden_for(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = False
     final = cache_dir / spec.target.golden_name(spec)
     if not fresh and _intact(final):
         return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    ensure_cache_dir(cache_dir)
     remove_stale_builds(cache_dir)
     # Build beside the cache entry, then rename: concurrent xdist workers racing for the
     # same key each build their own and the first to publish wins; nobody reads a half run.
@@ -107,6 +131,20 @@ def discard(entry: Path) -> None:
         doomed.unlink()
     else:
         shutil.rmtree(doomed, ignore_errors=True)
+
+
+def ensure_cache_dir(cache_dir: Path) -> None:
+    """Create the cache folder and prove it writable with a real write (root passes every
+    permission check, a read-only mount or a file in its place does not); SpecError (exit 2,
+    one line) when it cannot be used, before any golden run starts."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=cache_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise SpecError(f"the golden cache {cache_dir} cannot be used ({exc.strerror or exc}): free or fix it, "
+                        f"or set {CACHE_ENV} to a writable folder") from None
 
 
 def _publish(scratch: Path, final: Path) -> None:
@@ -167,12 +205,13 @@ def _judged_files(run_dir: Path) -> list[Path]:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """sha256 of a judged file: a regular file inside its entry, bounded, never a blocking open."""
+    return hashlib.sha256(files.read_bytes(path, files.EVENTS_LIMIT, root=path.parent)).hexdigest()
 
 
 def _write_manifest(run_dir: Path) -> None:
-    files = {str(p.relative_to(run_dir)): _digest(p) for p in _judged_files(run_dir)}
-    (run_dir / MANIFEST).write_text(json.dumps(files, sort_keys=True, indent=1))
+    digests = {str(p.relative_to(run_dir)): _digest(p) for p in _judged_files(run_dir)}
+    files.write_atomic(run_dir / MANIFEST, json.dumps(digests, sort_keys=True, indent=1), root=run_dir)
 
 
 def _intact(run_dir: Path) -> bool:
@@ -180,14 +219,14 @@ def _intact(run_dir: Path) -> bool:
     try:
         if run_dir.is_symlink() or not run_dir.is_dir():
             return False
-        manifest = json.loads((run_dir / MANIFEST).read_text())
+        manifest = files.read_json(run_dir / MANIFEST, files.SMALL_LIMIT, root=run_dir)
         present = {str(p.relative_to(run_dir)): p for p in _judged_files(run_dir) if p.is_file()}
         if not isinstance(manifest, dict) or set(manifest) != set(present):
             return False
         if any(p.is_symlink() or _digest(p) != manifest[name] for name, p in present.items()):
             return False
-    except (OSError, ValueError):
-        return False
+    except (OSError, ValueError, RecursionError):
+        return False  # damaged (a FIFO, a giant, bad JSON): rebuilt, never waited on
     return _completed(run_dir)
 
 

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.harness.cmdfaults import corrupt_before
-from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
+from trainwreck.harness.procs import descendants, end_processes, marked_processes, set_parent_death_signal, \
+    signal_group, signal_pid
 from trainwreck.harness.rank import ctx_to_json
 from trainwreck.harness.store import HarnessStore, Rendezvous
 from trainwreck.trainer.launch import RankContext
@@ -324,24 +325,63 @@ class CmdLauncher:
                 proc.wait()
             store.close()
             raise
-        return CmdAttempt(attempt, world_size, procs, store)
+        return CmdAttempt(attempt, world_size, procs, store, _attempt_marker(run_dir, attempt))
 
     def close(self) -> None:
         pass
 
 
+CHILD_SCAN_S = 0.5
+"""Seconds between two looks for a --cmd attempt's child processes."""
+
+
 class CmdAttempt(SpawnAttempt):
-    """A --cmd attempt: its ranks, and the store they rendezvous on (closed once they are reaped)."""
+    """A --cmd attempt: its ranks, the store they rendezvous on (closed once they are reaped),
+    and whatever the ranks started, which dies with the attempt.
+
+    A user's command may start children (data loaders, a server, a `setsid` daemon). Killing
+    the ranks' process group misses a `setsid` child always, and misses every child once the
+    ranks have exited (then nothing kills the group). So the attempt ends them itself: the
+    live descendants of its ranks, found through their parents while the ranks live, and any
+    process still carrying the attempt's environment marker (TRAINWRECK_RUN_DIR and
+    TRAINWRECK_ATTEMPT, inherited whatever session or parent a child ends up with). What was
+    ended is kept in `leftovers`, and the supervisor logs it."""
 
     def __init__(self, attempt: int, world_size: int, procs: list[subprocess.Popen[bytes]],
-                 store: HarnessStore) -> None:
+                 store: HarnessStore, marker: dict[str, str] | None = None) -> None:
         super().__init__(attempt, world_size, procs)
         self.store = store
+        self.marker = marker
+        self.children: list[int] = []
+        self.leftovers: list[dict[str, object]] = []
+        self._scanned = 0.0
+
+    def exited(self) -> dict[int, int | None]:
+        # While ranks live, remember their descendants (twice a second: a /proc scan each):
+        # once a rank exits, a child it left behind is reparented and only the marker is left.
+        if time.monotonic() - self._scanned >= CHILD_SCAN_S:
+            self._scanned = time.monotonic()
+            self.children = list(dict.fromkeys(self.children + descendants(
+                [p.pid for p in self.procs if p.returncode is None])))
+        return super().exited()
+
+    def kill(self) -> None:
+        self.children = list(dict.fromkeys(self.children + descendants(
+            [p.pid for p in self.procs if p.poll() is None])))
+        super().kill()
 
     def reap(self, timeout_s: float) -> dict[int, int | None]:
         codes = super().reap(timeout_s)
+        ranks = {p.pid for p in self.procs}
+        marked = marked_processes(self.marker, ranks) if self.marker else []
+        self.leftovers = end_processes([pid for pid in self.children + marked if pid not in ranks])
         self.store.close()
         return codes
+
+
+def _attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
+    """The environment variables that mark every process of one --cmd attempt (see CmdAttempt)."""
+    return {"TRAINWRECK_RUN_DIR": str(Path(run_dir).absolute()), "TRAINWRECK_ATTEMPT": str(attempt)}
 
 
 def cmd_env(run_dir: Path, attempt: int, rank: int, world_size: int, rdzv: Rendezvous) -> dict[str, str]:

@@ -42,3 +42,55 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):  # PermissionError: the group id was reused
         pass
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """Every live descendant of `pids` (a `setsid` child keeps its parent, so it is found
+    here for as long as the rank that started it lives)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            found += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            continue
+    return found
+
+
+def marked_processes(marker: dict[str, str], exclude: set[int]) -> list[int]:
+    """Live processes whose environment holds every variable of `marker` (a rank's children
+    inherit its environment, whichever session or group they move to, and whoever reparents
+    them after the rank dies). Only processes of this user are readable, which are the only
+    ones we could have started."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in exclude or proc.pid == os.getpid():
+            continue
+        try:
+            environ = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if all(environ.get(key) == value for key, value in marker.items()):
+            found.append(proc.pid)
+    return found
+
+
+def end_processes(pids: list[int], timeout_s: float = 5.0) -> list[dict[str, object]]:
+    """SIGKILL each of `pids` and wait for it; what each was, for the report (pid, session,
+    command line). A pid already gone is skipped."""
+    import psutil
+
+    ended, procs = [], []
+    for pid in dict.fromkeys(pids):
+        try:
+            proc = psutil.Process(pid)
+            ended.append({"pid": pid, "sid": os.getsid(pid), "cmdline": " ".join(proc.cmdline())[:200]})
+            proc.kill()
+            procs.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    psutil.wait_procs(procs, timeout=timeout_s)
+    return ended

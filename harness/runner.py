@@ -21,6 +21,7 @@ from trainwreck.harness.supervisor import run_job
 from trainwreck.harness.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
+from trainwreck.trainer.files import write_atomic
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -131,10 +132,10 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
 def publish(judged: JudgedRun) -> None:
     """Write the run's verdicts.json and render its report: the one shape every judged run leaves."""
     record, cause = judged.record, judged.root_cause.to_json() if judged.root_cause else None
-    RunDir(record.run_dir).verdicts.write_text(json.dumps(
+    write_atomic(RunDir(record.run_dir).verdicts, json.dumps(
         {**judged.judgement.to_json(), "golden": str(judged.golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
-        indent=1, default=str) + "\n")
+        indent=1, default=str) + "\n", root=record.run_dir)
     _render_report(record.run_dir)
 
 

@@ -17,6 +17,12 @@ from trainwreck.harness.targets import Reference, Target
 from trainwreck.trainer.config import TrainConfig
 
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
+MAX_TIMEOUT_S = 3600.0
+"""The longest hang, checkpoint or startup budget: an hour without progress is a hang on any machine."""
+MAX_WORLD_SIZE = 1024
+"""Ranks per attempt: one host runs them all (one process each)."""
+MAX_ATTEMPTS = 1000
+"""Entries of world_sizes (the last one repeats anyway)."""
 
 __all__ = ["DEFAULT_ENTRY", "LAUNCHERS", "JobSpec", "SpecError"]
 
@@ -76,6 +82,14 @@ class JobSpec:
             # inf: a hang would never be declared and the run never end; nan passes no bound.
             if isinstance(value, float) and not math.isfinite(value):
                 raise SpecError(f"{name}={value} is not a finite number of seconds; give e.g. 10")
+        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_TIMEOUT_S:
+                raise SpecError(f"{name}={value} exceeds the limit of {MAX_TIMEOUT_S:g} s: a watchdog that waits "
+                                f"longer never reports a stopped rank; give at most {MAX_TIMEOUT_S:g}")
+        if len(sizes) > MAX_ATTEMPTS or max(sizes) > MAX_WORLD_SIZE:
+            raise SpecError(f"world_sizes has {len(sizes)} entries up to {max(sizes)}: the limits are "
+                            f"{MAX_ATTEMPTS} attempts and {MAX_WORLD_SIZE} ranks per attempt; give fewer")
         if not self.hang_timeout_s > 0:
             raise SpecError(f"hang_timeout_s={self.hang_timeout_s} must be > 0")
         if self.checkpoint_timeout_s is not None and not self.checkpoint_timeout_s > 0:

@@ -157,6 +157,8 @@ class Supervisor(JobSupervisor):
             codes = handle.reap(REAP_TIMEOUT_S)
             self.live.remove(handle)
             self.report_exits(attempt, codes, reported)
+            for left in getattr(handle, "leftovers", []):  # processes a rank left behind, ended with the attempt
+                self.events.emit("leftover", attempt=attempt, **left)
             self.launch_s.append(result.launch_s)
             remove_empty_stacks(self.run_dir, attempt)
         result.codes = codes

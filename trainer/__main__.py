@@ -12,6 +12,7 @@ from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
 from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg, parse_set_items
+from trainwreck.trainer.files import describe, is_environment_failure
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDirError, prepare_standalone, refuse_foreign
 
@@ -61,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         run_rank(ctx, cfg)
     except IncompatibleCheckpoint as exc:
         print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the machine: a full disk, a taken MASTER_PORT, a read-only run directory
+        if not is_environment_failure(exc):
+            raise
+        print(f"trainwreck.trainer: error: {describe(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C: one line, the shell's 128 + SIGINT, like every trainwreck command.

@@ -44,6 +44,7 @@ _ZERO_COPY_DECODE = all(hasattr(torch_serialization_impl, name) for name in
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.files import SMALL_LIMIT, NotRegularFile, TooLarge
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.rundir import RunDir, iter_events
 from trainwreck.trainer.storage import Sink, Storage, UnsafePathError, check_relative
@@ -227,7 +228,7 @@ def read_pointer(storage: Storage) -> int | None | str:
     try:
         if not storage.exists(POINTER):
             return None
-        record = json.loads(storage.read(POINTER))
+        record = json.loads(storage.read(POINTER, limit=SMALL_LIMIT))
         step = record["step"]
         if not isinstance(step, int) or checkpoint_name(step) != record["checkpoint"]:
             raise ValueError("fields do not agree")
@@ -265,6 +266,7 @@ class CheckpointStore:
         self.events = events
         self.hooks = hooks
         self.keep_last = keep_last
+        self._left_in_place: set[str] = set()
 
     # ----- save -------------------------------------------------------------------------
 
@@ -335,9 +337,31 @@ class CheckpointStore:
         """Clear a directory of the same step left by a save that never committed
         (or one the loader rejected), so the rename below can land."""
         if self.storage.exists(name):
-            trash = f".trash-{name}-{os.getpid()}"
+            trash = self._trash_name(name)
             self.storage.rename(name, trash)
-            self.storage.remove(trash)
+            self.discard(trash)
+
+    def _trash_name(self, name: str) -> str:
+        """A fresh `.trash-NAME-PID` (numbered when an undeletable one of ours is still there)."""
+        trash, number = f".trash-{name}-{os.getpid()}", 0
+        while self.storage.exists(trash):
+            number += 1
+            trash = f".trash-{name}-{os.getpid()}-{number}"
+        return trash
+
+    def discard(self, entry: str) -> None:
+        """Remove a leftover (a pruned or rejected checkpoint, a dead save's temporary).
+        One that cannot be removed (no permission, a read-only folder) is left in place and
+        named once in a `reject` event: it is out of the loader's view already, and dying
+        here would make every later attempt die the same way before it restores."""
+        try:
+            self.storage.remove(entry)
+        except OSError as exc:
+            if entry not in self._left_in_place:
+                self._left_in_place.add(entry)
+                self.events.emit("reject", checkpoint=entry, reason=(
+                    f"cannot be removed ({exc.strerror or type(exc).__name__}); left in place: "
+                    f"fix its permissions or delete it by hand"))
 
     def _write_pointer(self, step: int, name: str) -> None:
         self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode())
@@ -356,16 +380,16 @@ class CheckpointStore:
         """Keep the newest `keep_last` committed checkpoints; drop leftovers of dead saves."""
         committed = self.committed_names()
         for name in committed[self.keep_last:]:
-            trash = f".trash-{name}-{os.getpid()}"
+            trash = self._trash_name(name)
             self.storage.rename(name, trash)  # gone from the loader's view in one step
             self.events.emit("prune", checkpoint=name)
-            self.storage.remove(trash)
+            self.discard(trash)
         self.remove_stale()
 
     def remove_stale(self) -> None:
         for entry in self.storage.list("."):
             if entry.startswith((".tmp-", ".trash-")) or entry == f"{POINTER}.tmp":
-                self.storage.remove(entry)
+                self.discard(entry)
 
     def committed_names(self) -> list[str]:
         return committed_names(self.storage)
@@ -443,7 +467,7 @@ class CheckpointStore:
 
     def _verify(self, name: str) -> Verified:
         try:
-            raw = self.storage.read(f"{name}/{MANIFEST}")
+            raw = self.storage.read(f"{name}/{MANIFEST}", limit=SMALL_LIMIT)
         except (FileNotFoundError, IsADirectoryError):
             raise CheckpointRejected(f"{name}/{MANIFEST} is missing") from None
         try:
@@ -469,18 +493,25 @@ class CheckpointStore:
             raise CheckpointRejected(f"{name}/{MANIFEST}: {exc}") from None
         if len(relative.parts) != 1:
             raise CheckpointRejected(f"{name}/{MANIFEST} names {file_name!r}, not a file of the checkpoint")
-        try:
-            data, digest = self._read_hashed(f"{name}/{file_name}")
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise CheckpointRejected(f"{name}/{MANIFEST} gives {file_name!r} no size (found {entry!r:.200})")
+        try:  # bounded by the manifest: a 2 GiB sparse file is refused by its size, unread
+            data, digest = self._read_hashed(f"{name}/{file_name}", limit=size)
         except (FileNotFoundError, IsADirectoryError):
             raise CheckpointRejected(f"{name}/{file_name} is missing") from None
-        if not isinstance(entry, dict) or len(data) != entry.get("size"):
+        except TooLarge as exc:
+            raise CheckpointRejected(f"{name}/{file_name}: {exc}, the manifest says {size}") from None
+        except NotRegularFile as exc:
+            raise CheckpointRejected(str(exc)) from None
+        if len(data) != size:
             raise CheckpointRejected(
                 f"{name}/{file_name} has {len(data)} bytes, the manifest says {entry.get('size') if isinstance(entry, dict) else entry!r}")
         if digest != entry.get("sha256"):
             raise CheckpointRejected(f"{name}/{file_name} fails its sha256 check")
         return data
 
-    def _read_hashed(self, path: str) -> tuple[bytes, str]:
+    def _read_hashed(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
         """The file's bytes and their sha256, in one read: each chunk is hashed on a second
         thread while the next is read. The bytes returned are the bytes hashed, so what is
         later unpickled is exactly what was verified (the file is never read twice)."""
@@ -488,7 +519,8 @@ class CheckpointStore:
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
             pending = []
             try:
-                data = self.storage.read(path, on_chunk=lambda chunk: pending.append(pool.submit(digest.update, chunk)))
+                data = self.storage.read(path, on_chunk=lambda chunk: pending.append(pool.submit(digest.update, chunk)),
+                                         limit=limit)
             finally:
                 for hashed in pending:  # one worker: the chunks are hashed in file order
                     hashed.result()

@@ -6,10 +6,10 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from trainwreck.trainer.errors import ConfigError, InputError  # re-exported: their old home
+from trainwreck.trainer.files import SMALL_LIMIT
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -58,8 +58,13 @@ def load_json_arg(text: str, flag: str, example: str) -> Any:
     NaN/Infinity would make a fault never fire or a timeout never expire, and deep
     nesting raises RecursionError (not ValueError) inside the json module."""
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
+        try:  # bounded: @/dev/zero must not be read until memory runs out (a pipe, @/dev/stdin, is fine)
+            with open(text[1:], "rb") as file:
+                raw = file.read(SMALL_LIMIT + 1)
+            if len(raw) > SMALL_LIMIT:
+                raise InputError(f"{flag} @{text[1:]}: longer than {SMALL_LIMIT} bytes (an endless device?); "
+                                 "give a JSON file")
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise InputError(f"{flag} @{text[1:]}: cannot read the file ({reason}); give a readable JSON file") from None
@@ -150,6 +155,18 @@ def saves_after_step(step: int, ckpt_interval: int, total_steps: int) -> bool:
     return step % ckpt_interval == 0 or step == total_steps
 
 
+UPPER_BOUNDS: dict[str, int] = {
+    "input_dim": 1 << 14, "num_classes": 1 << 16, "width": 1 << 14, "depth": 64,
+    "dataset_size": 1 << 26, "global_batch": 1 << 20, "grad_accum": 1 << 10,
+    "total_steps": 1_000_000, "ckpt_interval": 1_000_000, "warmup_steps": 1_000_000,
+    "keep_last": 1000, "max_world_size": 4096,
+}
+"""The largest value each count may take: far beyond any test, benchmark or case study (a
+width of 16384 is 1 GiB of fp32 weights per layer; a million steps of the tiny model take
+hours), and far short of a value that exhausts memory or never ends (`width=2000000000`,
+`total_steps=2e9`)."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     input_dim: int = 32
@@ -215,6 +232,10 @@ class TrainConfig:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
         for f in fields(self):
             _check_type(f.name, str(f.type), getattr(self, f.name))
+        for name, limit in UPPER_BOUNDS.items():
+            if getattr(self, name) > limit:
+                raise ConfigError(f"{name}={getattr(self, name)} exceeds the limit of {limit}: "
+                                  f"give a value of at most {limit}")
         if self.num_classes < 2:
             raise ConfigError(f"num_classes={self.num_classes} must be at least 2 for a classification task")
         if not 0.0 <= self.dropout < 1.0:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainwreck.trainer.config import ConfigError
 from trainwreck.trainer.rundir import launcher_identity, standalone_attempt
 
 
@@ -46,6 +47,10 @@ class RankContext:
             return cls(run_dir=Path(run_dir), rank=0, world_size=1, standalone=True,
                        attempt=standalone_attempt(Path(run_dir), 0, None),
                        **overrides)  # type: ignore[arg-type]
+        if not (env["RANK"].isdigit() and env["WORLD_SIZE"].isdigit() and int(env["RANK"]) < int(env["WORLD_SIZE"])):
+            raise ConfigError(f"RANK={env['RANK']!r} WORLD_SIZE={env['WORLD_SIZE']!r} are not a rank of a world: "
+                              "run under torchrun, or unset both for a one-process job")
+        check_rendezvous_env(int(env["WORLD_SIZE"]))
         return cls(
             run_dir=Path(run_dir),
             rank=int(env["RANK"]),
@@ -64,9 +69,10 @@ class RankContext:
 def init_process_group(ctx: RankContext, backend: str) -> None:
     timeout = timedelta(seconds=ctx.pg_timeout_s)
     if ctx.store_host is None:
-        if ctx.world_size == 1 and "MASTER_ADDR" not in os.environ:
+        if ctx.world_size == 1 and not _multi_host_asked():
             # A lone rank still gets a real process group so the code path is the same;
-            # a private HashStore avoids opening any port.
+            # a private HashStore opens no port at all: a stray MASTER_ADDR (0.0.0.0, the
+            # host's address) must not make a one-process job listen on every interface.
             store: dist.Store = dist.HashStore()
         elif _hosts_env_store(ctx):
             store = _env_store(ctx, timeout)
@@ -80,6 +86,26 @@ def init_process_group(ctx: RankContext, backend: str) -> None:
             store = dist.PrefixStore(ctx.store_prefix, store)
     dist.init_process_group(backend, store=store, rank=ctx.rank, world_size=ctx.world_size,
                             timeout=timeout)
+
+
+MULTI_HOST_ENV = "TRAINWRECK_MULTI_HOST"
+"""Set to 1 to let a one-rank job serve env:// on MASTER_ADDR anyway (nobody else could join it)."""
+
+
+def _multi_host_asked() -> bool:
+    return os.environ.get(MULTI_HOST_ENV) == "1"
+
+
+def check_rendezvous_env(world_size: int) -> None:
+    """Before any rank starts: env:// with more than one rank needs MASTER_ADDR and an integer
+    MASTER_PORT (torch's own error is a traceback deep inside init_process_group)."""
+    env = os.environ
+    if world_size == 1 or env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return
+    port = env.get("MASTER_PORT", "")
+    if not env.get("MASTER_ADDR") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"MASTER_ADDR={env.get('MASTER_ADDR')!r} MASTER_PORT={env.get('MASTER_PORT')!r}: "
+                          "a job of several ranks needs both (a host and a port 1-65535); run it under torchrun")
 
 
 def _is_loopback(host: str) -> bool:

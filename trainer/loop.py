@@ -87,7 +87,7 @@ class Trainer:
         if isinstance(self.ddp, DistributedDataParallel):
             self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
         self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
-        raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root))
+        raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root, within=ctx.run_dir))
         storage = Heartbeat(raw_storage, lambda: probe.phase(self.state.step, "checkpoint"))
         self.checkpoints = self.store_class(storage, self.events, hooks, cfg.keep_last)
         # The background writer's progress is the rank's only while the training thread

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from trainwreck.trainer import files
 from trainwreck.trainer.config import InputError, TrainConfig
 from trainwreck.trainer.events import FORMAT
 
@@ -126,11 +127,11 @@ def read_run_json(run_dir: Path, check_format: bool = True) -> dict[str, Any]:
     format it does not know, and says so)."""
     path = RunDir(run_dir).run_json
     try:
-        data = json.loads(path.read_text())
+        data = files.read_json(path, files.SMALL_LIMIT, root=run_dir)
     except FileNotFoundError:
         raise RunDirError(f"{run_dir} has no run.json: is it a trainwreck run directory?") from None
     except (OSError, ValueError, RecursionError) as exc:
-        raise RunDirError(f"{path} is unreadable ({type(exc).__name__}); use a new run directory") from None
+        raise RunDirError(f"{path} is unreadable ({type(exc).__name__}: {exc}); use a new run directory") from None
     if not isinstance(data, dict) or (check_format and data.get("format") != FORMAT):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise RunDirError(f"{path}: format {found!r} is not {FORMAT!r}")
@@ -159,8 +160,11 @@ def read_events(run_dir: Path, batches: bool = True) -> list[EventsFile]:
     batches=False skips `batch` lines unparsed (most of the bytes) for readers that do not
     need the sample ids."""
     directory = RunDir(run_dir).events
-    files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
-    return [_read_events_file(path, batches) for path in files]
+    try:
+        names = sorted(os.listdir(files.inside(run_dir, directory)))
+    except OSError:  # missing, not a folder, unreadable, or linked out of the run directory
+        names = []
+    return [_read_events_file(directory / name, batches) for name in names if name.endswith(".jsonl")]
 
 
 def iter_events(run_dir: Path, batches: bool = True) -> Iterator[dict[str, Any]]:
@@ -171,8 +175,8 @@ def iter_events(run_dir: Path, batches: bool = True) -> Iterator[dict[str, Any]]
 
 def _read_events_file(path: Path, batches: bool) -> EventsFile:
     result = EventsFile(path.name)
-    try:
-        lines = path.read_text(errors="replace").splitlines()
+    try:  # a regular file inside events/, bounded: a FIFO or /dev/zero here is damage, not a wait
+        lines = files.read_text(path, files.EVENTS_LIMIT, root=path.parent).splitlines()
     except OSError as exc:
         result.error = f"cannot read ({exc.strerror or exc})"
         return result
@@ -234,9 +238,7 @@ def ensure_writable(run_dir: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    files.write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: int,

@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
+from trainwreck.trainer import files
+
 T = TypeVar("T")
 
 READ_CHUNK = 4 << 20
@@ -42,9 +44,11 @@ class UnsafePathError(ValueError):
 
 class Storage(Protocol):
     def exists(self, path: str) -> bool: ...
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
         """The whole file; `on_chunk` sees its bytes while they are read, so a verifier
-        hashes in the same pass (the result is then a writable memoryview: same bytes, no copy)."""
+        hashes in the same pass (the result is then a writable memoryview: same bytes, no copy).
+        Only a regular file is read, never blocking on a FIFO or a device (files.NotRegularFile);
+        one larger than `limit` bytes is refused by its size before it is read (files.TooLarge)."""
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         """Create or replace the file with `data` and fsync it (durable on return);
         `durable=False` skips the fsync, as writers that forget it do (power-loss model)."""
@@ -76,8 +80,11 @@ def check_relative(path: str) -> PurePosixPath:
 class LocalStorage:
     """POSIX files under `root`."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root).resolve()
+    def __init__(self, root: Path, within: Path | None = None) -> None:
+        """`within`: the folder `root` must stay inside (the run directory): a `checkpoints/`
+        that is a link out of it is refused (files.OutsideRoot), so the store never reads,
+        writes or cleans up in whatever folder the link names."""
+        self.root = files.inside(within, root) if within is not None else Path(root).resolve()
 
     def _abs(self, path: str) -> Path:
         full = (self.root / check_relative(path)).resolve()
@@ -95,11 +102,18 @@ class LocalStorage:
     def exists(self, path: str) -> bool:
         return os.path.lexists(self._entry(path))
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
-        if on_chunk is None:
-            return self._abs(path).read_bytes()
-        with open(self._abs(path), "rb", buffering=0) as file:
-            return _read_chunked(file, on_chunk)
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
+        fd = files.open_regular(self._abs(path), label=path)
+        with open(fd, "rb", buffering=0) as file:
+            size = os.fstat(fd).st_size
+            if limit is not None:
+                files.check_size(path, size, limit)
+            if on_chunk is None:  # plain bytes (a caller may json.loads them), at most limit + 1
+                data = file.readall() if limit is None else file.read(limit + 1)
+                if limit is not None:
+                    files.check_size(path, len(data), limit)
+                return data
+            return _read_chunked(file, on_chunk, size, limit)
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self.write_stream(path, lambda sink: _write_all(sink, data), durable=durable)
@@ -211,17 +225,18 @@ def _write_all(sink: Sink, data: bytes) -> None:
     sink.write(data)
 
 
-def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk) -> bytes:
+def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk, size: int, limit: int | None = None) -> bytes:
     """Read the whole file into one buffer, handing each chunk to `on_chunk` as it lands.
 
     The buffer is an anonymous mapping, not a bytearray: a bytearray is zeroed (every page
     touched) before the first byte is read, while a mapping's pages are touched by the
     read itself, chunk by chunk, overlapping `on_chunk`'s hashing of the previous chunk.
     The result is a writable memoryview of it. A file whose size changed since fstat
-    (never one of ours) is returned as a copy of what was read instead."""
-    size = os.fstat(file.fileno()).st_size
+    (never one of ours) is returned as a copy of what was read instead, at most `limit` + 1
+    bytes of it (the caller's size check then refuses it)."""
+    more = -1 if limit is None else limit + 1 - size
     if size == 0:
-        rest = file.read()
+        rest = file.read(more)
         if rest:
             on_chunk(memoryview(rest))
         return rest
@@ -232,7 +247,7 @@ def _read_chunked(file: "io.RawIOBase", on_chunk: OnChunk) -> bytes:
             return bytes(view[:got])  # shorter than it was: the size check rejects it
         on_chunk(view[got:got + count])
         got += count
-    rest = file.read()
+    rest = file.read(more) if more else b""
     if rest:  # longer than it was
         on_chunk(memoryview(rest))
         return bytes(view) + rest
@@ -262,8 +277,8 @@ class Heartbeat:
     def exists(self, path: str) -> bool:
         return self._after(self.inner.exists(path))
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
-        return self._after(self.inner.read(path, on_chunk))
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
+        return self._after(self.inner.read(path, on_chunk, limit))
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
         self._after(self.inner.write(path, data, durable=durable))
@@ -302,7 +317,6 @@ def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
     (the trainer) sets DCP's to False and this one to True, so nothing is fsynced twice.
     Paths are taken relative to `root` (the Storage's root); one outside it is refused
     by the Storage like any other."""
-    import tempfile
     from contextlib import contextmanager
 
     from torch.distributed.checkpoint.filesystem import FileSystem
@@ -316,16 +330,16 @@ def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
             if "r" in mode:
                 yield io.BytesIO(storage.read(rel(path)))
                 return
-            # A real file, so DCP's os.fsync(stream.fileno()) works as it does on disk;
-            # read back by name because DCP closes the stream itself.
-            fd, scratch = tempfile.mkstemp(prefix="trainwreck-dcp-stream-")
-            os.close(fd)
+            # A real descriptor, so DCP's os.fsync(stream.fileno()) works as it does on disk,
+            # but one with no name in any folder: a rank killed mid-write leaves nothing behind
+            # (a named scratch file in $TMPDIR outlived every killed rank).
+            fd = _anonymous_fd()
             try:
-                with open(scratch, "w+b") as stream:
+                with open(os.dup(fd), "w+b") as stream:  # DCP closes it; `fd` keeps the content
                     yield stream
-                storage.write(rel(path), Path(scratch).read_bytes(), durable=sync_files)
+                storage.write(rel(path), _read_fd(fd), durable=sync_files)
             finally:
-                os.unlink(scratch)
+                os.close(fd)
 
         def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
             storage.rename(rel(path), rel(new_path))
@@ -341,3 +355,25 @@ def storage_fs(storage: Storage, root: Path, sync_files: bool = True) -> Any:
             storage.remove(rel(path))
 
     return StorageFS()
+
+
+
+def _anonymous_fd() -> int:
+    """A read-write descriptor of a file with no name in any folder (memfd: nothing on disk,
+    gone with the process; elsewhere an unnamed temporary file)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("trainwreck-dcp-stream", os.MFD_CLOEXEC)
+    import tempfile
+
+    with tempfile.TemporaryFile() as unnamed:
+        return os.dup(unnamed.fileno())
+
+
+def _read_fd(fd: int) -> bytes:
+    size, parts, offset = os.fstat(fd).st_size, [], 0
+    while offset < size:
+        parts.append(os.pread(fd, min(READ_CHUNK, size - offset), offset))
+        if not parts[-1]:
+            break
+        offset += len(parts[-1])
+    return b"".join(parts)

@@ -63,7 +63,7 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {}
     if args.plan is not None:
         changes["plan"] = tuple(parse_plan_arg(args.plan))
-    if args.world_sizes:
+    if args.world_sizes is not None:  # '' is a mistake to refuse, not "no change"
         try:
             changes["world_sizes"] = tuple(int(w) for w in args.world_sizes.split(","))
         except ValueError:

@@ -17,6 +17,7 @@ from trainwreck.harness.report.html import render_html
 from trainwreck.harness.report.markdown import render_markdown
 from trainwreck.harness.report.model import NotARun, build_report
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.trainer.files import write_atomic
 from trainwreck.trainer.rundir import RunDir
 
 __all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]
@@ -38,7 +39,6 @@ def render_report(run_dir: Path) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    """Write then rename, so a reader (a browser, a casebook) never sees half a report."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write then rename, so a reader (a browser, a casebook) never sees half a report; through
+    trainer/files.py, so a planted link (report.md.tmp, a report/ linked elsewhere) is never written through."""
+    write_atomic(path, text, root=path.parent.parent)

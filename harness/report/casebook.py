@@ -6,7 +6,6 @@ to the runs that answer it, so the casebook reads as a study guide too.
 """
 from __future__ import annotations
 
-import json
 import os
 from html import escape
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from trainwreck.harness.report.html import CSS
 from trainwreck.harness.report.model import NotARun
 from trainwreck.invariants.verdict import compose, verdict_word, word_validity
+from trainwreck.trainer.files import EVENTS_LIMIT, read_json
 from trainwreck.trainer.rundir import RunDir
 
 INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
@@ -24,14 +24,14 @@ def load_case(run_dir: Path) -> dict[str, Any]:
     """A run's report.json, rendering it first when it is missing or unreadable."""
     path = RunDir(run_dir).report_file("report.json")
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, EVENTS_LIMIT, root=RunDir(run_dir).report)
+    except (OSError, ValueError, RecursionError):
         pass
     from trainwreck.harness.report import render_report  # the package imports this module
 
     try:
         render_report(run_dir)
-        return json.loads(path.read_text())
+        return read_json(path, EVENTS_LIMIT, root=RunDir(run_dir).report)
     except NotARun as exc:
         return _unreadable(run_dir, f"not a run directory: {exc}")
     except Exception as exc:  # noqa: BLE001 - one bad report must not cost a chaos session its casebook

@@ -7,7 +7,6 @@ run's first event. It reads only the run directory: verdicts.json when present
 """
 from __future__ import annotations
 
-import json
 import shlex
 import re
 from pathlib import Path
@@ -23,6 +22,7 @@ from trainwreck.invariants import InputError, Lineage, judge, load_history, walk
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
+from trainwreck.trainer.files import SMALL_LIMIT, STACK_LIMIT, read_json, read_text
 from trainwreck.trainer.rundir import RunDir
 
 REPORT_FORMAT = "trainwreck-report/1"
@@ -128,8 +128,8 @@ def _judgement(run_dir: Path, history: History | None, load_error: str | None) -
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, SMALL_LIMIT, root=path.parent)
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -323,9 +323,9 @@ def _stack(run_dir: Path, rel: str) -> dict[str, Any]:
     match = _RANK_IN_NAME.search(Path(rel).name)
     out: dict[str, Any] = {"file": rel, "rank": int(match.group(1)) if match else None,
                            "frame": None, "innermost": None}
-    try:
-        text = (run_dir / rel).read_text(errors="replace")
-    except OSError:
+    try:  # only a regular file inside stacks/, bounded: the event's path is data, not a file to open
+        text = read_text(run_dir / rel, STACK_LIMIT, root=RunDir(run_dir).stacks)
+    except (OSError, ValueError):
         return out
     block = text.split("\n\n")[0]  # faulthandler: the current thread first, most recent call first
     frames = [m.groupdict() for m in _FRAME.finditer(block)]
@@ -465,9 +465,9 @@ def _manifest(run_dir: Path, name: str) -> dict[str, Any] | None:
     root = RunDir(run_dir).checkpoints
     path = root / name / "manifest.json"
     try:
-        if any(p.is_symlink() for p in (root, root / name, path)) or path.stat().st_size > MANIFEST_LIMIT:
+        if any(p.is_symlink() for p in (root, root / name, path)):
             return None
-        data = json.loads(path.read_text())
+        data = read_json(path, MANIFEST_LIMIT, root=root)  # a regular file, bounded: never a FIFO's wait
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None

@@ -14,12 +14,14 @@ where no rank died on its own: the harness kills the rest of an attempt that los
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.report.rawlog import RawRun, read_raw
+from trainwreck.trainer.files import open_regular
 from trainwreck.trainer.rundir import RunDir
 
 TAIL_BYTES = 256 * 1024
@@ -165,7 +167,7 @@ def _tail(path: Path) -> tuple[str, float | None]:
     try:
         if path.is_symlink():  # never follow a link out of the run directory
             return "", None
-        with path.open("rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:  # a FIFO or device here is skipped, never waited on
             size = f.seek(0, 2)
             f.seek(max(0, size - TAIL_BYTES))
             data = f.read()

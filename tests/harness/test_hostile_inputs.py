@@ -2,6 +2,7 @@
 and nothing started (no golden run in the cache, no run directory written)."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -62,6 +63,17 @@ CASES: list[tuple[str, list[str], str]] = [
     *[(f"{cmd}-out-under-file", [*HARNESS, cmd, "--out", "{tmp}/file/sub"], "which is a file")
       for cmd in ("run", "demo", "chaos", "sweep", "defects")],
     ("run-out-holds-run", [*HARNESS, "run", "--plan", "[]", "--out", "{tmp}/old-run"], "--out {tmp}/old-run is not empty"),
+    # Absurd values (issue 24, item 9): refused with the limit and the fix, nothing started.
+    ("plan-dev-zero", [*HARNESS, "run", "--plan", "@/dev/zero", "--out", "{tmp}/o"], "longer than 16777216 bytes"),
+    ("world-sizes-empty", [*HARNESS, "run", "--plan", "[]", "--world-sizes", "", "--out", "{tmp}/o"], "--world-sizes ''"),
+    ("hang-timeout-huge", [*HARNESS, "run", "--plan", "[]", "--hang-timeout", "1e9", "--out", "{tmp}/o"],
+     "exceeds the limit of 3600 s"),
+    ("total-steps-huge", [*HARNESS, "run", "--plan", "[]", "--total-steps", "2000000000", "--out", "{tmp}/o"],
+     "total_steps=2000000000 exceeds the limit of 1000000"),
+    ("width-huge", [*HARNESS, "run", "--plan", "[]", "--set", "width=2000000000", "--out", "{tmp}/o"],
+     "width=2000000000 exceeds the limit of 16384"),
+    ("trainer-width-huge", [*TRAINER, "--run-dir", "{tmp}/o", "--tiny", "--set", "width=2000000000"],
+     "width=2000000000 exceeds the limit"),
     ("run-out-foreign-events", [*HARNESS, "run", "--plan", "[]", "--out", "{tmp}/foreign"], "is not empty"),
 ]
 
@@ -218,3 +230,104 @@ def test_a_job_spec_refuses_unhashable_ids_kinds_and_signals_as_input_errors(fau
     # JobSpec meets the external injector's parser first; a list there once raised TypeError.
     with pytest.raises(SpecError):
         JobSpec(config=TrainConfig.tiny(), world_sizes=(2,), plan=[fault])
+
+
+# ----- hostile environments (issue 24, item 8): exit 2 and one line, never 1, never a traceback ----------
+
+
+def one_line_exit_2(argv: list[str], env: dict[str, str], cwd: Path, expected: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("cache", ["file", "file/below"])
+def test_a_golden_cache_that_is_a_file_exits_2_in_one_line(tmp_path: Path, cache: str) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    env = dict(os.environ, TRAINWRECK_GOLDEN_CACHE=str(tmp_path / cache))
+    one_line_exit_2([*HARNESS, "run", "--plan", "[]", "--out", str(tmp_path / "o")], env, tmp_path,
+                    "the golden cache")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_home_never_puts_the_golden_cache_at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainwreck.harness.golden import CACHE_ENV, default_cache_dir
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for home in ("", "relative/home", "/"):
+        monkeypatch.setenv("HOME", home)
+        folder = default_cache_dir()
+        assert folder.is_absolute() and folder.parts[1] != ".cache", folder
+        assert not str(folder).startswith(("relative", "/.cache")), folder
+
+
+def test_a_multi_rank_trainer_without_master_port_exits_2_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    one_line_exit_2([*TRAINER, "--run-dir", str(tmp_path / "o"), "--tiny"], env, tmp_path, "MASTER_PORT")
+
+
+def test_a_taken_master_port_exits_2_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(taken.getsockname()[1]))
+        one_line_exit_2([*TRAINER, "--run-dir", str(tmp_path / "o"), "--tiny"], env, tmp_path, "Address already in use")
+
+
+def test_a_lone_trainer_with_a_stray_master_addr_listens_on_no_interface(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="0.0.0.0", MASTER_PORT=str(port))
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    proc = psutil.Popen([*TRAINER, "--run-dir", str(tmp_path / "o"), "--tiny", "--total-steps", "8"], env=env,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    listening = set()
+    try:
+        while proc.poll() is None:  # watching the process's own sockets for as long as it lives
+            try:
+                listening |= {c.laddr for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+            except psutil.NoSuchProcess:
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    outward = {a for a in listening if not ipaddress.ip_address(a.ip).is_loopback}
+    assert not outward, f"a one-process job listened on {outward}"  # gloo's own pair sockets stay on loopback
+
+
+def test_an_environment_failure_inside_a_command_exits_2_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+    from types import SimpleNamespace
+
+    from trainwreck.harness.cli import run_command
+
+    class DiskFull:
+        @staticmethod
+        def main(args: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", "/run/verdicts.json")
+
+    assert run_command("run", DiskFull, SimpleNamespace()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["trainwreck run: error: No space left on device (/run/verdicts.json)"], err
+
+
+def test_a_run_directory_whose_name_is_not_utf8_gets_its_report(tmp_path: Path) -> None:
+    from tests.report.rundirs import clean_run
+    from trainwreck.harness.report import render_report
+
+    run = clean_run(tmp_path / os.fsdecode(b"run-\xff\xfe"))
+    html = render_report(run)
+    assert html.is_file() and (run / "report" / "report.md").is_file()

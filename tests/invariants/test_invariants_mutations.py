@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +30,15 @@ DEEP = "[" * 50_000 + "]" * 50_000
 RUN_JSON_REQUIRED = {"format", "dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "faults"}
 SWAPS = ["\"x\"", "[1]", "{\"a\": 1}", "null", "NaN", "Infinity", "-Infinity", DEEP]
 _BASE: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_base_run() -> Iterator[None]:
+    """The base run lives in a mkdtemp folder (Hypothesis tests take no tmp_path): removed
+    after the module, so the suite's $TMPDIR check (tests/tmpcheck.py) finds nothing left."""
+    yield
+    if "dir" in _BASE:
+        shutil.rmtree(_BASE.pop("dir").parent, ignore_errors=True)
 
 
 def base_run() -> Path:

@@ -61,7 +61,8 @@ class Case:
 
     def resume(self, world_size: int) -> Events:
         before = self.snapshot()
-        codes = run_attempt(self.run_dir, CFG, world_size, attempt=1)
+        # A bounded wait: a FIFO opened blocking would otherwise hang the attempt forever.
+        codes = run_attempt(self.run_dir, CFG, world_size, attempt=1, timeout_s=60)
         assert codes == {r: 0 for r in range(world_size)}, "the resume failed instead of falling back"
         assert self.snapshot() == before, "something outside the run directory changed"
         return Events.read(self.run_dir)
@@ -108,6 +109,16 @@ def not_a_weights_payload(c: Case) -> None:
     c.replace_file("trainer.pt", b"PK\x03\x04 this is not a torch zip")
 
 
+def fifo_in_place_of_a_file(c: Case) -> None:
+    (c.ckpt / NEWEST / "model.pt").unlink()
+    os.mkfifo(c.ckpt / NEWEST / "model.pt")
+
+
+def sparse_giant_optimizer(c: Case) -> None:
+    with open(c.ckpt / NEWEST / "optimizer.pt", "r+b") as file:
+        file.truncate(2 << 30)  # 2 GiB, sparse: refused by its size against the manifest, unread
+
+
 DAMAGE = {  # damage -> the words its reject reason must hold
     "symlink_dir_out": (symlink_dir_out, "outside"),
     "symlink_file_out": (symlink_file_out, "outside"),
@@ -116,6 +127,8 @@ DAMAGE = {  # damage -> the words its reject reason must hold
     "deep_manifest": (deep_manifest, "RecursionError"),
     "lacks_a_required_file": (lacks_a_required_file, "lacks optimizer.pt"),
     "not_a_weights_payload": (not_a_weights_payload, "not a loadable weights-only payload"),
+    "fifo_in_place_of_a_file": (fifo_in_place_of_a_file, "is not a regular file (a FIFO)"),
+    "sparse_giant_optimizer": (sparse_giant_optimizer, "2147483648 bytes, more than the"),
 }
 
 
@@ -180,7 +193,12 @@ def deep_pointer(c: Case) -> None:
     (c.ckpt / "latest").write_text("{\"a\":" * 100_000 + "1" + "}" * 100_000)
 
 
-@pytest.mark.parametrize("damage", [pointer_is_a_directory, nul_in_pointer, deep_pointer])
+def pointer_is_a_fifo(c: Case) -> None:
+    (c.ckpt / "latest").unlink()
+    os.mkfifo(c.ckpt / "latest")
+
+
+@pytest.mark.parametrize("damage", [pointer_is_a_directory, nul_in_pointer, deep_pointer, pointer_is_a_fifo])
 def test_a_damaged_pointer_is_rejected_and_the_newest_intact_checkpoint_restored(
         crashed_run: Path, tmp_path: Path, damage: Callable[[Case], None]) -> None:
     case = Case(crashed_run, tmp_path)
@@ -212,3 +230,17 @@ def test_a_lost_pointer_does_not_make_committed_checkpoints_vanish(
         (case.ckpt / "latest").write_text(pointer)
     events = case.resume(world_size=1)
     assert restored(events) == {NEWEST}, "the job started over and would overwrite committed work"
+
+
+def test_a_checkpoints_folder_linked_out_of_the_run_directory_is_never_cleaned_or_read(
+        crashed_run: Path, tmp_path: Path) -> None:
+    case = Case(crashed_run, tmp_path)
+    shutil.move(case.ckpt, case.outside / "checkpoints")
+    for name in (".tmp-step-00000012-999999", ".trash-step-00000004-999999"):
+        (case.outside / "checkpoints" / name).mkdir()
+    (case.outside / "checkpoints" / "latest.tmp").write_text("must survive")
+    case.ckpt.symlink_to(case.outside / "checkpoints")
+    before = case.snapshot()
+    codes = run_attempt(case.run_dir, CFG, 1, attempt=1, timeout_s=60)
+    assert case.snapshot() == before, "the trainer cleaned up or wrote in the folder the link names"
+    assert codes[0] != 0, "the attempt used a checkpoint store outside its run directory"

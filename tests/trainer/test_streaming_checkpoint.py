@@ -34,9 +34,9 @@ class CountingReads(LocalStorage):
         super().__init__(root)
         self.reads: dict[str, int] = {}
 
-    def read(self, path: str, on_chunk: OnChunk | None = None) -> bytes:
+    def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
         self.reads[path] = self.reads.get(path, 0) + 1
-        return super().read(path, on_chunk)
+        return super().read(path, on_chunk, limit)
 
 
 def test_a_streamed_payload_file_matches_its_manifest_entry_and_loads_back_equal(tmp_path: Path) -> None:
