@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.world < 2:
-        sys.exit(f"--world: {args.world} is too small; an all-reduce needs at least 2 ranks (use --world 2)")
+        print(f"--world: {args.world} is too small; an all-reduce needs at least 2 ranks (use --world 2)",
+              file=sys.stderr)
+        sys.exit(2)
     if args.rank is None:
         print(json.dumps(measure(args.world), indent=1))
     else:

@@ -448,7 +448,8 @@ def communication(ev: Evidence) -> list[Paragraph]:
              + ev.derive("smallest_at_per_byte_rate_s", alone, "ns_per_byte * 1e-9 * bytes_smallest",
                          {"ns_per_byte": slope * 1e9, "bytes_smallest": d_small}, " s")
              + f", and it took {ev.q(run, 'sizes', small, 'seconds', unit=' s')}: a small all-reduce is mostly the "
-             "fixed cost of one collective call, not bytes.", fact(f"sizes.{small}.seconds", ">", alone, run=run)),
+             "fixed cost of one collective call, not bytes.", fact(f"sizes.{small}.seconds", ">", alone, run=run),
+             fact(f"sizes.{big}.seconds", ">", t_small, run=run)),
     ], [
         ev.s(f"The reference model's gradients are {ev.q(run, 'model', 'parameters')} tensors, "
              f"{ev.q(run, 'model', 'bytes')} bytes. Reduced one parameter at a time, as the trainer's hook "

@@ -1,6 +1,6 @@
 """trainwreck handbook: every chapter a question, every quoted number the number in its run's report.json.
 
-One real handbook (all chapters, 21 runs, about 90 s on 2 shared cores from an empty golden
+One real handbook (all chapters, 22 runs, about 90 s on 2 shared cores from an empty golden
 cache) is made once per module; the tests read what it wrote. The claim checker is also run on a
 tampered report, so a check that could not fail would show.
 """
