@@ -77,19 +77,30 @@ MEASURE_TIMEOUT_S = 300.0
 """The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
 
 
-def measure_command(parallelism: str) -> list[str]:
-    """benchmarks/fsdp.py's command for one job. The handbook runs it rather than importing it: the
-    harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command is its reproduce line."""
-    return ["python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", parallelism,
-            "--world", str(MEASURE_WORLD), "--steps", str(MEASURE_STEPS)]
+MEASURES: dict[str, tuple[list[str], str]] = {
+    **{p: (["python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", p, "--world", str(MEASURE_WORLD),
+            "--steps", str(MEASURE_STEPS)],
+           f"benchmarks/fsdp.py: rank 0's bytes and step time for {p.upper()} on {MEASURE_WORLD} ranks, the same "
+           f"2.1 M-parameter model, {MEASURE_STEPS} steps") for p in ("ddp", "fsdp")},
+    "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
+             f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
+             "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
+}
+"""Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
+rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
+is its reproduce line."""
 
 
-def run_measurement(parallelism: str, run_dir: Path) -> dict[str, Any]:
-    """Rank 0's bytes of parameters, gradients and AdamW state after a real step, its median step and its
-    losses (the benchmark's JSON), with bytes per parameter; written to RUN_DIR/measurement.json."""
+def measure_command(name: str) -> list[str]:
+    return list(MEASURES[name][0])
+
+
+def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
+    """The benchmark job's JSON, with bytes per parameter where it counts bytes (rank 0's parameters,
+    gradients and AdamW state after a real step); written to RUN_DIR/measurement.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
-    proc = subprocess.Popen([sys.executable, *measure_command(parallelism)[1:]], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *measure_command(name)[1:]], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
@@ -99,13 +110,15 @@ def run_measurement(parallelism: str, run_dir: Path) -> dict[str, Any]:
             proc.wait()
     if proc.returncode:
         last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"{shlex.join(measure_command(parallelism))} exited {proc.returncode}: {last}")
+        raise RuntimeError(f"{shlex.join(measure_command(name))} exited {proc.returncode}: {last}")
     result = json.loads(out)
-    numel = result["numel"]
-    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(parallelism)),
-                "parallelism": parallelism, "world_size": MEASURE_WORLD, "steps": MEASURE_STEPS, **result,
-                "bytes_per_param": {k: round(result[k] / numel, 3) for k in ("params", "grads", "optimizer")}}
-    measured["bytes_per_param"]["state"] = round((result["params"] + result["optimizer"]) / numel, 3)
+    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(name)), "measure": name,
+                "world_size": MEASURE_WORLD, **result}
+    if "params" in result:  # a byte-counting job of benchmarks/fsdp.py
+        numel = result["numel"]
+        measured.update(parallelism=name, steps=MEASURE_STEPS,
+                        bytes_per_param={k: round(result[k] / numel, 3) for k in ("params", "grads", "optimizer")})
+        measured["bytes_per_param"]["state"] = round((result["params"] + result["optimizer"]) / numel, 3)
     (run_dir / "measurement.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
     return measured
 
@@ -114,7 +127,7 @@ def run_measurement(parallelism: str, run_dir: Path) -> dict[str, Any]:
 class Case:
     """One run of the handbook. kind: scenario (a built-in scenario), plan (a handbook plan from
     PLANS), defect (a planted defect on its scenario), control (the reference trainer on the
-    scenario of defect `name`) or measure (benchmarks/fsdp.py's job for parallelism `name`).
+    scenario of defect `name`) or measure (the benchmark job MEASURES[`name`]).
     `expect` is the verdict a correct suite gives it (MEASURED for a measurement)."""
 
     key: str
@@ -133,8 +146,7 @@ class Case:
 
     def summary(self) -> str:
         if self.kind == "measure":
-            return (f"benchmarks/fsdp.py: rank 0's bytes and step time for {self.name.upper()} on {MEASURE_WORLD} "
-                    f"ranks, the same 2.1 M-parameter model, {MEASURE_STEPS} steps")
+            return MEASURES[self.name][1]
         if self.kind == "defect":
             return f"planted defect: {get_defect(self.name).bug} ({self.scenario().name})"
         prefix = "reference trainer, control of the defects: " if self.kind == "control" else ""
@@ -172,6 +184,7 @@ CASES: tuple[Case, ...] = (
     Case("fsdp-shrink-world", "plan", "fsdp-shrink-world"),
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
+    Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
 )
 
 

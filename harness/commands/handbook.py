@@ -38,8 +38,9 @@ def main(args: argparse.Namespace) -> int:
             return
         record = item.judged.record if item.judged else None
         if item.measured is not None:
-            detail = (f"{item.measured['bytes_per_param']['state']:g} bytes per parameter on rank 0 → "
-                      f"{item.case.report_file(item.run_dir)}")
+            per = item.measured.get("bytes_per_param")
+            detail = (f"{per['state']:g} bytes per parameter on rank 0 → " if per else "measured → ") \
+                + str(item.case.report_file(item.run_dir))
         else:
             detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
                                     f"{RunDir(item.run_dir).report_file('report.html')}")

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
-from trainwreck.harness.report.claims import fact, verdict
+from trainwreck.harness.report.claims import Claim, fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
 
@@ -409,6 +409,135 @@ def async_and_fsdp(ev: Evidence) -> list[Paragraph]:
     return async_checkpoints(ev) + ddp_to_fsdp(ev)
 
 
+def _sizes(ev: Evidence, run: str) -> str:
+    return "; ".join(f"{ev.q(run, 'sizes', i, 'bytes')} bytes took {ev.q(run, 'sizes', i, 'seconds', unit=' s')}"
+                     for i in range(len(ev.reports[run]["sizes"])))
+
+
+def communication(ev: Evidence) -> list[Paragraph]:
+    run = "allreduce-cost"
+    n, sizes = ev.get(run, "world_size"), ev.reports[run]["sizes"]
+    big, small = len(sizes) - 1, 0
+    d_big, t_big = float(sizes[big]["bytes"]), float(sizes[big]["seconds"])
+    d_small, t_small = float(sizes[small]["bytes"]), float(sizes[small]["seconds"])
+    factor = 2 * (n - 1) / n
+    slope = (t_big - t_small) / (d_big - d_small)
+    alone = slope * d_small
+    per, flat = float(ev.get(run, "model", "per_parameter_s")), float(ev.get(run, "model", "bucketed_s"))
+    return [[
+        ev.s("An all-reduce leaves every rank with the sum of every rank's tensor. A ring does it in two passes, a "
+             "reduce-scatter and an all-gather of n − 1 steps each, every step moving 1/n of the message, so each "
+             "rank sends (and receives) 2(n − 1)/n · D bytes for a D-byte message: below 2D for any n, so the "
+             "bytes a rank moves are set by the message size, not by the number of ranks."),
+        ev.s(f"Measured by benchmarks/comm.py, gloo on {ev.q(run, 'world_size')} ranks over loopback (median of "
+             f"{ev.q(run, 'repeats')} repeats, {ev.q(run, 'dtype')}): {_sizes(ev, run)}."),
+        ev.s(f"At n = {ev.q(run, 'world_size')} the ring factor 2(n − 1)/n is "
+             + ev.derive("ring_factor", factor, "2 * (n - 1) / n", {"n": n})
+             + f", so the largest message ({ev.q(run, 'sizes', big, 'bytes')} bytes) moves "
+             + ev.derive("ring_bytes_per_rank", round(factor * d_big), "2 * (n - 1) / n * bytes", {"n": n, "bytes": d_big},
+                         " bytes")
+             + " per rank, "
+             + ev.derive("ring_bandwidth_gb_s", factor * d_big / t_big / 1e9, "ring_bytes_per_rank / seconds / 1e9",
+                         {"ring_bytes_per_rank": factor * d_big, "seconds": t_big}, " GB/s")
+             + " of ring traffic."),
+        ev.s("From the smallest to the largest message each extra byte cost "
+             + ev.derive("allreduce_ns_per_byte", slope * 1e9, "(seconds_largest - seconds_smallest) / "
+                         "(bytes_largest - bytes_smallest) * 1e9", {"seconds_largest": t_big, "seconds_smallest":
+                         t_small, "bytes_largest": d_big, "bytes_smallest": d_small}, " ns")
+             + f"; at that rate the {ev.q(run, 'sizes', small, 'bytes')}-byte message would take "
+             + ev.derive("smallest_at_per_byte_rate_s", alone, "ns_per_byte * 1e-9 * bytes_smallest",
+                         {"ns_per_byte": slope * 1e9, "bytes_smallest": d_small}, " s")
+             + f", and it took {ev.q(run, 'sizes', small, 'seconds', unit=' s')}: a small all-reduce is mostly the "
+             "fixed cost of one collective call, not bytes.", fact(f"sizes.{small}.seconds", ">", alone, run=run),
+             fact(f"sizes.{big}.seconds", ">", t_small, run=run)),
+    ], [
+        ev.s(f"The reference model's gradients are {ev.q(run, 'model', 'parameters')} tensors, "
+             f"{ev.q(run, 'model', 'bytes')} bytes. Reduced one parameter at a time, as the trainer's hook "
+             f"(<code>trainer/gradsync.py</code>) does, they took {ev.q(run, 'model', 'per_parameter_s', unit=' s')}; "
+             f"as one bucket of the same bytes, {ev.q(run, 'model', 'bucketed_s', unit=' s')}: "
+             + ev.derive("per_parameter_over_bucketed", per / flat, "per_parameter_s / bucketed_s",
+                         {"per_parameter_s": per, "bucketed_s": flat}, "×") + " the time."),
+        ev.s("Bucketing wins because every collective pays its fixed cost once: DDP packs gradients into buckets "
+             "(25 MB by default) and launches each as soon as it fills, overlapping the reduction with the rest of "
+             "the backward pass.", fact("model.per_parameter_s", ">", flat, run=run)),
+        ev.s(f"Here one all-reduce per parameter was not slower: with only {ev.q(run, 'model', 'parameters')} "
+             "large tensors the fixed cost per call is small against the bytes (and a shared machine's noise is "
+             "larger); a model of hundreds of small tensors pays that fixed cost hundreds of times per step, which "
+             "is what DDP's buckets (25 MB by default) avoid.", fact("model.per_parameter_s", "<=", flat, run=run)),
+        ev.s("The trainer pays for per-parameter reduction to be exact: each element then sits at the same offset "
+             "of the tensor reduced in every attempt, so the order of each sum, and the digests, do not depend on "
+             "how DDP laid out its buckets (chapter 1)."),
+    ]]
+
+
+PIPELINE_CASES: tuple[tuple[int, int], ...] = ((4, 4), (4, 16), (8, 16), (10, 4), (10, 32))
+"""(stages p, micro-batches m), configured: the pipeline arithmetic is computed, no run here is pipelined."""
+
+
+def _bubble(ev: Evidence, p: int, m: int) -> Claim:
+    bubble = (p - 1) / (m + p - 1)
+    tag = f"p{p}_m{m}"
+    return ev.s(
+        ev.derive(f"stages_{tag}", p, "configured (PIPELINE_CASES)", {}) + " stages, "
+        + ev.derive(f"microbatches_{tag}", m, "configured (PIPELINE_CASES)", {}) + " micro-batches: bubble "
+        + ev.derive(f"bubble_percent_{tag}", 100 * bubble, "100 * (p - 1) / (m + p - 1)", {"p": p, "m": m}, " %")
+        + " of the step ("
+        + ev.derive(f"bubble_over_compute_percent_{tag}", 100 * (p - 1) / m, "100 * (p - 1) / m", {"p": p, "m": m},
+                    " %")
+        + " of the compute time); the first stage holds the activations of "
+        + ev.derive(f"gpipe_inflight_{tag}", m, "m", {"m": m}) + " micro-batch(es) under GPipe and "
+        + ev.derive(f"onef1b_inflight_{tag}", min(p, m), "min(p, m)", {"p": p, "m": m}) + " under 1F1B.")
+
+
+def memory(ev: Evidence) -> list[Paragraph]:
+    d, f = "bytes-ddp", "bytes-fsdp"
+    numel, n = float(ev.get(d, "numel")), int(ev.get(d, "world_size"))
+    P, G, O = (float(ev.get(d, k)) for k in ("params", "grads", "optimizer"))
+    fsdp = sum(float(ev.get(f, k)) for k in ("params", "grads", "optimizer"))
+    held = {"params": P, "grads": G, "optimizer": O}
+    stages = {"zero1": (P + G + O / n, "params + grads + optimizer / n"),
+              "zero2": (P + (G + O) / n, "params + (grads + optimizer) / n"),
+              "zero3": ((P + G + O) / n, "(params + grads + optimizer) / n")}
+    z = {k: ev.derive(f"{k}_bytes_per_rank", round(v), formula, {**held, "n": n}, " bytes")
+         for k, (v, formula) in stages.items()}
+    return [[
+        ev.s(f"Count it, then measure it. benchmarks/fsdp.py's model has {ev.q(d, 'numel')} parameters; after a "
+             f"real backward and AdamW step each DDP rank holds {ev.q(d, 'params')} bytes of fp32 parameters, "
+             f"{ev.q(d, 'grads')} of gradients and {ev.q(d, 'optimizer')} of AdamW's two moments: "
+             + ev.derive("fp32_bytes_per_param", (P + G + O) / numel, "(params + grads + optimizer) / numel",
+                         {**held, "numel": numel})
+             + " bytes per parameter (4 weights + 4 gradients + 8 moments; activations, DDP's bucket copy of the "
+             "gradients and the allocator's slack not counted)."),
+        ev.s("Mixed precision with AdamW also comes to 16 bytes per parameter, split differently: 2 (half-precision "
+             "weights) + 2 (their gradients) + 12 (fp32 master weights and two fp32 moments); for this model "
+             + ev.derive("mixed_bytes_total", round(16 * numel), "16 * numel", {"numel": numel}, " bytes")
+             + ", computed, not measured (the trainer trains in fp32). Its optimizer state is "
+             + ev.derive("mixed_optimizer_share_percent", 100 * 12 / 16, "100 * 12 / 16", {}, " %")
+             + " of that, which is why ZeRO shards it first."),
+    ], [
+        ev.s(f"ZeRO on {ev.q(d, 'world_size')} ranks, computed from those measured bytes: stage 1 (optimizer state "
+             f"sharded) {z['zero1']} per rank, stage 2 (and gradients) {z['zero2']}, stage 3 (and parameters) "
+             f"{z['zero3']}, against {ev.derive('ddp_bytes_per_rank', round(P + G + O), 'params + grads + optimizer', held, ' bytes')} "
+             "unsharded."),
+        ev.s(f"FSDP's full shard is stage 3, and measured it holds {ev.q(f, 'params')} + {ev.q(f, 'grads')} + "
+             f"{ev.q(f, 'optimizer')} = "
+             + ev.derive("fsdp_bytes_per_rank", round(fsdp), "params + grads + optimizer (bytes-fsdp)",
+                         {k: float(ev.get(f, k)) for k in ("params", "grads", "optimizer")}, " bytes")
+             + " per rank: "
+             + ev.derive("fsdp_over_zero3", fsdp / stages["zero3"][0], "fsdp_bytes_per_rank / zero3_bytes_per_rank",
+                         {"fsdp_bytes_per_rank": fsdp, "zero3_bytes_per_rank": stages["zero3"][0]}, "×")
+             + " the arithmetic."),
+    ], [
+        ev.s("A pipeline bubble, computed, not measured (no run here is pipelined): with p stages and m "
+             "micro-batches the first and last p − 1 slots of a step have idle stages, a fraction (p − 1)/(m + p − 1) "
+             "of the step, or (p − 1)/m of the compute time. GPipe and 1F1B leave the same bubble; 1F1B starts each "
+             "micro-batch's backward as soon as it can, so a stage holds at most p micro-batches' activations "
+             "instead of all m."),
+    ], [
+        *(_bubble(ev, p, m) for p, m in PIPELINE_CASES),
+    ]]
+
+
 def _page(what: str, run: str, detail: str, fire: bool) -> str:
     return (f"<strong>{escape(what)}</strong> ({escape(run)}): {detail} → "
             f"<span class=\"page {'yes' if fire else 'no'}\">{'PAGE' if fire else 'no page'}</span>")
@@ -509,4 +638,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("paging", "What should page someone?",
             ("hang-sigstop", "hang-holding-gil", "restart-loop", "resume", "straggler"),
             paging, (("hang-holding-gil", "ckpt_age"), ("restart-loop", "progress")), list_paragraphs=(1,)),
+    Chapter("comm", "What does a gradient all-reduce cost, and why bucket it?", ("allreduce-cost",), communication),
+    Chapter("memory", "How many bytes does a parameter cost, what do ZeRO's stages and FSDP save, and how much of a "
+            "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
 )

@@ -1,6 +1,6 @@
 """trainwreck handbook: every chapter a question, every quoted number the number in its run's report.json.
 
-One real handbook (all chapters, 21 runs, about 90 s on 2 shared cores from an empty golden
+One real handbook (all chapters, 22 runs, about 90 s on 2 shared cores from an empty golden
 cache) is made once per module; the tests read what it wrote. The claim checker is also run on a
 tampered report, so a check that could not fail would show.
 """
@@ -489,3 +489,60 @@ def test_chapter_10_and_12_say_configured_or_measured_and_name_the_slow_rank(han
     assert "sooner than gloo" not in hang and "not one measured here" in hang
     slow = _report(handbook, "straggler")["phases"]["slowest_rank"]
     assert f"the slowest rank, rank {slow}" in plain(handbook, "paging")
+
+
+# ----- chapters comm and memory: communication cost, bytes per parameter, ZeRO, pipeline bubble --------
+
+
+def _derived(handbook: dict[str, Any], slug: str) -> dict[str, float]:
+    chapter = next(c for c in handbook["json"]["chapters"] if c["slug"] == slug)
+    return {d["label"]: d["value"] for d in chapter["derived"]}
+
+
+def test_the_comm_chapter_quotes_the_measured_all_reduce_and_the_ring_arithmetic(handbook: dict[str, Any]) -> None:
+    measured = _report(handbook, "allreduce-cost")
+    n, big, small, model = (measured["world_size"], measured["sizes"][-1], measured["sizes"][0], measured["model"])
+    derived, text = _derived(handbook, "comm"), plain(handbook, "comm")
+    assert measured["backend"] == "gloo" and n == 2 and len(measured["sizes"]) >= 3
+    assert math.isclose(derived["ring_factor"], 2 * (n - 1) / n)
+    assert math.isclose(derived["ring_bytes_per_rank"], 2 * (n - 1) / n * big["bytes"])
+    assert math.isclose(derived["allreduce_ns_per_byte"],
+                        (big["seconds"] - small["seconds"]) / (big["bytes"] - small["bytes"]) * 1e9)
+    assert math.isclose(derived["per_parameter_over_bucketed"], model["per_parameter_s"] / model["bucketed_s"])
+    assert f"{fmt(big['bytes'])} bytes took {fmt(big['seconds'])} s" in text
+    wins, loses = "Bucketing wins because", "Here one all-reduce per parameter was not slower"
+    assert (wins in text) == (model["per_parameter_s"] > model["bucketed_s"]) and (loses in text) != (wins in text)
+
+
+def test_the_memory_chapter_computes_zero_stages_from_the_measured_bytes(handbook: dict[str, Any]) -> None:
+    ddp, fsdp = _report(handbook, "bytes-ddp"), _report(handbook, "bytes-fsdp")
+    n, held = ddp["world_size"], ddp["params"] + ddp["grads"] + ddp["optimizer"]
+    derived, text = _derived(handbook, "memory"), plain(handbook, "memory")
+    assert math.isclose(derived["fp32_bytes_per_param"], held / ddp["numel"])
+    assert math.isclose(derived["zero1_bytes_per_rank"], ddp["params"] + ddp["grads"] + ddp["optimizer"] / n)
+    assert math.isclose(derived["zero2_bytes_per_rank"], ddp["params"] + (ddp["grads"] + ddp["optimizer"]) / n)
+    assert math.isclose(derived["zero3_bytes_per_rank"], held / n)
+    assert math.isclose(derived["fsdp_bytes_per_rank"], fsdp["params"] + fsdp["grads"] + fsdp["optimizer"])
+    assert math.isclose(derived["bubble_percent_p4_m4"], 100 * 3 / 7)
+    assert math.isclose(derived["bubble_percent_p8_m16"], 100 * 7 / 23)
+    assert derived["onef1b_inflight_p4_m16"] == 4 and derived["gpipe_inflight_p4_m16"] == 16
+    assert "computed, not measured" in text and "2 (half-precision weights) + 2" in text
+
+
+def test_the_handbook_check_catches_an_altered_all_reduce_time_and_an_altered_byte_count(
+        handbook: dict[str, Any], tmp_path: Path) -> None:
+    for run, path in (("allreduce-cost", ("model", "bucketed_s")), ("bytes-ddp", ("optimizer",))):
+        copy = tmp_path / run / "hb"
+        shutil.copytree(handbook["out"], copy, ignore=shutil.ignore_patterns("runs"))
+        record = json.loads((copy / "handbook.json").read_text())
+        measured = json.loads(Path(record["runs"][run]["report"]).read_text())
+        target = measured
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = target[path[-1]] * 2
+        fake = tmp_path / run / "measurement.json"
+        fake.write_text(json.dumps(measured))
+        record["runs"][run]["report"] = str(fake)
+        (copy / "handbook.json").write_text(json.dumps(record))
+        problems = check_handbook(copy)
+        assert any(f"from {run}: {'.'.join(path)}" in p for p in problems), (run, problems)

@@ -1,0 +1,119 @@
+"""What a gradient all-reduce costs, measured: gloo on loopback across message sizes, and the
+reference trainer's one all-reduce per parameter against one bucketed all-reduce of the same bytes.
+
+The trainer folds the all-reduce into its "backward" phase (DDP overlaps it with the backward
+pass), so no run's phases show it; this job times the collective alone. A ring all-reduce moves
+2(n-1)/n * D bytes per rank for a D-byte message; the JSON says which n and D it timed, and the
+handbook's "comm" chapter does the arithmetic from them. The per-parameter list is the parameters
+of benchmarks/fsdp.py's model (the model the handbook's byte measurements count), so the comparison
+is the one trainer/gradsync.py pays for exact digests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from trainwreck.benchmarks.fsdp import SPEC
+from trainwreck.trainer.model import MLP
+
+SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+"""fp32 messages from 4 KiB to 8 MiB (the reference model's gradients are about 8.4 MB)."""
+WARMUP, REPEATS = 1, 5
+
+
+def _timed(op: Callable[[], None]) -> float:
+    """Median seconds of `op` over REPEATS, every rank starting each repeat together."""
+    for _ in range(WARMUP):
+        op()
+    seconds = []
+    for _ in range(REPEATS):
+        dist.barrier()
+        started = time.perf_counter()
+        op()
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds)
+
+
+def _per_parameter(grads: list[torch.Tensor]) -> Callable[[], None]:
+    """trainer/gradsync.py's pattern: every parameter's all-reduce issued, then all awaited."""
+    def op() -> None:
+        for work in [dist.all_reduce(g, async_op=True) for g in grads]:
+            work.wait()
+    return op
+
+
+def _measure(world: int) -> dict[str, Any]:
+    sizes = []
+    for nbytes in SIZES_BYTES:
+        buf = torch.ones(nbytes // 4)
+        sizes.append({"bytes": nbytes, "seconds": _timed(lambda: dist.all_reduce(buf))})
+    shapes = [p.shape for p in MLP(SPEC).parameters()]
+    grads = [torch.ones(s) for s in shapes]
+    flat = torch.ones(sum(g.numel() for g in grads))
+    return {"world_size": world, "backend": dist.get_backend(), "dtype": "float32", "repeats": REPEATS,
+            "sizes": sizes,
+            "model": {"parameters": len(grads), "numel": flat.numel(), "bytes": flat.nbytes,
+                      "per_parameter_s": _timed(_per_parameter(grads)),
+                      "bucketed_s": _timed(lambda: dist.all_reduce(flat))}}
+
+
+def _rank(rank: int, world: int, port: int, out: Path) -> None:
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    result = _measure(world)
+    if rank == 0:
+        out.write_text(json.dumps(result))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure(world: int) -> dict[str, Any]:
+    """One gloo job on 127.0.0.1, ranks as fresh interpreters (see benchmarks/fsdp.py measure); rank 0's figures."""
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    with tempfile.TemporaryDirectory(prefix="trainwreck-comm-bench-") as tmp:
+        out = Path(tmp) / "rank0.json"
+        procs = [subprocess.Popen([sys.executable, "-m", "trainwreck.benchmarks.comm", "--rank", str(r),
+                                   "--world", str(world), "--port", str(store.port), "--out", str(out)])
+                 for r in range(world)]
+        try:
+            codes = [proc.wait(timeout=300) for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if any(codes) or not out.exists():
+            raise RuntimeError(f"the all-reduce job at world {world} failed: exit codes {codes}")
+        return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainwreck.benchmarks.comm", description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--rank", type=int, help="internal: run one rank of the job")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.world < 2:
+        print(f"--world: {args.world} is too small; an all-reduce needs at least 2 ranks (use --world 2)",
+              file=sys.stderr)
+        sys.exit(2)
+    if args.rank is None:
+        print(json.dumps(measure(args.world), indent=1))
+    else:
+        _rank(args.rank, args.world, args.port, args.out)
+
+
+if __name__ == "__main__":
+    main()
