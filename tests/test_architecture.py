@@ -28,7 +28,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
                    "harness.restarts", "harness.torchrun", "harness.supervisor")),
     ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),
-    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks")),
+    ("suites", ("harness.defects", "harness.chaos", "harness.engines", "harness.rayengine", "harness.campaign", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )
 # ... and which third-party packages (everything else must be the standard library).
@@ -47,7 +47,8 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},
     "faults.foreign": {"safetensors"},
-    "faults.foreign_record": {"safetensors"},  # wraps serialize_file when installed, as faults.foreign does
+    "faults.foreign_record": {"safetensors"},
+    "harness.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
 
 

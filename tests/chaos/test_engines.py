@@ -1,0 +1,123 @@
+"""Engines and the campaign ledger, without running a job: the registry, the no-Ray message,
+and resuming a campaign whose driver died (with an engine that judges nothing itself).
+
+The Ray engine on a simulated cluster is tests/chaos/test_ray_engine.py (slow, needs Ray)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from trainwreck.harness import cli
+from trainwreck.harness.campaign import (OUTCOME, Campaign, CampaignSpec, LedgerError, finished_outcomes, plan_dir,
+                                         read_ledger, write_ledger)
+from trainwreck.harness.engines import (ENGINES, EngineOptions, EngineUnavailable, LocalEngine, Outcome, PlanJob,
+                                        engine_class)
+
+
+def test_the_engine_registry_is_what_the_cli_offers_and_the_local_engine_needs_no_package() -> None:
+    from trainwreck.harness.commands import chaos
+
+    parser = argparse.ArgumentParser()
+    chaos.configure(parser)
+    engine_option = next(a for a in parser._actions if a.dest == "engine")
+    assert tuple(engine_option.choices) == tuple(ENGINES) == ("local", "ray")
+    assert engine_option.default == "local"
+    assert ENGINES["local"].requires is None and engine_class("local") is LocalEngine
+    assert ENGINES["ray"].requires == "ray" and "trainwreck[ray]" in ENGINES["ray"].install
+    assert "ray" not in sys.modules or engine_class("ray").name == "ray"  # the class is named as its row
+
+
+def test_engine_ray_without_ray_installed_exits_two_saying_how_to_install_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` and find_spec see without the extra
+    with pytest.raises(EngineUnavailable):
+        engine_class("ray")
+    out = tmp_path / "chaos"
+    assert cli.main(["chaos", "--engine", "ray", "--budget", "1s", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--engine ray needs the 'ray' package" in err and "pip install 'trainwreck[ray]'" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists(), "nothing may run (or be created) before the engine is there"
+
+
+def test_an_address_without_the_ray_engine_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["chaos", "--address", "10.0.0.1:6379", "--budget", "1s"]) == 2
+    assert "an address is for --engine ray" in capsys.readouterr().err
+
+
+class RecordingEngine:
+    """Judges every plan VALID at once without running it, and remembers what it was given."""
+
+    name: ClassVar[str] = "recording"
+
+    def __init__(self) -> None:
+        self.submitted: list[int] = []
+
+    def describe(self) -> str:
+        return "recording"
+
+    def submit(self, job: PlanJob) -> list[Outcome]:
+        self.submitted.append(job.index)
+        job.run_dir.mkdir(parents=True)
+        return [Outcome(job.index, job.case, job.run_dir, True, job.reproduce, 0.0, {"engine": "recording"})]
+
+    def drain(self) -> list[Outcome]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_resumed_campaign_keeps_its_finished_plans_and_reruns_only_the_unfinished_ones(tmp_path: Path) -> None:
+    out, spec = tmp_path / "campaign", CampaignSpec(seed=11)
+    write_ledger(out, spec)
+    first = Campaign(RecordingEngine(), out, spec).run(budget_s=60, plans=3)
+    assert [o.index for o in first] == [1, 2, 3]
+    # A driver killed while plan 3 ran: its directory is there, its outcome.json is not.
+    (plan_dir(out, 3) / OUTCOME).unlink()
+    (plan_dir(out, 3) / "half-written").write_text("partial")
+    kept = (plan_dir(out, 1) / OUTCOME).stat().st_ino
+
+    assert read_ledger(out) == spec
+    finished = finished_outcomes(out)
+    assert sorted(finished) == [1, 2]
+    engine = RecordingEngine()
+    resumed = Campaign(engine, out, spec).run(budget_s=60, plans=5, finished=finished)
+    assert engine.submitted == [3, 4, 5], "finished plans are never run again"
+    assert [o.index for o in resumed] == [1, 2, 3, 4, 5]
+    assert [o.case for o in resumed[:3]] == [o.case for o in first], "the same seed draws the same plans"
+    assert not (plan_dir(out, 3) / "half-written").exists(), "an unfinished directory is replaced, not judged"
+    assert (plan_dir(out, 1) / OUTCOME).stat().st_ino == kept
+
+
+def test_a_ledger_whose_seed_now_draws_other_plans_is_refused_rather_than_mixed(tmp_path: Path) -> None:
+    out, spec = tmp_path / "campaign", CampaignSpec(seed=11)
+    write_ledger(out, spec)
+    Campaign(RecordingEngine(), out, spec).run(budget_s=60, plans=2)
+    outcome = plan_dir(out, 2) / OUTCOME
+    data = json.loads(outcome.read_text())
+    data["case"]["world_sizes"] = [8]
+    outcome.write_text(json.dumps(data))
+    with pytest.raises(LedgerError, match="draws a different plan 2"):
+        Campaign(RecordingEngine(), out, spec).run(budget_s=60, plans=2, finished=finished_outcomes(out))
+    with pytest.raises(LedgerError, match="no readable campaign.json"):
+        read_ledger(tmp_path / "elsewhere")
+
+
+def test_resume_refuses_a_new_out_or_seed_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "campaign"
+    write_ledger(out, CampaignSpec(seed=3))
+    assert cli.main(["chaos", "--resume", str(out), "--seed", "4"]) == 2
+    assert "keeps its own directory and seed" in capsys.readouterr().err
+
+
+def test_a_local_engine_names_its_host_for_run_json(tmp_path: Path) -> None:
+    engine: Any = LocalEngine(EngineOptions())
+    assert engine.node["engine"] == "local" and engine.node["host"]
+    with pytest.raises(Exception, match="--engine ray"):
+        LocalEngine(EngineOptions(address="auto"))
