@@ -121,3 +121,40 @@ def test_a_local_engine_names_its_host_for_run_json(tmp_path: Path) -> None:
     assert engine.node["engine"] == "local" and engine.node["host"]
     with pytest.raises(Exception, match="--engine ray"):
         LocalEngine(EngineOptions(address="auto"))
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_campaign_resumes_without_rerunning_its_finished_plans(
+        tmp_path: Path, golden_cache: Path, warm_launcher: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from trainwreck.harness.golden import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(golden_cache))
+    out = tmp_path / "campaign"
+    driver = subprocess.Popen([sys.executable, "-m", "trainwreck.harness.cli", "chaos", "--plans", "3", "--seed", "7",
+                               "--budget", "10m", "--out", str(out)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (plan_dir(out, 1) / OUTCOME).exists():  # the first plan judged: kill the driver now
+            assert driver.poll() is None and time.monotonic() < deadline, "the driver ended before plan 1"
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    judged = {p.parent.name: p.stat().st_ino for p in out.glob(f"plan-*/{OUTCOME}")}
+    assert judged and len(judged) < 3, judged
+
+    assert cli.main(["chaos", "--resume", str(out), "--plans", "3", "--budget", "10m"]) == 0
+    printed = capsys.readouterr().out
+    assert f"resuming, {len(judged)} plan(s) already judged" in printed
+    assert "chaos summary: 3 plan(s)" in printed
+    assert {name: (out / name / OUTCOME).stat().st_ino for name in judged} == judged, "finished plans were rerun"
+    rerun = [line for line in printed.splitlines() if line.startswith("[")]
+    assert [int(line[1:5]) for line in rerun] == list(range(len(judged) + 1, 4))
+    assert sorted(p.name for p in out.glob("plan-*")) == ["plan-0001", "plan-0002", "plan-0003"]
