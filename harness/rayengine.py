@@ -117,6 +117,14 @@ def run_plan_task(job: PlanJob, golden: tuple[str, bytes]) -> tuple[Outcome, byt
 # ----- on the driver -----------------------------------------------------------------------
 
 
+def reservation(ranks: int, cpus_per_rank: float, largest: float) -> float:
+    """CPUs a plan of `ranks` ranks reserves: ranks x cpus_per_rank, at most the largest node (0: none known yet)."""
+    want = ranks * cpus_per_rank
+    if largest > 0:
+        want = min(want, largest)
+    return want if want <= 1 else float(math.ceil(want))  # Ray takes fractions below 1 only
+
+
 def _is_local(address: str | None) -> bool:
     return address is None or address.split("://")[-1].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -151,11 +159,7 @@ class RayEngine:
         return [n["Resources"].get("CPU", 0.0) for n in self.ray.nodes() if n["Alive"]]
 
     def reservation(self, ranks: int, largest: float) -> float:
-        """CPUs a plan of `ranks` ranks reserves: ranks x cpus_per_rank, at most one whole node."""
-        want = ranks * self.cpus_per_rank
-        if largest > 0:
-            want = min(want, largest)
-        return want if want <= 1 else float(math.ceil(want))  # Ray takes fractions below 1 only
+        return reservation(ranks, self.cpus_per_rank, largest)
 
     def slots(self) -> int:
         cpus = self.node_cpus()

@@ -158,3 +158,38 @@ def test_a_driver_killed_mid_campaign_resumes_without_rerunning_its_finished_pla
     rerun = [line for line in printed.splitlines() if line.startswith("[")]
     assert [int(line[1:5]) for line in rerun] == list(range(len(judged) + 1, 4))
     assert sorted(p.name for p in out.glob("plan-*")) == ["plan-0001", "plan-0002", "plan-0003"]
+
+
+@pytest.mark.parametrize("ranks, per_rank, largest, reserved", [
+    (2, 1.0, 8.0, 2.0), (4, 1.0, 8.0, 4.0), (4, 1.0, 1.0, 1.0), (4, 1.0, 0.0, 4.0),
+    (2, 0.25, 8.0, 0.5), (3, 0.5, 8.0, 2.0)])
+def test_a_plan_reserves_its_ranks_cpus_but_never_more_than_the_largest_node(
+        ranks: int, per_rank: float, largest: float, reserved: float) -> None:
+    from trainwreck.harness.rayengine import reservation  # Ray itself is imported only by the engine
+
+    assert reservation(ranks, per_rank, largest) == reserved
+
+
+def test_a_returned_run_directory_unpacks_whole_and_an_archive_escaping_it_is_refused(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from trainwreck.harness.rayengine import pack, unpack
+
+    run = tmp_path / "node" / "plan-0001"
+    (run / "events").mkdir(parents=True)
+    (run / "events" / "harness.jsonl").write_text('{"kind": "end"}\n')
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "big.pt").write_bytes(b"x" * 100)
+    landed = unpack(pack(run, skip=("checkpoints",)), tmp_path / "driver" / "plan-0001")
+    assert (landed / "events" / "harness.jsonl").read_text() == '{"kind": "end"}\n'
+    assert not (landed / "checkpoints").exists()
+
+    hostile = io.BytesIO()
+    with tarfile.open(fileobj=hostile, mode="w:gz") as tar:
+        info = tarfile.TarInfo("plan-0002/../../escaped.txt")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"bad"))
+    with pytest.raises(tarfile.OutsideDestinationError):
+        unpack(hostile.getvalue(), tmp_path / "driver" / "plan-0002")
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "driver" / "escaped.txt").exists()
