@@ -193,3 +193,21 @@ def test_a_returned_run_directory_unpacks_whole_and_an_archive_escaping_it_is_re
     with pytest.raises(tarfile.OutsideDestinationError):
         unpack(hostile.getvalue(), tmp_path / "driver" / "plan-0002")
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "driver" / "escaped.txt").exists()
+
+
+def test_the_casebook_counts_cases_and_verdicts_per_node_from_run_json(tmp_path: Path) -> None:
+    from trainwreck.harness.report import render_casebook
+    from trainwreck.trainer.rundir import RunDir
+
+    runs = []
+    for i, (node, valid) in enumerate([("aaaaaaaa11", True), ("bbbbbbbb22", True), ("aaaaaaaa11", False)]):
+        run = tmp_path / f"plan-{i + 1:04d}"
+        (run / "report").mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"format": "trainwreck-run/1",
+                                                  "node": {"engine": "ray", "id": node, "ip": "10.0.0.9"}}))
+        RunDir(run).report_file("report.json").write_text(json.dumps({"name": run.name, "valid": valid}))
+        runs.append(run)
+    render_casebook(tmp_path / "casebook", runs, "two nodes")
+    book = (tmp_path / "casebook" / "index.md").read_text()
+    assert "Per node: aaaaaaaa (10.0.0.9): 2 run(s), 1 valid, 1 invalid; bbbbbbbb (10.0.0.9): 1 run(s), 1 valid." in book
+    assert 'id="nodes"' in (tmp_path / "casebook" / "index.html").read_text()
