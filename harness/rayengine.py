@@ -125,6 +125,15 @@ def reservation(ranks: int, cpus_per_rank: float, largest: float) -> float:
     return want if want <= 1 else float(math.ceil(want))  # Ray takes fractions below 1 only
 
 
+def _land_dir(blob: bytes, final: Path) -> None:
+    """Unpack beside `final`, then rename into place: a reader sees the whole directory or none."""
+    staging = final.parent / f".incoming-{final.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(unpack(blob, staging), final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _is_local(address: str | None) -> bool:
     return address is None or address.split("://")[-1].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -148,8 +157,9 @@ class RayEngine:
         if self.started:
             ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False,
                      **({"_node_ip_address": "127.0.0.1"} if self.address is None else {}))
-        self.in_flight: dict[Any, tuple[PlanJob, int]] = {}
+        self.in_flight: dict[Any, tuple[PlanJob, int, Any]] = {}
         self.goldens: dict[tuple[str, int], Any] = {}
+        self.kept: list[Any] = []  # golden refs already copied to OUT/golden
         self.plan_task = ray.remote(run_plan_task)
         self.golden_task = ray.remote(build_golden)
 
@@ -192,10 +202,11 @@ class RayEngine:
         largest = max(self.node_cpus(), default=0.0)
         ranks = max(job.case.world_sizes)
         gpus = ranks if job.backend == "nccl" else 0
+        golden = self._golden(job, largest)
         ref = self.plan_task.options(num_cpus=self.reservation(ranks, largest), num_gpus=gpus,
                                      max_retries=TASK_RETRIES, name=f"trainwreck-{job.run_dir.name}"
-                                     ).remote(job, self._golden(job, largest))
-        self.in_flight[ref] = (job, tries)
+                                     ).remote(job, golden)
+        self.in_flight[ref] = (job, tries, golden)
 
     def _golden(self, job: PlanJob, largest: float) -> Any:
         """The one task that builds this plan's golden run (its result goes to every plan that needs it)."""
@@ -213,21 +224,27 @@ class RayEngine:
         return [o for o in (self._land(ref) for ref in ready) if o is not None]
 
     def _land(self, ref: Any) -> Outcome | None:
-        job, tries = self.in_flight.pop(ref)
+        job, tries, golden = self.in_flight.pop(ref)
         try:
             outcome, blob = self.ray.get(ref)
+            if golden not in self.kept:
+                self._keep_golden(job.run_dir.parent / "golden", *self.ray.get(golden))
+                self.kept.append(golden)
         except self.ray.exceptions.RayError as exc:
             if tries < RESUBMITS:
                 print(f"       plan {job.index} lost ({type(exc).__name__}); submitted again", file=sys.stderr)
                 self._launch(job, tries + 1)
                 return None
             return self._lost(job, exc)
-        staging = job.run_dir.parent / f".incoming-{job.run_dir.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(unpack(blob, staging), job.run_dir)  # the plan appears whole or not at all, never twice
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        _land_dir(blob, job.run_dir)  # the plan appears whole or not at all, never twice
         return replace(outcome, run_dir=job.run_dir)
+
+    @staticmethod
+    def _keep_golden(into: Path, key: str, blob: bytes) -> None:
+        """A copy of each golden run beside the plans (OUT/golden/KEY), for `trainwreck check --golden`."""
+        if not (into / key).exists():
+            into.mkdir(parents=True, exist_ok=True)
+            _land_dir(blob, into / key)
 
     def _lost(self, job: PlanJob, exc: BaseException) -> Outcome:
         """A plan Ray could not finish: UNKNOWN, with why; nothing of its partial run is kept."""

@@ -139,6 +139,7 @@ def test_a_two_node_cluster_judges_every_plan_with_the_local_engine_s_verdicts_o
             if not p.name.startswith(".")}
     assert len(keys) == len({(o["case"]["parallelism"], o["case"]["world_sizes"][0])
                              for o in (json.loads((p / OUTCOME).read_text()) for p in ray_runs)})
+    assert {p.name for p in (tmp_path / "ray" / "golden").iterdir()} == keys, "the golden runs came back too"
 
 
 def test_a_worker_node_lost_mid_campaign_costs_no_plan_and_judges_none_twice(
