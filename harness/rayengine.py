@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.harness.engines import EngineOptions, Outcome, PlanJob, run_plan
+from trainwreck.trainer.config import InputError
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """'0': Ray uses 127.0.0.1 as the node address (read when Ray is imported)."""
@@ -134,6 +135,18 @@ def _land_dir(blob: bytes, final: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT that nothing answers is refused in one line: Ray itself would retry for minutes."""
+    if address is None or "://" in address or ":" not in address:
+        return  # a local instance, `auto`, or a ray:// client address: Ray's own checks
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--address {address}: no Ray cluster answers there ({exc}); start one "
+                         "(`ray start --head`) or give the address it printed") from None
+
+
 def _is_local(address: str | None) -> bool:
     return address is None or address.split("://")[-1].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -144,9 +157,10 @@ class RayEngine:
     name: ClassVar[str] = "ray"
 
     def __init__(self, options: EngineOptions) -> None:
-        if not options.cpus_per_rank > 0:
-            raise ValueError(f"--cpus-per-rank {options.cpus_per_rank} must be > 0, e.g. 1 or 0.5")
+        if not (options.cpus_per_rank > 0 and math.isfinite(options.cpus_per_rank)):
+            raise InputError(f"--cpus-per-rank {options.cpus_per_rank} must be a positive number, e.g. 1 or 0.5")
         self.address = options.address or os.environ.get("RAY_ADDRESS")
+        check_reachable(self.address)
         if _is_local(self.address):
             os.environ.setdefault(LOOPBACK_ENV, "0")
         import ray
@@ -250,7 +264,8 @@ class RayEngine:
         """A plan Ray could not finish: UNKNOWN, with why; nothing of its partial run is kept."""
         job.run_dir.mkdir(parents=True)
         (job.run_dir / "chaos-error.txt").write_text(
-            f"the plan was lost {TASK_RETRIES + 1} x {RESUBMITS + 1} times by the Ray cluster:\n"
+            f"the Ray cluster lost this plan on every try ({TASK_RETRIES + 1} runs per submission, "
+            f"{RESUBMITS + 1} submissions); the last error:\n"
             + "".join(traceback.format_exception(exc)))
         return Outcome(job.index, job.case, job.run_dir, "unknown", job.reproduce, 0.0, {"engine": "ray"})
 

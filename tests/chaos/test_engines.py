@@ -211,3 +211,16 @@ def test_the_casebook_counts_cases_and_verdicts_per_node_from_run_json(tmp_path:
     book = (tmp_path / "casebook" / "index.md").read_text()
     assert "Per node: aaaaaaaa (10.0.0.9): 2 run(s), 1 valid, 1 invalid; bbbbbbbb (10.0.0.9): 1 run(s), 1 valid." in book
     assert 'id="nodes"' in (tmp_path / "casebook" / "index.html").read_text()
+
+
+def test_an_address_where_no_cluster_answers_is_refused_at_once_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    pytest.importorskip("ray")  # the refusal comes from the engine, which needs the package first
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never listening: connections are refused
+        assert cli.main(["chaos", "--engine", "ray", "--address", f"127.0.0.1:{port}", "--budget", "1s"]) == 2
+    err = capsys.readouterr().err
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in err and "Traceback" not in err
