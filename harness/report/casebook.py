@@ -85,14 +85,16 @@ def _node_of(run_dir: Path) -> dict[str, Any]:
 
 
 def per_node(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, int]]:
-    """Node label -> verdict word -> cases; empty when no run says which node ran it."""
+    """Node label -> verdict word -> cases; empty when every run ran on this one host (nothing to compare)."""
     counts: dict[str, dict[str, int]] = {}
+    engines = set()
     for run_dir, case in cases:
         node = _node_of(run_dir)
         if node:
+            engines.add(node.get("engine"))
             tally = counts.setdefault(node_label(node), {"VALID": 0, "INVALID": 0, "UNKNOWN": 0})
             tally[verdict_word(case.get("valid"))] += 1
-    return counts
+    return counts if len(counts) > 1 or engines - {"local"} else {}
 
 
 def _per_node_line(cases: list[tuple[Path, dict[str, Any]]]) -> str:

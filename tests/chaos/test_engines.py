@@ -224,3 +224,15 @@ def test_an_address_where_no_cluster_answers_is_refused_at_once_in_one_line(
         assert cli.main(["chaos", "--engine", "ray", "--address", f"127.0.0.1:{port}", "--budget", "1s"]) == 2
     err = capsys.readouterr().err
     assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in err and "Traceback" not in err
+
+
+def test_a_casebook_of_runs_on_this_one_host_has_no_per_node_line(tmp_path: Path) -> None:
+    from trainwreck.harness.report import render_casebook
+    from trainwreck.trainer.rundir import RunDir
+
+    run = tmp_path / "plan-0001"
+    (run / "report").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"format": "trainwreck-run/1", "node": LocalEngine(EngineOptions()).node}))
+    RunDir(run).report_file("report.json").write_text(json.dumps({"name": run.name, "valid": True}))
+    render_casebook(tmp_path / "casebook", [run], "local")
+    assert "Per node" not in (tmp_path / "casebook" / "index.md").read_text()
