@@ -189,3 +189,38 @@ def wait_for_a_busy_node(nodes: TwoNodes, timeout_s: float = 120.0) -> Any:
                 return node
         time.sleep(0.05)
     raise AssertionError("no worker node started a plan within the timeout")
+
+
+def test_a_ray_driver_killed_mid_campaign_resumes_on_the_cluster_without_rerunning_finished_plans(
+        two_nodes: TwoNodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from trainwreck.harness import cli
+
+    out, address = tmp_path / "campaign", two_nodes.cluster.address
+    command = ["chaos", "--engine", "ray", "--address", address, "--plans", "4", "--budget", "10m"]
+    driver = subprocess.Popen([sys.executable, "-m", "trainwreck.harness.cli", *command, "--seed", "3",
+                               "--out", str(out)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob(f"plan-*/{OUTCOME}")):  # a plan judged: kill the driver with others in flight
+            assert driver.poll() is None and time.monotonic() < deadline, "the driver ended before a plan"
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    judged = {p.parent.name: p.stat().st_ino for p in out.glob(f"plan-*/{OUTCOME}")}
+    assert 0 < len(judged) < 4
+
+    assert cli.main([*command, "--resume", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"resuming, {len(judged)} plan(s) already judged" in printed
+    assert {name: (out / name / OUTCOME).stat().st_ino for name in judged} == judged, "finished plans were rerun"
+    assert sorted(p.name for p in out.glob("plan-*")) == [f"plan-000{i}" for i in range(1, 5)]
+    assert all((p / OUTCOME).exists() for p in out.glob("plan-*")) and not list(out.glob(".incoming-*"))
+    rerun = sorted(int(line[1:5]) for line in printed.splitlines() if line.startswith("["))
+    assert rerun == sorted(i for i in range(1, 5) if f"plan-000{i}" not in judged)
