@@ -102,6 +102,11 @@ def run_plan_task(job: PlanJob, golden: tuple[str, bytes]) -> tuple[Outcome, byt
     """Task: install the shared golden run, run and judge the plan in node-local scratch, return it packed."""
     from trainwreck.harness.golden import adopt
 
+    if job.backend != "nccl":
+        # No GPU was reserved, and Ray (since 2.x) no longer hides the node's GPUs from such a
+        # task; the trainer's `auto` would find them. A campaign has one backend, so this
+        # worker process (and the fork server it starts) stays CPU-only for every plan it runs.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     node = this_node()
     root = node_root(node["id"])
     key, blob = golden
