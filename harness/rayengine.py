@@ -89,11 +89,20 @@ def unpack(blob: bytes, into: Path) -> Path:
     return into
 
 
-def build_golden(config: dict[str, Any], world_size: int) -> tuple[str, bytes]:
+def cpu_only_unless_nccl(backend: str) -> None:
+    """No GPU was reserved, and Ray 2.60 no longer hides a node's GPUs from such a task: the
+    trainer's `auto` would find them. A campaign has one backend, so this worker process (and
+    the fork server it starts) stays CPU-only for every task it runs."""
+    if backend != "nccl":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def build_golden(config: dict[str, Any], world_size: int, backend: str) -> tuple[str, bytes]:
     """Task: the golden run of (config, world size) in this node's cache, as (cache key, bytes)."""
     from trainwreck.harness.golden import golden_run
     from trainwreck.trainer.config import TrainConfig
 
+    cpu_only_unless_nccl(backend)
     entry = golden_run(TrainConfig.from_dict(config), world_size, node_root(this_node()["id"]) / "golden")
     return entry.name, pack(entry, skip=("checkpoints",))  # the judge reads run.json and events only
 
@@ -102,11 +111,7 @@ def run_plan_task(job: PlanJob, golden: tuple[str, bytes]) -> tuple[Outcome, byt
     """Task: install the shared golden run, run and judge the plan in node-local scratch, return it packed."""
     from trainwreck.harness.golden import adopt
 
-    if job.backend != "nccl":
-        # No GPU was reserved, and Ray (since 2.x) no longer hides the node's GPUs from such a
-        # task; the trainer's `auto` would find them. A campaign has one backend, so this
-        # worker process (and the fork server it starts) stays CPU-only for every plan it runs.
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    cpu_only_unless_nccl(job.backend)
     node = this_node()
     root = node_root(node["id"])
     key, blob = golden
@@ -234,7 +239,8 @@ class RayEngine:
         if key not in self.goldens:
             self.goldens[key] = self.golden_task.options(
                 num_cpus=self.reservation(key[1], largest), max_retries=TASK_RETRIES,
-                name="trainwreck-golden").remote(cfg.to_dict(), key[1])
+                num_gpus=key[1] if job.backend == "nccl" else 0,
+                name="trainwreck-golden").remote(cfg.to_dict(), key[1], job.backend)
         return self.goldens[key]
 
     def collect(self, block: bool) -> list[Outcome]:
