@@ -97,8 +97,9 @@ def two_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[TwoNodes]:
         assert not survivors, f"Ray daemons outlived the cluster: {survivors}"
 
 
-def chaos_args(out: Path, engine: str, address: str | None = None, plans: int = 4) -> argparse.Namespace:
-    return argparse.Namespace(budget="10m", plans=plans, seed=5, out=out, launcher="warm", backend="auto",
+def chaos_args(out: Path, engine: str, address: str | None = None, plans: int = 5) -> argparse.Namespace:
+    # Seed 6 draws 3 plans without faults, then kill+kill and hang+kill+straggler (FSDP, 2 -> 4 ranks).
+    return argparse.Namespace(budget="10m", plans=plans, seed=6, out=out, launcher="warm", backend="auto",
                               engine=engine, address=address, cpus_per_rank=1.0, resume=None)
 
 
@@ -123,11 +124,14 @@ def test_a_two_node_cluster_judges_every_plan_with_the_local_engine_s_verdicts_o
 
     ray_runs = sorted((tmp_path / "ray").glob("plan-*"))
     local_runs = sorted((tmp_path / "local").glob("plan-*"))
-    assert [p.name for p in ray_runs] == [p.name for p in local_runs] == [f"plan-000{i}" for i in range(1, 5)]
+    assert [p.name for p in ray_runs] == [p.name for p in local_runs] == [f"plan-000{i}" for i in range(1, 6)]
+    faults = 0
     for on_ray, here in zip(ray_runs, local_runs):
         ray_outcome, local_outcome = (json.loads((p / OUTCOME).read_text()) for p in (on_ray, here))
         assert ray_outcome["case"] == local_outcome["case"], "the same seed draws the same plan on both engines"
         assert verdicts(on_ray) == verdicts(here) and ray_outcome["valid"] == local_outcome["valid"]
+        faults += len(ray_outcome["case"]["plan"])
+    assert faults >= 5, "the compared plans inject faults (each fired: the runs are VALID, not UNKNOWN)"
     nodes = Counter(json.loads((p / "run.json").read_text())["node"]["id"] for p in ray_runs)
     assert set(nodes) == {w.node_id for w in two_nodes.workers}, "plans ran on both worker nodes"
     book = (tmp_path / "ray" / "casebook" / "index.md").read_text()
