@@ -80,6 +80,8 @@ def finished_outcomes(out: Path) -> dict[int, Outcome]:
     """The plans an earlier session finished, by index (a directory without outcome.json is not one)."""
     found = {}
     for path in sorted(out.glob(f"plan-*/{OUTCOME}")):
+        if path.parent.is_symlink():
+            continue  # not a plan this campaign wrote; swept before the run
         data = json.loads(path.read_text())
         found[int(data["index"])] = Outcome(int(data["index"]), case_from_json(data["case"]), path.parent,
                                             data["valid"], data["reproduce"], float(data["seconds"]),
@@ -102,6 +104,7 @@ class Campaign:
         drawn = 0
         deadline = time.monotonic() + budget_s
         failed: list[BaseException] = []
+        self._sweep_unfinished()
 
         def keep_going() -> bool:
             return not failed and time.monotonic() < deadline and (plans is None or drawn < plans)
@@ -120,7 +123,6 @@ class Campaign:
             if drawn in done:
                 self._check_same(done[drawn], case)
                 return
-            shutil.rmtree(plan_dir(self.out, drawn), ignore_errors=True)  # what a killed session left unfinished
             job = PlanJob(drawn, case, plan_dir(self.out, drawn), self.spec.launcher, self.spec.backend)
             self._land(done, self.engine.submit(job))
 
@@ -132,11 +134,19 @@ class Campaign:
 
     def _land(self, done: dict[int, Outcome], outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
-            if outcome.index in done:  # an engine must never hand a plan back twice; keep the first
+            if outcome.index in done:  # an engine must never hand a plan back twice
                 raise RuntimeError(f"plan {outcome.index} came back twice from the engine")
             record(outcome)
             done[outcome.index] = outcome
             self.on_outcome(outcome)
+
+    def _sweep_unfinished(self) -> None:
+        """Remove what a killed session left unfinished: plan directories without outcome.json, half-received ones."""
+        for path in [*self.out.glob("plan-*"), *self.out.glob(".incoming-*")]:
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()  # never followed: a plan directory is a real directory under OUT
+            elif not (path / OUTCOME).exists():
+                shutil.rmtree(path)
 
     def _check_same(self, earlier: Outcome, case: ChaosCase) -> None:
         if case_json(earlier.case) != case_json(case):
