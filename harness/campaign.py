@@ -82,10 +82,14 @@ def finished_outcomes(out: Path) -> dict[int, Outcome]:
     for path in sorted(out.glob(f"plan-*/{OUTCOME}")):
         if path.parent.is_symlink():
             continue  # not a plan this campaign wrote; swept before the run
-        data = json.loads(path.read_text())
-        found[int(data["index"])] = Outcome(int(data["index"]), case_from_json(data["case"]), path.parent,
-                                            data["valid"], data["reproduce"], float(data["seconds"]),
-                                            data.get("node") or {})
+        try:
+            data = json.loads(path.read_text())
+            found[int(data["index"])] = Outcome(int(data["index"]), case_from_json(data["case"]), path.parent,
+                                                data["valid"], data["reproduce"], float(data["seconds"]),
+                                                data.get("node") or {})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LedgerError(f"--resume {out}: {path.relative_to(out)} is unreadable ({type(exc).__name__}); "
+                              f"delete {path.parent.name} to run that plan again") from None
     return found
 
 

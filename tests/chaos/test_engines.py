@@ -236,3 +236,12 @@ def test_a_casebook_of_runs_on_this_one_host_has_no_per_node_line(tmp_path: Path
     RunDir(run).report_file("report.json").write_text(json.dumps({"name": run.name, "valid": True}))
     render_casebook(tmp_path / "casebook", [run], "local")
     assert "Per node" not in (tmp_path / "casebook" / "index.md").read_text()
+
+
+def test_a_damaged_outcome_is_refused_on_resume_naming_the_plan_to_delete(tmp_path: Path) -> None:
+    out, spec = tmp_path / "campaign", CampaignSpec(seed=11)
+    write_ledger(out, spec)
+    Campaign(RecordingEngine(), out, spec).run(budget_s=60, plans=1)
+    (plan_dir(out, 1) / OUTCOME).write_text('{"index": 1, "case": [')
+    with pytest.raises(LedgerError, match="delete plan-0001 to run that plan again"):
+        finished_outcomes(out)
