@@ -155,10 +155,10 @@ def test_a_worker_node_lost_mid_campaign_costs_no_plan_and_judges_none_twice(
     def kill_a_busy_node(outcome: Outcome) -> None:
         if killed:
             return
-        busy = wait_for_a_busy_node(two_nodes)
-        live.extend(listeners())  # driver connected, workers and ranks running
-        killed.append((busy, two_nodes.running_plans(busy)))
+        busy, running = wait_for_a_busy_node(two_nodes)
         two_nodes.cluster.remove_node(busy, allow_graceful=False)  # its raylet and workers SIGKILLed
+        killed.append((busy, running))
+        live.extend(listeners())  # the driver connected, the other node's workers and ranks running
 
     engine = RayEngine(EngineOptions(address=two_nodes.cluster.address))
     try:
@@ -182,15 +182,16 @@ def test_a_worker_node_lost_mid_campaign_costs_no_plan_and_judges_none_twice(
     assert cut[0].exists() and not (cut[0] / "verdicts.json").exists(), "the partial run stayed on the dead node"
 
 
-def wait_for_a_busy_node(nodes: TwoNodes, timeout_s: float = 120.0) -> Any:
-    """The live worker node in the middle of a plan (its run directory half written), polled for."""
+def wait_for_a_busy_node(nodes: TwoNodes, timeout_s: float = 120.0) -> tuple[Any, list[Path]]:
+    """A worker node in the middle of a plan (its run directory half written) and that plan, polled for."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for node in nodes.workers:
-            if nodes.running_plans(node):
-                return node
+            running = nodes.running_plans(node)
+            if running:
+                return node, running
         time.sleep(0.05)
     raise AssertionError("no worker node started a plan within the timeout")
 
