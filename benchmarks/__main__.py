@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainwreck.harness.registry import SPAWN
 from trainwreck.benchmarks.checker import bench_checker
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
 from trainwreck.benchmarks.fsdp import bench_fsdp
@@ -49,7 +50,7 @@ def machine() -> dict[str, Any]:
 def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("launch", lambda: bench_launch(ranks=(4, 16), repeats=1 if quick else 3,
-                                        skip=frozenset({("spawn", 16)}) if quick else frozenset())),
+                                        skip=frozenset({(SPAWN, 16)}) if quick else frozenset())),
         ("watchdog", lambda: bench_watchdog_cpu(world_size=16)),
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),

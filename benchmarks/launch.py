@@ -21,6 +21,7 @@ from trainwreck.harness import supervisor
 from trainwreck.harness.watchdog import Hang, Watchdog
 
 from trainwreck.harness.launchers import fork_server
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, TORCHRUN, WARM, get_launcher, launcher_names
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
@@ -34,14 +35,15 @@ def launch_once(launcher: str, world_size: int) -> float:
     return record.launch_s[0]
 
 
-def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = ("warm", "spawn", "torchrun"),
+def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = launcher_names(REFERENCE),
                  repeats: int = 1, skip: frozenset[tuple[str, int]] = frozenset()) -> dict[str, float]:
     """Median seconds from attempt start to all ranks at step 1, keyed launch_{launcher}_s_{ranks};
     `skip` leaves out (launcher, ranks) pairs not worth their time (spawn at 16 ranks in --quick)."""
     out: dict[str, float] = {}
-    if "warm" in launchers:
+    forked = [name for name in launchers if get_launcher(name).fork_server]
+    if forked:
         out["warm_server_ready_s"] = round(fork_server().import_s, 3)  # paid once per harness process
-        launch_once("warm", min(ranks))  # first fork also faults in the server's pages
+        launch_once(forked[0], min(ranks))  # first fork also faults in the server's pages
     for launcher in launchers:
         for n in ranks:
             if (launcher, n) in skip:
@@ -49,7 +51,7 @@ def bench_launch(ranks: tuple[int, ...] = (2, 4), launchers: tuple[str, ...] = (
             times = [launch_once(launcher, n) for _ in range(repeats)]
             out[f"launch_{launcher}_s_{n}"] = round(statistics.median(times), 4)
     for n in ranks:
-        warm, torchrun = out.get(f"launch_warm_s_{n}"), out.get(f"launch_torchrun_s_{n}")
+        warm, torchrun = out.get(f"launch_{WARM}_s_{n}"), out.get(f"launch_{TORCHRUN}_s_{n}")
         if warm and torchrun:
             out[f"torchrun_over_warm_{n}"] = round(torchrun / warm, 1)
     return out
@@ -82,7 +84,7 @@ def bench_watchdog_cpu(world_size: int = 16, total_steps: int = 40) -> dict[str,
     with mock.patch.object(supervisor, "watchdog_class", lambda name: _TimedWatchdog):
         started = time.perf_counter()
         record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=total_steps), world_sizes=(world_size,),
-                                 launcher="warm", hang_timeout_s=120.0))
+                                 launcher=DEFAULT_LAUNCHER, hang_timeout_s=120.0))
         wall = time.perf_counter() - started
     if record.outcome != "completed":
         raise RuntimeError(f"the watchdog CPU run did not complete: {record}")
@@ -94,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", default="2,4", help="comma-separated world sizes")
-    parser.add_argument("--launchers", default="warm,spawn,torchrun")
+    parser.add_argument("--launchers", default=",".join(launcher_names(REFERENCE)))
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     result = bench_launch(tuple(int(r) for r in args.ranks.split(",")), tuple(args.launchers.split(",")),

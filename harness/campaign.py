@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from trainwreck.harness.chaos import ChaosCase, stream_cases
 from trainwreck.harness.engines import Engine, Outcome, PlanJob
-from trainwreck.trainer.config import InputError
+from trainwreck.harness.registry import DEFAULT_LAUNCHER
+from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import write_json_atomic
 
 LEDGER = "campaign.json"
@@ -37,7 +38,7 @@ class CampaignSpec:
     """What decides the plans: the same spec draws the same plan N on every engine."""
 
     seed: int
-    launcher: str = "warm"
+    launcher: str = DEFAULT_LAUNCHER
     backend: str = "auto"
 
 

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.harness.scenarios import Scenario
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.config import TrainConfig, backend_fields
@@ -86,13 +87,13 @@ class ChaosCase:
         overrides = {**CHAOS_BASE.config, "parallelism": self.parallelism, **backend_fields(backend)}
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **overrides})
 
-    def spec(self, out: Path, launcher: str = "warm", backend: str = "auto") -> Any:
+    def spec(self, out: Path, launcher: str = DEFAULT_LAUNCHER, backend: str = "auto") -> Any:
         from trainwreck.harness.spec import JobSpec
 
         return JobSpec(config=self.config(backend), world_sizes=self.world_sizes, plan=[dict(f) for f in self.plan],
                        hang_timeout_s=CHAOS_BASE.hang_timeout_s, launcher=launcher, run_dir=out, keep=True)
 
-    def reproduce(self, launcher: str = "warm", backend: str = "auto") -> str:
+    def reproduce(self, launcher: str = DEFAULT_LAUNCHER, backend: str = "auto") -> str:
         from trainwreck.harness.runner import reproduce_command
 
         command = reproduce_command(self.spec(Path("unused"), launcher, backend))
@@ -153,7 +154,7 @@ class CaseRunner:
 
     out: Path
     golden_cache: Path | None = None
-    launcher: str = "warm"
+    launcher: str = DEFAULT_LAUNCHER
     backend: str = "auto"
     keep: bool = False
     runs: int = 0

@@ -11,7 +11,8 @@ import importlib
 import sys
 from typing import Any
 
-from trainwreck.trainer.config import InputError, OneLineParser  # stdlib-only: no torch
+from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
+from trainwreck.trainer.config import OneLineParser
 from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
@@ -61,7 +62,9 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
     """Run one command; the one place where unusable input becomes exit 2 and one line.
 
     Every validator raises an InputError subclass (ConfigError, SpecError, PlanError,
-    RunDirError, FaultError), so no command needs its own try/except for bad input.
+    RunDirError, UnknownName, ...; trainer/errors.py) or the checkers' own InputError
+    (harness/errors.py INPUT_ERRORS says why there are two roots), so a command only raises:
+    none prints "error:" or picks exit 2 itself (tests/harness/test_errors.py checks).
     Ctrl-C: the supervisor has already stopped the ranks by the time KeyboardInterrupt
     reaches here; exit 130 (128 + SIGINT) as shells do, so scripts can tell it apart."""
     try:
@@ -70,7 +73,7 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
 
             check_out_dir(args.out)  # before a golden run or any rank starts
         return int(module.main(args))
-    except InputError as exc:
+    except INPUT_ERRORS as exc:
         print(f"trainwreck {name}: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
     except KeyboardInterrupt:

@@ -1,31 +1,31 @@
-"""`trainwreck run --cmd "python train.py ..."`: a user's own trainer under the harness.
+"""`trainwreck run --cmd "python train.py ..."`: a user's own trainer as a job's `Command` target.
 
-The job is an ordinary JobSpec with launcher 'cmd' (harness/launchers.py CmdLauncher), so
-it gets everything the reference trainer gets from harness/supervisor.py: the watchdog,
-restarts on the world-size schedule, external faults at steps, and (through the probe, which
-builds faults/cmdrank.py's hooks from the plan) kill/hang at its fault points and crashes
-inside the framework's own save. This module adds what
-only a foreign command needs: its golden run (cached by the command and the hashes of
-the files it names), corrupting its newest checkpoint between attempts, and the bad-input
-rule: a command that breaks the run format's contract is judged "unknown" with the
-reason, never valid.
+The job is an ordinary JobSpec whose target is a `Command` (harness/targets.py says what a
+target owns), started per rank by the launchers that serve commands (harness/registry.py:
+`cmd`, harness/launchers.py CmdLauncher), so it gets everything the reference trainer gets
+from harness/supervisor.py: the watchdog, restarts on the world-size schedule, external
+faults at steps, and (through the probe, which builds faults/cmdrank.py's hooks from the
+plan) kill/hang at its fault points and crashes inside the framework's own save. What only
+a foreign command needs lives here, on the target: which faults it can take, its golden run
+(cached by the command and the hashes of the files it names), and the bad-input rule: a
+command that breaks the run format's contract is judged "unknown" with the reason, never
+valid. `run_judged` (harness/runner.py) dispatches on the target; there is no second pipeline.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
-from trainwreck.harness.golden import _intact, _publish, _build_name, _write_manifest, default_cache_dir, \
-    remove_stale_builds
-from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.runner import JudgedRun, publish
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.faults.errors import PlanError
+from trainwreck.harness.errors import SpecError
+from trainwreck.harness.registry import COMMAND
 from trainwreck.invariants import InputError, Judgement, judge, load_history
 from trainwreck.invariants.verdict import UNKNOWN
+from trainwreck.trainer.events import FORMAT
 from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
 
 CONTRACT_FIELDS = ("dataset_size", "global_batch", "drop_last", "total_steps")
@@ -44,33 +44,97 @@ def input_hash(command: str, cwd: Path | None = None) -> str:
     return h.hexdigest()[:20]
 
 
-def golden_cmd_run(spec: JobSpec, cache_dir: Path | None = None) -> Path:
-    """An uninterrupted run of the same command on the first world size (cached)."""
-    cache_dir = cache_dir or default_cache_dir()
-    final = cache_dir / f"cmd-{input_hash(f'{spec.command} @{spec.world_sizes[0]}')}"
-    if _intact(final):
-        return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_builds(cache_dir)
-    scratch = cache_dir / _build_name(final.name)
-    record = run_job(replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=scratch, keep=True,
-                             max_restarts=0, scenario=None))
-    problems = contract_problems(record)
-    if record.status != "completed" or problems:
-        raise GoldenFailed(f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); "
-                           f"see {scratch}/logs")
-    _write_manifest(scratch)
-    _publish(scratch, final)
-    return final
+@dataclass(frozen=True)
+class Command:
+    """A user's command line, started once per rank with torchrun's environment; its trainer
+    writes the run format through the probe (docs/FRAMEWORKS.md)."""
+
+    command: str
+    """The command that trains one rank, e.g. "python train.py --steps 12"."""
+    ckpt_dir: str = "checkpoints"
+    """Its checkpoint directory, relative to the run directory (corrupt faults damage its newest entry)."""
+    kind: ClassVar[str] = COMMAND
+    judged_without_golden: ClassVar[bool] = True
+    explains_crashes: ClassVar[bool] = False
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+    def check(self, spec: Any) -> None:
+        try:
+            argv = self.argv
+        except ValueError as exc:
+            raise SpecError(f"--cmd {self.command!r} cannot be split into words ({exc}); check its quotes") from None
+        if not argv:
+            raise SpecError("--cmd is empty; give the command that trains one rank, e.g. --cmd 'python train.py'")
+        if Path(self.ckpt_dir).is_absolute() or ".." in Path(self.ckpt_dir).parts:
+            raise PlanError(f"ckpt_dir={self.ckpt_dir!r} must be a path inside the run directory, e.g. 'checkpoints'")
+        check_cmd_plan(spec.plan)
+
+    def run_json(self, spec: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        """The dataset fields are the command's own: its probe adds them (Probe.write_run_json)."""
+        return {"format": FORMAT, "hang_timeout_s": spec.hang_timeout_s, "world_sizes": list(spec.world_sizes),
+                "faults": spec.plan, **extras, "command": self.command, "scenario": spec.scenario}
+
+    def golden_name(self, spec: Any) -> str:
+        return f"cmd-{input_hash(f'{self.command} @{spec.world_sizes[0]}')}"
+
+    def golden_spec(self, spec: Any, run_dir: Path) -> Any:
+        return replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=run_dir, keep=True,
+                       max_restarts=0, scenario=None)
+
+    def golden_failure(self, record: Any) -> str | None:
+        problems = contract_problems(record.run_dir)
+        if record.status == "completed" and not problems:
+            return None
+        return f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); see {record.run_dir}/logs"
+
+    def problems(self, run_dir: Path) -> list[str]:
+        return contract_problems(run_dir)
+
+    def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
+        """The usual judgement, but "unknown" with the reasons when the command broke the contract."""
+        problems = contract_problems(run_dir)
+        try:
+            judgement = judge(load_history(run_dir), load_history(golden_dir) if golden_dir is not None else None)
+        except InputError as exc:
+            return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
+        if problems:
+            return Judgement(UNKNOWN, judgement.verdicts, judgement.unfired_faults, [*problems, *judgement.notes])
+        return judgement
+
+    def reproduce(self, spec: Any, scenario: str | None = None) -> str:
+        return shlex.join(["trainwreck", "run", "--cmd", self.command, "--plan",
+                           json.dumps(spec.plan, separators=(",", ":")),
+                           "--world-sizes", ",".join(map(str, spec.world_sizes)),
+                           "--hang-timeout", f"{spec.hang_timeout_s:g}", "--ckpt-dir", self.ckpt_dir])
 
 
-class GoldenFailed(RuntimeError):
-    """The command could not even run uninterrupted: nothing can be judged against it."""
+def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
+    """Only the faults a foreign trainer's probe can reach; PlanError naming the rest."""
+    from trainwreck.faults.cmdrank import CMD_KINDS
+    from trainwreck.faults.external import EXTERNAL_KINDS
+    from trainwreck.faults.plan import parse_plan
+    from trainwreck.harness.cmdfaults import check_corrupt_fault
+
+    parse_plan([f for f in plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
+    allowed = (*EXTERNAL_KINDS, "corrupt", *CMD_KINDS)
+    refused = [f"{f.get('id')} ({f.get('kind')})" for f in plan if f.get("kind") not in allowed]
+    if refused:
+        raise PlanError(f"fault(s) {', '.join(refused)}: a --cmd run takes only {', '.join(allowed)} "
+                        "(a foreign trainer has no storage seam or gradient hook the harness can "
+                        "reach; docs/FRAMEWORKS.md); remove the others")
+    for fault in plan:
+        if fault.get("kind") == "corrupt":
+            try:
+                check_corrupt_fault(fault)
+            except ValueError as exc:
+                raise PlanError(str(exc)) from None
 
 
-def contract_problems(record: RunRecord) -> list[str]:
-    """Why this --cmd run cannot be judged, each with the fix; empty when it can."""
-    run_dir = record.run_dir
+def contract_problems(run_dir: Path) -> list[str]:
+    """Why the --cmd run in `run_dir` cannot be judged, each with the fix; empty when it can."""
     spec = read_run_json(run_dir)
     exits = {(e["attempt"], e["rank"]): e.get("code") for e in iter_events(run_dir, batches=False)
              if e.get("kind") == "exit" and "rank" in e and "attempt" in e}
@@ -99,41 +163,3 @@ def contract_problems(record: RunRecord) -> list[str]:
         problems.append("the command applied no update (no `step` event): it exited or failed before its "
                         f"first step; see {RunDir(run_dir).logs}")
     return problems
-
-
-def judge_cmd_run(record: RunRecord, golden_dir: Path | None) -> Judgement:
-    """The usual judgement, but "unknown" with the reasons when the command broke the contract.
-    `golden_dir` None: the run is itself a golden run (nothing to compare with)."""
-    problems = contract_problems(record)
-    try:
-        judgement = judge(load_history(record.run_dir), load_history(golden_dir) if golden_dir is not None else None)
-    except InputError as exc:
-        return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
-    if problems:
-        return Judgement(UNKNOWN, judgement.verdicts, judgement.unfired_faults, [*problems, *judgement.notes])
-    return judgement
-
-
-def run_cmd_judged(spec: JobSpec, golden_cache: Path | None = None) -> JudgedRun:
-    """Run a --cmd job, judge it against the command's golden run, write verdicts.json and the report."""
-    try:
-        golden_dir = golden_cmd_run(spec, golden_cache)
-    except GoldenFailed as exc:
-        golden_dir = None
-        reason = str(exc)
-    record = run_job(spec)
-    if golden_dir is None:
-        judgement = Judgement(UNKNOWN, {}, [], [reason, *contract_problems(record)])
-        golden_dir = Path("")
-    else:
-        judgement = judge_cmd_run(record, golden_dir)
-    judged = JudgedRun(record, judgement, golden_dir, reproduce_cmd(spec))
-    publish(judged)
-    return judged
-
-
-def reproduce_cmd(spec: JobSpec) -> str:
-    return shlex.join(["trainwreck", "run", "--cmd", spec.command or "", "--plan",
-                       json.dumps(spec.plan, separators=(",", ":")),
-                       "--world-sizes", ",".join(map(str, spec.world_sizes)),
-                       "--hang-timeout", f"{spec.hang_timeout_s:g}", "--ckpt-dir", spec.ckpt_dir])

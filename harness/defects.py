@@ -17,8 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.harness.scenarios import Scenario, get_scenario
 from trainwreck.harness.runner import run_judged, spec_for
+from trainwreck.trainer.errors import UnknownName
 
 # ----- the scenarios that expose the defects -------------------------------------------
 
@@ -151,20 +153,20 @@ def get_defect(name: str) -> Defect:
     for defect in DEFECTS:
         if defect.name == name:
             return defect
-    raise KeyError(f"unknown defect {name!r}; planted defects: {', '.join(defect_names())}")
+    raise UnknownName(f"unknown defect {name!r}; planted defects: {', '.join(defect_names())}")
 
 
 # ----- running a row -------------------------------------------------------------------
 
 
-def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
+def run_defect(defect: Defect, out: Path, golden_cache: Path | None = None, launcher: str = DEFAULT_LAUNCHER) -> Any:
     """The defective run of one row (a JudgedRun)."""
     variant, watchdog = (defect.name, "reference") if defect.component == "trainer" else ("reference", defect.name)
     spec = spec_for(defect.scenario, out, launcher, variant=variant, watchdog=watchdog)
     return run_judged(spec, golden_cache=golden_cache, reproduce=f"trainwreck defects --only {defect.name} --out DIR")
 
 
-def run_control(scenario: Scenario, out: Path, golden_cache: Path | None = None, launcher: str = "warm") -> Any:
+def run_control(scenario: Scenario, out: Path, golden_cache: Path | None = None, launcher: str = DEFAULT_LAUNCHER) -> Any:
     """The reference trainer and watchdog on the scenario (a JudgedRun)."""
     return run_judged(spec_for(scenario, out, launcher), golden_cache=golden_cache)
 
@@ -200,7 +202,7 @@ def judge_row(defect: Defect, judged: Any, control: Any, wall_s: float) -> Row:
 
 
 def run_table(out: Path, defects: Iterable[Defect] = DEFECTS, golden_cache: Path | None = None,
-              launcher: str = "warm", progress: Callable[[Row], None] | None = None) -> list[Row]:
+              launcher: str = DEFAULT_LAUNCHER, progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Every row's defective run, and one control per distinct scenario, under `out`."""
     controls: dict[str, Any] = {}
     rows = []

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from trainwreck.harness.chaos import ChaosCase
-from trainwreck.trainer.config import InputError
+from trainwreck.harness.registry import DEFAULT_LAUNCHER
+from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir, read_run_json, write_json_atomic
 
 
@@ -37,7 +38,7 @@ class PlanJob:
     case: ChaosCase
     run_dir: Path
     """OUT/plan-NNNN on the driver; an engine may run it elsewhere, but only a finished one lands here."""
-    launcher: str = "warm"
+    launcher: str = DEFAULT_LAUNCHER
     backend: str = "auto"
 
     @property

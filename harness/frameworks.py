@@ -9,8 +9,8 @@ world-size schedule, a restart budget and a fault plan; what a fault needs to kn
 framework (which save step, which file operation, which checkpoint to damage) is the
 framework's, so scenarios ask the framework for it.
 
-Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: harness/cmd.py's rules on
-the supervisor with launcher 'cmd'): the watchdog, restarts on the world-size schedule, the
+Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/cmd.py `Command`
+target on the supervisor): the watchdog, restarts on the world-size schedule, the
 plan's in-rank faults through the probe, corruption between attempts. The run is judged by
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
 a command that broke the contract is "unknown" with the reason, never valid.
@@ -70,11 +70,10 @@ class Launcher(Protocol):
 
 def job_spec(job: Job, run_dir: Path) -> JobSpec:
     """The `trainwreck run --cmd` job of a row."""
-    from trainwreck.trainer.config import TrainConfig
+    from trainwreck.harness.cmd import Command
 
-    return JobSpec(config=TrainConfig(), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
-                   hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, launcher="cmd",
-                   command=job.command, run_dir=run_dir, keep=True,
+    return JobSpec(target=Command(job.command), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
+                   hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, run_dir=run_dir, keep=True,
                    scenario={"name": f"{job.framework} {job.scenario}", "summary": job.summary})
 
 
@@ -193,12 +192,12 @@ class Row:
 def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
     """The run's verdict from its own events (the --cmd contract rule included): verdicts.json and
     the report, as every judged run leaves them."""
-    from trainwreck.harness.cmd import judge_cmd_run, reproduce_cmd
     from trainwreck.harness.runner import JudgedRun, publish
     from trainwreck.trainer.rundir import RunDir, iter_events
 
-    judgement = judge_cmd_run(record, golden)
-    publish(JudgedRun(record, judgement, golden or Path(""), reproduce_cmd(job_spec(job, record.run_dir))))
+    spec = job_spec(job, record.run_dir)
+    judgement = spec.target.judge(record.run_dir, golden)
+    publish(JudgedRun(record, judgement, golden or Path(""), spec.target.reproduce(spec)))
     invalid = tuple(sorted(name for name, v in judgement.verdicts.items() if v.valid is False))
     fired = tuple(sorted({str(e.get("fault_id")) for e in iter_events(record.run_dir, batches=False)
                           if e.get("kind") == "fault"}))

@@ -1,6 +1,8 @@
 """Golden runs: an uninterrupted run of a spec, cached by a hash of what shapes it.
 
-The key covers the trainer config, the world size and the trainer's source code, so
+The job's target (harness/targets.py) names the entry and builds the uninterrupted job:
+for the reference trainer the key covers the trainer config, the world size and the
+trainer's source code; for a user's command, the command line and the files it names. So
 a cached golden run is reused across scenarios, test sessions and CLI calls, and is
 recomputed as soon as anything that could change its digests changes.
 """
@@ -17,9 +19,10 @@ from typing import Callable
 
 import psutil
 
-from trainwreck import trainer
+from trainwreck.harness.errors import GoldenFailed
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.targets import golden_key  # noqa: F401 - re-exported: its old home
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events
 
@@ -33,34 +36,26 @@ def default_cache_dir() -> Path:
     return base / "trainwreck" / "golden"
 
 
-def _trainer_source_hash() -> str:
-    h = hashlib.sha256()
-    for path in sorted(Path(trainer.__file__).parent.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def golden_key(cfg: TrainConfig, world_size: int) -> str:
-    payload = json.dumps({"config": cfg.to_dict(), "world_size": world_size,
-                          "trainer": _trainer_source_hash()}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
-
-
 MANIFEST = "golden.json"
 """sha256 of every file the judge reads (run.json, events/*.jsonl), written last before publishing."""
 BUILD_PREFIX = ".build-"
 
 
-def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None,
-               launcher: str = "warm") -> Path:
-    """The run directory of an uninterrupted run of `cfg` on `world_size` ranks (cached).
+def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None) -> Path:
+    """The run directory of an uninterrupted run of the reference trainer with `cfg` on
+    `world_size` ranks (cached; the default launcher, as every golden run)."""
+    return golden_for(JobSpec(config=cfg, world_sizes=(world_size,)), cache_dir)
+
+
+def golden_for(spec: JobSpec, cache_dir: Path | None = None) -> Path:
+    """The run directory of the uninterrupted run `spec` is judged against (cached);
+    GoldenFailed (a RuntimeError) when that run fails.
 
     An entry whose files no longer match its manifest (truncated, deleted, edited) is
     rebuilt and replaced: returning it would judge every later run against damage.
     """
     cache_dir = cache_dir or default_cache_dir()
-    final = cache_dir / golden_key(cfg, world_size)
+    final = cache_dir / spec.target.golden_name(spec)
     if _intact(final):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -68,10 +63,10 @@ def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None,
     # Build beside the cache entry, then rename: concurrent xdist workers racing for the
     # same key each build their own and the first to publish wins; nobody reads a half run.
     scratch = cache_dir / _build_name(final.name)
-    record = run_job(JobSpec(config=cfg, world_sizes=(world_size,), run_dir=scratch, keep=True,
-                             launcher=launcher, max_restarts=0))
-    if record.status != "completed":
-        raise RuntimeError(f"the golden run failed ({record.outcome}); see {scratch}")
+    record = run_job(spec.target.golden_spec(spec, scratch))
+    failure = spec.target.golden_failure(record)
+    if failure is not None:
+        raise GoldenFailed(failure)
     _write_manifest(scratch)
     _publish(scratch, final)
     return final

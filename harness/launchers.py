@@ -1,9 +1,12 @@
 """Launchers start the W rank processes of one attempt and hand back an ``Attempt``.
 
-``warm``     forks ranks from a fork server that already imported torch (default; fast)
-``spawn``    fresh interpreters ``python -m harness.rank`` (slow, nothing shared)
-``torchrun`` the real elastic agent; see ``harness.torchrun`` (it owns restarts itself)
-``cmd``      a user's own command per rank, torchrun's environment contract (CmdLauncher)
+``WarmLauncher``  forks ranks from a fork server that already imported torch (default; fast)
+``SpawnLauncher`` fresh interpreters ``python -m harness.rank`` (slow, nothing shared)
+``CmdLauncher``   a user's own command per rank, torchrun's environment contract
+
+Which name starts which, and the launcher that owns restarts itself (the torchrun agent,
+harness/torchrun.py), are declared once in harness/registry.py; each class here is built
+from the job's spec (`factory(spec)`) by the harness's attempt loop.
 
 Every attempt is one process group, so one killpg takes the whole attempt; every
 rank also has a parent-death signal, so a dead harness leaves nothing behind.
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -66,7 +68,7 @@ class Attempt(Protocol):
 
 
 class Launcher(Protocol):
-    name: str
+    """Starts the attempts of one job; built by its registry entry's `factory(spec)`."""
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> Attempt: ...
 
@@ -203,7 +205,8 @@ class WarmAttempt:
 
 
 class WarmLauncher:
-    name = "warm"
+    def __init__(self, spec: Any = None) -> None:
+        pass  # every warm job shares this process's fork server
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> WarmAttempt:
         server = fork_server()
@@ -258,7 +261,8 @@ class SpawnAttempt:
 
 
 class SpawnLauncher:
-    name = "spawn"
+    def __init__(self, spec: Any = None) -> None:
+        pass
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
         procs: list[subprocess.Popen[bytes]] = []
@@ -295,13 +299,10 @@ class CmdLauncher:
     env:// adds no per-attempt prefix (torch expects a new agent store per restart), so
     each attempt gets a new store, not the job's: reused keys break the next attempt."""
 
-    name = "cmd"
-
-    def __init__(self, command: str, plan: list[dict[str, Any]] | None = None, ckpt_dir: str = "checkpoints") -> None:
-        self.argv = shlex.split(command)
-        if not self.argv:
-            raise ValueError("--cmd is empty; give the command that trains one rank, e.g. --cmd 'python train.py'")
-        self.plan, self.ckpt_dir = plan or [], ckpt_dir
+    def __init__(self, spec: Any) -> None:
+        """`spec`: a JobSpec whose target is a harness/cmd.py Command (checked non-empty there)."""
+        self.argv = spec.target.argv
+        self.plan, self.ckpt_dir = spec.plan, spec.target.ckpt_dir
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
         corrupt_before(run_dir, self.ckpt_dir, self.plan, attempt)  # the previous attempt is reaped by now
@@ -384,16 +385,3 @@ def _child_env() -> dict[str, str]:
     # an explicit choice (multi-host: the routable interface) working.
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
-
-
-def get_launcher(name: str, command: str | None = None, plan: list[dict[str, Any]] | None = None,
-                 ckpt_dir: str = "checkpoints") -> Launcher:
-    if name == "cmd":
-        if command is None:
-            raise ValueError("launcher 'cmd' needs the command to run (trainwreck run --cmd ...)")
-        return CmdLauncher(command, plan, ckpt_dir)
-    if name == "warm":
-        return WarmLauncher()
-    if name == "spawn":
-        return SpawnLauncher()
-    raise ValueError(f"launcher {name!r} has no per-attempt launcher here (torchrun runs in harness.torchrun)")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, get_launcher, launcher_names
 from trainwreck.trainer.config import backend_fields
 
 # ----- options: names as constants, resolution in one place ---------------------------------
@@ -64,7 +65,8 @@ class Option:
 
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(BACKEND, "gloo", "process-group backend of scenario runs (nccl needs CUDA)", ("gloo", "nccl", "auto")),
-    Option(LAUNCHER, "warm", "how ranks start: warm (fork server), spawn or torchrun", ("warm", "spawn", "torchrun")),
+    Option(LAUNCHER, DEFAULT_LAUNCHER, "how ranks start: " + ", ".join(launcher_names(REFERENCE)),
+           launcher_names(REFERENCE)),
     Option(KEEP_RUNS, "failed", "which run directories outlive their test: failed, all or none", KEEP_POLICIES),
     Option(CHAOS_EXAMPLES, "", "Hypothesis examples per chaos property (default: the profile's)"),
     Option(CHAOS_BUDGET, "", "wall-clock budget of one chaos property, e.g. 90s, 10m, 1h (default: none)"),
@@ -300,7 +302,7 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
     from trainwreck.harness.scenarios import Scenario, get_scenario
 
     settings = trainwreck_settings
-    if settings.launcher == "warm":
+    if get_launcher(settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
     if settings.backend == "nccl" and cuda_device_count() == 0:
         pytest.skip("backend nccl needs CUDA; none is available")
@@ -310,8 +312,8 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         base = get_scenario(scenario) if isinstance(scenario, str) else scenario
         base = replace(base, **changes)
         base = replace(base, config=apply_backend(dict(base.config), settings.backend))
-        if settings.launcher == "torchrun" and len(set(base.world_sizes)) > 1:
-            pytest.skip(f"{base.name}: torchrun restarts with a fixed world size, this scenario changes it")
+        if get_launcher(settings.launcher).fixed_world_size and len(set(base.world_sizes)) > 1:
+            pytest.skip(f"{base.name}: {settings.launcher} restarts with a fixed world size, this scenario changes it")
         out = tmp_path / f"{base.name}-{len(run_dirs)}"
         run_dirs.append(out)
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
@@ -355,7 +357,7 @@ class Chaos:
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
           golden_cache: Path) -> Iterator[Chaos]:
-    if trainwreck_settings.launcher == "warm":
+    if get_launcher(trainwreck_settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
     if trainwreck_settings.backend == "nccl" and cuda_device_count() == 0:
         pytest.skip("backend nccl needs CUDA; none is available")

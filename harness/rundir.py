@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.spec import JobSpec
-from trainwreck.trainer.events import FORMAT
-from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, run_json_fields, write_json_atomic
+from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""
@@ -18,20 +17,12 @@ __all__ = ["HANG_SLACK_S", "RunDirError", "check_out_dir", "check_run_dir", "cre
 
 
 def run_json(spec: JobSpec) -> dict[str, Any]:
-    """The DESIGN fields of run.json (written by the trainer's own helper) plus the
-    extras the ranks and the report need: how to rebuild the job, the policy the judge may quote.
-    A --cmd job's trainer adds the dataset fields itself (Probe.write_run_json): only it knows them."""
-    if spec.command is not None:
-        return {"format": FORMAT, "hang_timeout_s": spec.hang_timeout_s, "world_sizes": list(spec.world_sizes),
-                "faults": spec.plan, "max_restarts": spec.max_restarts, "launcher": spec.launcher,
-                "command": spec.command, "hang_slack_s": HANG_SLACK_S,
-                "checkpoint_timeout_s": spec.checkpoint_budget_s, "startup_timeout_s": spec.startup_budget_s,
-                "scenario": spec.scenario}
-    return run_json_fields(
-        spec.config, list(spec.world_sizes), hang_timeout_s=spec.hang_timeout_s, faults=spec.plan,
-        max_restarts=spec.max_restarts, launcher=spec.launcher, hang_slack_s=HANG_SLACK_S,
-        checkpoint_timeout_s=spec.checkpoint_budget_s, startup_timeout_s=spec.startup_budget_s,
-        entry=spec.entry, hooks_factory=spec.hooks_factory, scenario=spec.scenario)
+    """The DESIGN fields of run.json the target knows (harness/targets.py: the reference
+    trainer's config; a --cmd job's trainer adds the dataset fields itself, Probe.write_run_json)
+    plus the extras the ranks and the report need: how to rebuild the job, the policy the judge may quote."""
+    return spec.target.run_json(spec, {
+        "max_restarts": spec.max_restarts, "launcher": spec.launcher, "hang_slack_s": HANG_SLACK_S,
+        "checkpoint_timeout_s": spec.checkpoint_budget_s, "startup_timeout_s": spec.startup_budget_s})
 
 
 def check_run_dir(path: Path) -> None:

@@ -1,21 +1,26 @@
-"""Run a job under faults and judge it against its golden run: the unit every command repeats."""
+"""Run a job under faults and judge it against its golden run: the unit every command repeats.
+
+One path for every job: the spec's target (harness/targets.py, harness/cmd.py) says what its
+golden run is, how it is judged and how it is reproduced; `run_judged` only dispatches."""
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.golden import golden_run
+from trainwreck.harness.errors import GoldenFailed
+from trainwreck.harness.golden import golden_for
+from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.harness.report.rootcause import RootCause, root_cause
 from trainwreck.harness.scenarios import Scenario
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
-from trainwreck.invariants import Judgement, judge, load_history
-from trainwreck.invariants.verdict import exit_code, verdict_word
+from trainwreck.harness.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
+from trainwreck.invariants import Judgement
+from trainwreck.invariants.verdict import UNKNOWN, exit_code, verdict_word
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -37,11 +42,6 @@ class JudgedRun:
         return exit_code(self.judgement.valid)
 
 
-MAX_INLINE_PLAN = 32 * 1024
-"""Longest plan put on the reproduce line itself; Linux refuses one argument over 128 KiB
-(MAX_ARG_STRLEN) and people paste these lines, so a larger plan goes into a file."""
-
-
 def verdict_lines(judgement: Judgement) -> list[str]:
     """One line per invariant, its first evidence indented below, then the judge's notes."""
     lines = []
@@ -52,30 +52,7 @@ def verdict_lines(judgement: Judgement) -> list[str]:
     return lines
 
 
-def reproduce_command(spec: JobSpec, scenario: str | None = None) -> str:
-    """The `trainwreck run` line that repeats `spec`; a large plan is written to
-    RUN_DIR/plan.json and passed as --plan @FILE so the line stays runnable."""
-    parts = ["trainwreck", "run"]
-    if scenario:
-        parts.append(scenario)
-    plan = json.dumps(spec.plan, separators=(",", ":"))
-    if len(plan) > MAX_INLINE_PLAN and spec.run_dir is not None:
-        plan_file = RunDir(Path(spec.run_dir).absolute()).plan_json
-        plan_file.write_text(plan)
-        plan = f"@{plan_file}"
-    parts += ["--plan", plan,
-              "--world-sizes", ",".join(map(str, spec.world_sizes)),
-              "--total-steps", str(spec.config.total_steps),
-              "--hang-timeout", f"{spec.hang_timeout_s:g}",
-              "--launcher", spec.launcher]
-    # Every other field that differs from a custom run's config (parallelism, --set ...), so the line is exact.
-    base = Scenario(name="custom", summary="", question="", threatens=()).train_config().to_dict()
-    parts += [f"--set={k}={v}" for k, v in spec.config.to_dict().items()
-              if k not in ("total_steps", "variant") and v != base[k]]
-    return shlex.join(parts)
-
-
-def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", variant: str = "reference",
+def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, variant: str = "reference",
              **overrides: Any) -> JobSpec:
     return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
                    plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
@@ -85,18 +62,23 @@ def spec_for(scenario: Scenario, out: Path, launcher: str = "warm", variant: str
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,
                reproduce: str | None = None, resume: bool = False) -> JudgedRun:
-    """Run `spec` (its run_dir is kept), judge it against the cached golden run, write verdicts.json.
-
-    The golden run is always the *reference* trainer's: a planted defect's own
-    uninterrupted run would carry the defect (an epoch-blind shuffle, a lost RNG) and
-    hide it from the comparison. `resume`: spec.run_dir already holds earlier attempts
-    (a power-loss crash state); the job continues from the next one."""
-    golden_dir = golden_run(replace(spec.config, variant="reference"), spec.world_sizes[0], golden_cache,
-                            launcher="warm")
+    """Run `spec` (its run_dir is kept), judge it against its target's cached golden run, write
+    verdicts.json and the report. `resume`: spec.run_dir already holds earlier attempts (a
+    power-loss crash state); the job continues from the next one."""
+    target = spec.target
+    try:
+        golden_dir: Path | None = golden_for(spec, golden_cache)
+    except GoldenFailed as exc:
+        if not target.judged_without_golden:
+            raise
+        golden_dir, reason = None, str(exc)
     record = run_job(spec, resume)
-    judgement = judge(load_history(record.run_dir), load_history(golden_dir))
-    judged = JudgedRun(record, judgement, golden_dir, reproduce or reproduce_command(spec, scenario),
-                       _root_cause(record.run_dir))
+    if golden_dir is None:
+        judgement = Judgement(UNKNOWN, {}, [], [reason, *target.problems(record.run_dir)])
+    else:
+        judgement = target.judge(record.run_dir, golden_dir)
+    judged = JudgedRun(record, judgement, golden_dir or Path(""), reproduce or target.reproduce(spec, scenario),
+                       _root_cause(record.run_dir) if target.explains_crashes else None)
     publish(judged)
     return judged
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.errors import UnknownName
 
 
 @dataclass(frozen=True)
@@ -209,5 +210,5 @@ def get_scenario(name: str) -> Scenario:
     for scenario in SCENARIOS:
         if scenario.name == name:
             return scenario
-    raise KeyError(f"unknown scenario {name!r}; built-in scenarios: {', '.join(scenario_names())} "
-                   "(`trainwreck scenarios` lists them)")
+    raise UnknownName(f"unknown scenario {name!r}; built-in scenarios: {', '.join(scenario_names())} "
+                      "(`trainwreck scenarios` lists them)")

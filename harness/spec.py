@@ -1,5 +1,7 @@
-"""What one supervised job is: the trainer config, the world-size schedule, the plan, the limits.
+"""What one supervised job is: its target, the world-size schedule, the plan, the limits.
 
+The target says what runs (harness/targets.py: the reference trainer's config, or a user's
+command in harness/cmd.py), the launcher how its ranks start (harness/registry.py).
 Everything is checked in ``__post_init__`` so a bad job fails before any process starts.
 """
 from __future__ import annotations
@@ -9,20 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainwreck.trainer.config import ConfigError, InputError, TrainConfig
+from trainwreck.harness.errors import SpecError
+from trainwreck.harness.registry import LAUNCHERS, LauncherKind, UnknownLauncher, default_launcher, get_launcher
+from trainwreck.harness.targets import Reference, Target
+from trainwreck.trainer.config import TrainConfig
 
-LAUNCHERS = ("warm", "spawn", "torchrun", "cmd")
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 
-
-class SpecError(InputError):
-    """A job specification is unusable; the message names the field and the fix."""
+__all__ = ["DEFAULT_ENTRY", "LAUNCHERS", "JobSpec", "SpecError"]
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    config: TrainConfig
-    """The trainer configuration every rank of every attempt runs with."""
+    config: TrainConfig | None = None
+    """The reference trainer's configuration: shorthand for target=Reference(config), and
+    target.config of a Reference target; None for any other target."""
     world_sizes: tuple[int, ...] = (2,)
     """Planned world size per attempt; the last one repeats for later attempts."""
     plan: list[dict[str, Any]] = field(default_factory=list)
@@ -37,8 +40,8 @@ class JobSpec:
     """Restarts allowed after the first attempt (the run has at most max_restarts + 1 attempts)."""
     no_progress_patience: int = 1
     """Consecutive restarts that may fail to advance the newest committed checkpoint before giving up."""
-    launcher: str = "warm"
-    """How ranks start: warm (fork server), spawn (fresh interpreters) or torchrun (elastic agent)."""
+    launcher: str | None = None
+    """How ranks start: a name in harness/registry.py LAUNCHERS; None: the target's default."""
     run_dir: Path | None = None
     """Where the run directory goes; None: a temporary directory, removed afterwards unless keep."""
     keep: bool = False
@@ -51,40 +54,23 @@ class JobSpec:
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
     """Which hang watchdog supervises: 'reference', or a planted defect from harness/watchdogs.py (self-tests)."""
-    command: str | None = None
-    """launcher 'cmd': the user's command line, started once per rank with torchrun's environment
-    (harness/launchers.py CmdLauncher); its trainer writes the run format through the probe."""
-    ckpt_dir: str = "checkpoints"
-    """launcher 'cmd': the command's checkpoint directory, relative to the run directory (corrupt faults damage its newest entry)."""
     scenario: dict[str, Any] | None = None
     """The built-in scenario this job runs (name, summary, question, threatens), recorded in
     run.json so a report can quote it without knowing where the job came from."""
+    target: Target | None = None
+    """What runs: Reference(config) (given `config` alone, this is built for you) or a user's
+    Command(command, ckpt_dir) from harness/cmd.py."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.config, TrainConfig):
-            raise SpecError(f"config must be a TrainConfig, got {type(self.config).__name__}")
+        self._resolve_target()
         sizes = tuple(self.world_sizes)
         if not sizes:
             raise SpecError("world_sizes is empty; give at least one world size, e.g. (2,)")
         for size in sizes:
             if not isinstance(size, int) or isinstance(size, bool):
                 raise SpecError(f"world size {size!r} is not an integer")
-            try:
-                self.config.check_world_size(size)
-            except ConfigError as exc:
-                raise SpecError(str(exc)) from None
         object.__setattr__(self, "world_sizes", sizes)
-        if self.launcher not in LAUNCHERS:
-            raise SpecError(f"unknown launcher {self.launcher!r}; known launchers: {', '.join(LAUNCHERS)}")
-        if self.launcher == "torchrun" and len(set(sizes)) > 1:
-            raise SpecError(
-                f"world_sizes={list(sizes)}: the torchrun launcher restarts with a fixed "
-                "--nproc-per-node, so the world size cannot change between attempts; "
-                "use launcher 'warm' or 'spawn' for a world-size schedule"
-            )
-        if (self.launcher == "cmd") != (self.command is not None):
-            raise SpecError("launcher 'cmd' and command go together: give both (trainwreck run --cmd \"python train.py\") "
-                            "or neither")
+        self._check_launcher()
         for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "poll_interval_s"):
             value = getattr(self, name)
             # inf: a hang would never be declared and the run never end; nan passes no bound.
@@ -111,39 +97,18 @@ class JobSpec:
             watchdog_class(self.watchdog)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
-        if self.watchdog != "reference" and self.launcher == "torchrun":
-            raise SpecError(f"watchdog={self.watchdog!r} is a planted defect of the warm/spawn supervisor; "
-                            "use launcher 'warm' or 'spawn' with it")
+        if self.watchdog != "reference" and not self.launcher_kind.planted_watchdogs:
+            raise SpecError(f"watchdog={self.watchdog!r} is a planted defect of the harness's own attempt loop; "
+                            f"use launcher {' or '.join(repr(n) for n in _planted_watchdog_launchers())} with it")
         if not isinstance(self.plan, list) or not all(isinstance(f, dict) for f in self.plan):
             raise SpecError("plan must be a list of fault objects (dicts with 'id' and 'kind')")
         # Every fault is checked against this job (kinds, fields, ranks, steps) before any
-        # process starts; the external ones also by the injector the harness will run.
-        from trainwreck.faults.external import EXTERNAL_KINDS, ExternalFaults
-        from trainwreck.faults.plan import PlanError, validate_plan
+        # process starts: the external ones by the injector the harness will run, the rest by the target.
+        from trainwreck.faults.external import ExternalFaults
+        from trainwreck.faults.plan import PlanError
         try:
             ExternalFaults(self.plan)
-            if self.command is not None:  # a user's command: only what its probe can reach
-                from trainwreck.faults.cmdrank import CMD_KINDS
-                from trainwreck.faults.plan import parse_plan
-                parse_plan([f for f in self.plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
-                allowed = (*EXTERNAL_KINDS, "corrupt", *CMD_KINDS)
-                refused = [f"{f.get('id')} ({f.get('kind')})" for f in self.plan if f.get("kind") not in allowed]
-                if refused:
-                    raise PlanError(f"fault(s) {', '.join(refused)}: a --cmd run takes only {', '.join(allowed)} "
-                                    "(a foreign trainer has no storage seam or gradient hook the harness can "
-                                    "reach; docs/FRAMEWORKS.md); remove the others")
-                if Path(self.ckpt_dir).is_absolute() or ".." in Path(self.ckpt_dir).parts:
-                    raise PlanError(f"ckpt_dir={self.ckpt_dir!r} must be a path inside the run directory, "
-                                    "e.g. 'checkpoints'")
-                from trainwreck.harness.cmdfaults import check_corrupt_fault
-                for fault in self.plan:
-                    if fault.get("kind") == "corrupt":
-                        try:
-                            check_corrupt_fault(fault)
-                        except ValueError as exc:
-                            raise PlanError(str(exc)) from None
-            elif self.hooks_factory is None:  # a custom factory defines its own in-rank kinds
-                validate_plan(self.plan, self.config, sizes)
+            self.target.check(self)
         except PlanError as exc:
             raise SpecError(str(exc)) from None
         if self.run_dir is not None:
@@ -157,9 +122,50 @@ class JobSpec:
     def startup_budget_s(self) -> float:
         if self.startup_timeout_s is not None:
             return self.startup_timeout_s
-        # Forked ranks publish within milliseconds; fresh interpreters import torch first,
-        # several seconds each, all at once on a few shared cores.
-        return self.hang_timeout_s if self.launcher == "warm" else max(self.hang_timeout_s, 120.0)
+        return self.launcher_kind.startup_budget_s(self.hang_timeout_s)
+
+    @property
+    def launcher_kind(self) -> LauncherKind:
+        """This job's launcher declaration (harness/registry.py)."""
+        return get_launcher(str(self.launcher))
+
+    def _resolve_target(self) -> None:
+        """`config` alone means Reference(config); a Reference target fills in `config`."""
+        target, config = self.target, self.config
+        if target is None:
+            if config is None:
+                raise SpecError("a job needs a target: config=TrainConfig(...) for the reference trainer, "
+                                "or target=Command('python train.py') for your own")
+            if not isinstance(config, TrainConfig):
+                raise SpecError(f"config must be a TrainConfig, got {type(config).__name__}")
+            object.__setattr__(self, "target", Reference(config))
+        elif isinstance(target, Reference) and config is None:
+            object.__setattr__(self, "config", target.config)
+        elif config is not None and getattr(target, "config", None) != config:
+            raise SpecError(f"config and target={type(target).__name__} disagree; give one of them "
+                            "(replace(spec, target=...) to change what runs)")
+
+    def _check_launcher(self) -> None:
+        if self.launcher is None:
+            object.__setattr__(self, "launcher", default_launcher(self.target.kind))
+        try:
+            kind = get_launcher(self.launcher)
+        except UnknownLauncher as exc:
+            raise SpecError(str(exc)) from None
+        if self.target.kind not in kind.serves:
+            serving = [n for n, k in LAUNCHERS.items() if self.target.kind in k.serves]
+            raise SpecError(f"launcher {kind.name!r} does not run a {self.target.kind} target; "
+                            f"use {' or '.join(map(repr, serving))}")
+        if kind.fixed_world_size and len(set(self.world_sizes)) > 1:
+            changing = [n for n, k in LAUNCHERS.items() if not k.fixed_world_size and self.target.kind in k.serves]
+            raise SpecError(
+                f"world_sizes={list(self.world_sizes)}: the {kind.name} launcher restarts with a fixed "
+                "--nproc-per-node, so the world size cannot change between attempts; "
+                f"use launcher {' or '.join(map(repr, changing))} for a world-size schedule")
 
     def world_size_for(self, attempt: int) -> int:
         return self.world_sizes[min(attempt, len(self.world_sizes) - 1)]
+
+
+def _planted_watchdog_launchers() -> list[str]:
+    return [n for n, k in LAUNCHERS.items() if k.planted_watchdogs]

@@ -8,7 +8,8 @@ then the whole attempt is killed and reaped before the restart policy decides:
 restart (from the newest intact checkpoint, which the trainer finds itself) while
 the budget lasts and restarts keep advancing the newest committed checkpoint.
 The record, the events and the end of a job are shared with the torchrun supervisor
-(harness/restarts.py); this module holds the warm/spawn attempt loop and `run_job`.
+(harness/restarts.py); this module holds `run_job`, which asks the job's launcher
+declaration (harness/registry.py) who supervises, and the harness's own attempt loop.
 """
 from __future__ import annotations
 
@@ -20,13 +21,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from trainwreck.harness.launchers import Attempt, Launcher, get_launcher
+from trainwreck.harness.launchers import Attempt, Launcher
 from trainwreck.harness.restarts import (REAP_TIMEOUT_S, AttemptResult, JobSupervisor, RunRecord,
                                          newest_committed_step, remove_empty_stacks)
 from trainwreck.harness.rundir import create_run_dir
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.store import HarnessStore
-from trainwreck.harness.torchrun import TorchrunSupervisor
 from trainwreck.harness.watchdogs import watchdog_class
 
 
@@ -80,15 +80,17 @@ def run_job(spec: JobSpec, resume: bool = False) -> RunRecord:
     temporary = spec.run_dir is None
     try:
         with SignalGuard():
-            supervisor_class = TorchrunSupervisor if spec.launcher == "torchrun" else Supervisor
-            return supervisor_class(spec, run_dir).run(started)
+            # The launcher's declaration names who supervises: this module's attempt loop
+            # (below) or one that owns restarts itself (torchrun's agent).
+            return spec.launcher_kind.supervisor_class()(spec, run_dir).run(started)
     finally:
         if temporary and not spec.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class Supervisor(JobSupervisor):
-    """The attempt loop of the warm and spawn launchers: the harness starts every attempt."""
+    """The harness's own attempt loop (registry.ATTEMPT_LOOP): it starts every attempt through
+    the launcher's factory (warm, spawn, cmd)."""
 
     def __init__(self, spec: JobSpec, run_dir: Path) -> None:
         super().__init__(spec, run_dir)
@@ -97,7 +99,7 @@ class Supervisor(JobSupervisor):
     def supervise(self) -> str:
         spec = self.spec
         store = HarnessStore()
-        launcher = get_launcher(spec.launcher, command=spec.command, plan=spec.plan, ckpt_dir=spec.ckpt_dir)
+        launcher = spec.launcher_kind.attempt_launcher(spec)
         try:
             stalled, at_last_restart = 0, newest_committed_step(self.run_dir)
             while True:

@@ -476,8 +476,10 @@ def foreign_command(writer: ForeignWriter, record: bool) -> str:
 
 
 def foreign_spec(writer: ForeignWriter, run_dir: Path, record: bool = False) -> JobSpec:
-    return JobSpec(config=TrainConfig(), world_sizes=(2,), hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, launcher="cmd",
-                   command=foreign_command(writer, record), run_dir=run_dir, keep=True, max_restarts=2)
+    from trainwreck.harness.cmd import Command
+
+    return JobSpec(target=Command(foreign_command(writer, record)), world_sizes=(2,),
+                   hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, run_dir=run_dir, keep=True, max_restarts=2)
 
 
 def observe_foreign(writer: ForeignWriter, run_dir: Path) -> tuple[Path, OpLog]:
@@ -495,23 +497,7 @@ def observe_foreign(writer: ForeignWriter, run_dir: Path) -> tuple[Path, OpLog]:
 def judge_resumed_cmd(spec: JobSpec, golden_cache: Path | None, reproduce: str) -> JudgedRun:
     """Resume a --cmd job in spec.run_dir (a crash state) as its next attempt and judge it
     against the command's golden run, as `trainwreck run --cmd` judges any run."""
-    from trainwreck.harness.cmd import GoldenFailed, contract_problems, golden_cmd_run, judge_cmd_run
-    from trainwreck.harness.runner import publish
-    from trainwreck.invariants import Judgement
-    from trainwreck.invariants.verdict import UNKNOWN
-
-    try:
-        golden_dir: Path | None = golden_cmd_run(spec, golden_cache)
-    except GoldenFailed as exc:
-        golden_dir, reason = None, str(exc)
-    record = run_job(spec, resume=True)
-    if golden_dir is None:
-        judgement = Judgement(UNKNOWN, {}, [], [reason, *contract_problems(record)])
-    else:
-        judgement = judge_cmd_run(record, golden_dir)
-    judged = JudgedRun(record, judgement, golden_dir or Path(""), reproduce)
-    publish(judged)
-    return judged
+    return run_judged(spec, golden_cache=golden_cache, reproduce=reproduce, resume=True)
 
 
 def run_foreign_power_loss(name: str, out: Path | None = None, progress: Say | None = None,

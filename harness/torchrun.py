@@ -139,7 +139,7 @@ class TorchrunSupervisor(JobSupervisor):
             remove_empty_stacks(self.run_dir, attempt - 1)
         self.attempt = attempt
         self.launch_s.append(None)
-        self.events.emit("attempt", attempt=attempt, world_size=self.world_size, launcher="torchrun",
+        self.events.emit("attempt", attempt=attempt, world_size=self.world_size, launcher=self.spec.launcher,
                          pids=[], agent_pid=self.agent.pid if self.agent else None)
         return Watchdog(self.watch_config, self.run_dir, attempt, self.world_size), time.time(), time.monotonic()
 

@@ -22,12 +22,13 @@ MAY_IMPORT: dict[str, set[str]] = {
 # The harness is layered too: a module may import harness modules of its own layer or
 # below. The report reads run directories only, so it sits under everything else.
 HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("declarations", ("harness.errors", "harness.registry")),
     ("report", ("harness.report",)),
     ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.cmdfaults",
                 "harness.launchers")),
-    ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.spec", "harness.rundir",
-                   "harness.restarts", "harness.torchrun", "harness.supervisor")),
-    ("run-and-judge", ("harness.golden", "harness.runner", "harness.cmd")),
+    ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.targets", "harness.cmd",
+                   "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor")),
+    ("run-and-judge", ("harness.golden", "harness.runner")),
     ("suites", ("harness.defects", "harness.chaos", "harness.engines", "harness.rayengine", "harness.campaign", "harness.sweep", "harness.handbook", "harness.frameworks")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from trainwreck.trainer.errors import ConfigError, InputError  # re-exported: their old home
+
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
@@ -32,17 +34,6 @@ def backend_fields(backend: str) -> dict[str, str]:
     if backend == "auto":
         return {}
     return {"backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
-
-
-class InputError(ValueError):
-    """Input from a user cannot be used; the message names the field and the fix.
-
-    The one error type the command lines turn into exit 2 and a one-line message
-    (harness/cli.py, trainer/__main__.py); every validator's error derives from it."""
-
-
-class ConfigError(InputError):
-    """A configuration value is invalid; the message names the field and the fix."""
 
 
 class OneLineParser(argparse.ArgumentParser):

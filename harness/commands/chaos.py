@@ -20,10 +20,10 @@ from pathlib import Path
 from trainwreck.harness.campaign import Campaign, CampaignSpec, finished_outcomes, read_ledger, write_ledger
 from trainwreck.harness.chaos import ChaosCase, parse_duration
 from trainwreck.harness.engines import ENGINES, EngineOptions, Outcome, open_engine
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.harness.report.casebook import node_label
-from trainwreck.harness.spec import LAUNCHERS
-from trainwreck.invariants.verdict import verdict_word
-from trainwreck.trainer.config import InputError
+from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word
+from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir
 
 __all__ = ["ChaosCase", "Outcome", "configure", "exit_code", "main"]
@@ -35,7 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed of the plan stream (default: random, printed)")
     parser.add_argument("--out", type=Path, help="directory for the run directories "
                                                  "(default ./trainwreck-out/chaos-TIMESTAMP)")
-    parser.add_argument("--launcher", default="warm", choices=LAUNCHERS, help="how ranks start (default warm)")
+    parser.add_argument("--launcher", default=DEFAULT_LAUNCHER, choices=launcher_names(REFERENCE),
+                        help=f"how ranks start (default {DEFAULT_LAUNCHER}): {launcher_help(launcher_names(REFERENCE))}")
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
                         help="process-group backend (default auto)")
     parser.add_argument("--engine", default="local", choices=tuple(ENGINES),
@@ -52,8 +53,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         budget_s = parse_duration(args.budget)
     except ValueError as exc:
-        print(f"trainwreck chaos: error: --budget: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"--budget: {exc}") from None
     if getattr(args, "plans", None) is not None and args.plans < 1:
         raise InputError(f"--plans {args.plans} must be at least 1 (or left out: the budget decides)")
     out, spec, finished = campaign_dir(args)
@@ -130,9 +130,6 @@ def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:
 
 
 def exit_code(outcomes: list[Outcome]) -> int:
+    """0 all valid, 1 any invalid, 2 any unknown and none invalid (0 when no plan fit the budget)."""
     values = [o.valid for o in outcomes]
-    if any(v is False for v in values):
-        return 1
-    if any(v is not True for v in values):
-        return 2
-    return 0
+    return verdict_exit_code(compose(values)) if values else EXIT_VALID  # type: ignore[arg-type]

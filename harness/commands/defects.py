@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from trainwreck.harness.defects import DEFECTS, Defect, Row, defect_names, get_defect, run_table, table_exit_code
-from trainwreck.harness.spec import LAUNCHERS
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,15 +23,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", help=f"comma-separated defect names (default all): {', '.join(defect_names())}")
     parser.add_argument("--out", type=Path, help="keep the run directories here (default: a temporary "
                                                  "directory, removed afterwards)")
-    parser.add_argument("--launcher", default="warm", choices=LAUNCHERS[:2], help="how ranks start (default warm)")
+    # A planted watchdog defect needs the harness's own attempt loop: only those launchers.
+    choices = launcher_names(REFERENCE, planted_watchdogs=True)
+    parser.add_argument("--launcher", default=DEFAULT_LAUNCHER, choices=choices,
+                        help=f"how ranks start (default {DEFAULT_LAUNCHER}): {launcher_help(choices)}")
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        defects = select(args.only)
-    except KeyError as exc:
-        print(f"trainwreck defects: error: {exc.args[0]}", file=sys.stderr)
-        return 2
+    defects = select(args.only)  # an unknown name is an InputError (trainer/errors.py UnknownName)
     # harness/cli.py has checked --out (absent or empty, writable) before this runs.
     out = args.out or Path(tempfile.mkdtemp(prefix="trainwreck-defects-"))
     started = time.monotonic()

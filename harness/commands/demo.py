@@ -38,14 +38,10 @@ def demo_names() -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        names = args.scenarios.split(",") if args.scenarios else demo_names()
-        for name in names:
-            get_scenario(name)  # an unknown name fails here, before anything runs
-        out = args.out or Path("trainwreck-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    except (KeyError, ValueError) as exc:
-        print(f"trainwreck demo: error: {exc.args[0]}", file=sys.stderr)
-        return 2
+    names = args.scenarios.split(",") if args.scenarios else demo_names()
+    for name in names:
+        get_scenario(name)  # an unknown name fails here (an InputError), before anything runs
+    out = args.out or Path("trainwreck-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     return run_demo(names, out)
 
 

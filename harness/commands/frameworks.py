@@ -38,8 +38,6 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import sys
-
     from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, Row, cmd_launcher, rows_json,
                                                run_table, scripts_missing, table_validity)
     from trainwreck.harness.report.casebook import render_casebook
@@ -48,8 +46,7 @@ def main(args: argparse.Namespace) -> int:
     scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP], "--scenarios")
     missing = scripts_missing()
     if missing is not None:
-        print(f"trainwreck frameworks: error: {missing}", file=sys.stderr)
-        return 2
+        raise InputError(missing)
     out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
 

@@ -8,11 +8,11 @@ numbers. Exit 0 when every reference run is valid and every planted defect caugh
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-from trainwreck.invariants.verdict import EXIT_UNKNOWN, exit_code, word_validity
+from trainwreck.invariants.verdict import exit_code, word_validity
+from trainwreck.trainer.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +28,7 @@ def main(args: argparse.Namespace) -> int:
         chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \
             else list(CHAPTERS)
     except KeyError as exc:
-        print(f"trainwreck handbook: error: --chapters: {exc.args[0]}", file=sys.stderr)
-        return EXIT_UNKNOWN
+        raise InputError(f"--chapters: {exc.args[0]}") from None
     out = args.out or Path("trainwreck-out") / f"handbook-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"trainwreck handbook: {len(chapters)} chapters → {out}", flush=True)
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from trainwreck.harness.report import NotARun, render_report
 from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
+from trainwreck.trainer.errors import InputError
 
 
 
@@ -19,11 +19,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         html = render_report(args.run_dir)
     except NotARun as exc:
-        print(f"trainwreck report: {args.run_dir} is not a run directory: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"{args.run_dir} is not a run directory: {exc}") from None
     except OSError as exc:
-        print(f"trainwreck report: cannot write the report into {args.run_dir}: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"cannot write the report into {args.run_dir}: {exc}") from None
     word = verdict_of(html)
     print(f"{word}  {html}")
     print(f"      {html.with_name('report.md')}")

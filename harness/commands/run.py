@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for, verdict_lines
 from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
-from trainwreck.harness.spec import LAUNCHERS, SpecError
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.trainer.config import PARALLELISMS, backend_fields, load_json_arg, parse_set_items
+from trainwreck.trainer.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-sizes", help="world size per attempt, e.g. 4,2 (the last repeats)")
     parser.add_argument("--total-steps", type=int, help="optimizer updates in the job")
     parser.add_argument("--hang-timeout", type=float, help="seconds without progress before a hang is declared")
-    parser.add_argument("--launcher", default="warm", help=f"one of {', '.join(LAUNCHERS)} (default warm)")
+    parser.add_argument("--launcher", default=DEFAULT_LAUNCHER, choices=launcher_names(REFERENCE),
+                        help=f"how ranks start (default {DEFAULT_LAUNCHER}; --cmd picks its own): "
+                             f"{launcher_help(launcher_names(REFERENCE))}")
     parser.add_argument("--backend", choices=("gloo", "nccl"), help="process-group backend (default: auto)")
     parser.add_argument("--parallelism", choices=PARALLELISMS,
                         help="ddp (default) or fsdp: FSDP2 with sharded DCP checkpoints")
@@ -41,13 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.cmd is not None:
         return main_cmd(args)
-    try:
-        scenario = build_scenario(args)
-        out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
-        spec = spec_for(scenario, out, launcher=args.launcher)
-    except (ValueError, KeyError, SpecError, OSError) as exc:
-        print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 2
+    scenario = build_scenario(args)
+    out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = spec_for(scenario, out, launcher=args.launcher)
     judged = run_judged(spec, args.scenario)
     print_result(judged, args.json)
     return judged.exit_code
@@ -63,7 +61,7 @@ def build_scenario(args: argparse.Namespace) -> Scenario:
         try:
             changes["world_sizes"] = tuple(int(w) for w in args.world_sizes.split(","))
         except ValueError:
-            raise ValueError(f"--world-sizes {args.world_sizes!r}: expected integers like 4,2") from None
+            raise InputError(f"--world-sizes {args.world_sizes!r}: expected integers like 4,2") from None
     config = dict(scenario.config)
     if args.total_steps is not None:
         config["total_steps"] = args.total_steps
@@ -109,26 +107,21 @@ CMD_HANG_TIMEOUT_S = 30.0
 
 def main_cmd(args: argparse.Namespace) -> int:
     """`--cmd`: the user's command per rank, judged against its own golden run."""
-    from trainwreck.harness.cmd import run_cmd_judged
+    from trainwreck.harness.cmd import Command
     from trainwreck.harness.rundir import check_out_dir
     from trainwreck.harness.spec import JobSpec
-    from trainwreck.trainer.config import TrainConfig
 
-    try:
-        if args.scenario or args.total_steps is not None or args.backend:
-            raise ValueError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "
-                             "itself sets the steps, the backend and the rest")
-        scenario = build_scenario(args)
-        out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
-        spec = JobSpec(config=TrainConfig(), world_sizes=scenario.world_sizes, plan=list(scenario.plan),
-                       # A foreign trainer imports its framework after its first progress
-                       # record; the built-in scenarios' few seconds are for the warm reference.
-                       hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
-                       launcher="cmd", command=args.cmd, ckpt_dir=args.ckpt_dir, run_dir=out,
-                       keep=True)
-    except (ValueError, KeyError, SpecError, OSError) as exc:
-        print(f"trainwreck run: error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 2
-    judged = run_cmd_judged(spec)
+    if args.scenario or args.total_steps is not None or args.backend:
+        raise InputError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "
+                         "itself sets the steps, the backend and the rest")
+    scenario = build_scenario(args)
+    out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
+    spec = JobSpec(target=Command(args.cmd, args.ckpt_dir), world_sizes=scenario.world_sizes,
+                   plan=list(scenario.plan),
+                   # A foreign trainer imports its framework after its first progress
+                   # record; the built-in scenarios' few seconds are for the warm reference.
+                   hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
+                   run_dir=out, keep=True)
+    judged = run_judged(spec)
     print_result(judged, args.json)
     return judged.exit_code

@@ -97,17 +97,13 @@ def main(args: argparse.Namespace) -> int:
         if not (dcp_own or (args.power_loss and args.writer in FOREIGN_WRITERS)):
             trainer_class(args.writer)
     except ValueError as exc:
-        print(f"trainwreck sweep: error: --writer: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"--writer: {exc}") from None
     if dcp_own and args.parallelism != "ddp":
-        print(f"trainwreck sweep: error: --writer {args.writer} sweeps DCP's own save in one process; "
-              "leave out --parallelism", file=sys.stderr)
-        return 2
+        raise InputError(f"--writer {args.writer} sweeps DCP's own save in one process; leave out --parallelism")
     if args.power_loss and args.parallelism != "ddp":
-        print("trainwreck sweep: error: --power-loss with --parallelism fsdp is not implemented (the power-loss "
-              "sweep records rank 0's saves only); leave out --parallelism, or use --writer dcp for DCP's own "
-              "commit under power loss", file=sys.stderr)
-        return 2
+        raise InputError("--power-loss with --parallelism fsdp is not implemented (the power-loss sweep records "
+                         "rank 0's saves only); leave out --parallelism, or use --writer dcp for DCP's own "
+                         "commit under power loss")
     out = args.out or Path("trainwreck-out") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.power_loss:
         return power_loss_main(args, out)
@@ -130,9 +126,8 @@ def framework_main(args: argparse.Namespace) -> int:
     refused = [flag for flag, given in (("--points", args.points is not None),
                                         ("--parallelism", args.parallelism != "ddp")) if given]
     if refused:
-        print(f"trainwreck sweep: error: {refused[0]} does not apply to --writer {args.writer}: a framework's "
-              "save is crashed at every file operation the golden run recorded; leave it out", file=sys.stderr)
-        return 2
+        raise InputError(f"{refused[0]} does not apply to --writer {args.writer}: a framework's save is crashed "
+                         "at every file operation the golden run recorded; leave it out")
     out = args.out or Path("trainwreck-out") / f"sweep-{args.writer}-{time.strftime('%Y%m%d-%H%M%S')}"
     return frameworks.main(argparse.Namespace(out=out, json=args.json, frameworks=args.writer, scenarios=EVERY_OP))
 
@@ -160,12 +155,8 @@ def sharded_main(args: argparse.Namespace, out: Path) -> int:
 
 def points_sweep(args: argparse.Namespace, out: Path, parse: Callable[[str | None], Any],
                  run: Callable[..., Any]) -> int:
-    """A process-crash sweep whose --points `parse` reads (exit 2 naming the fix when it cannot)."""
-    try:
-        points = parse(args.points)
-    except InputError as exc:
-        print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
-        return 2
+    """A process-crash sweep whose --points `parse` reads (an InputError naming the fix when it cannot)."""
+    points = parse(args.points)
     started = time.perf_counter()
     result = run(args.writer, out, progress=lambda line: print(line, file=sys.stderr, flush=True), points=points)
     return finish(args, result, started, out)
@@ -192,12 +183,9 @@ def power_loss_main(args: argparse.Namespace, out: Path) -> int:
                                           run_foreign_power_loss, run_power_loss_sweep)
 
     if args.points is not None:
-        print("trainwreck sweep: error: --points names process-crash points; with --power-loss use --limit N",
-              file=sys.stderr)
-        return 2
+        raise InputError("--points names process-crash points; with --power-loss use --limit N")
     if args.limit is not None and args.limit < 1:
-        print(f"trainwreck sweep: error: --limit {args.limit} judges nothing; give --limit 1 or more", file=sys.stderr)
-        return 2
+        raise InputError(f"--limit {args.limit} judges nothing; give --limit 1 or more")
     started = time.perf_counter()
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - progress goes to stderr
     if args.writer in FOREIGN_WRITERS:
@@ -205,8 +193,7 @@ def power_loss_main(args: argparse.Namespace, out: Path) -> int:
             result = run_foreign_power_loss(args.writer, out, progress=say, seed=args.seed,
                                             limit=FOREIGN_LIMIT if args.limit is None else args.limit)
         except ForeignWriterMissing as exc:
-            print(f"trainwreck sweep: error: {exc}", file=sys.stderr)
-            return 2
+            raise InputError(str(exc)) from None
     elif args.writer == "dcp":
         result = run_dcp_power_loss(out, progress=say, seed=args.seed, limit=args.limit)
     else:

@@ -88,7 +88,9 @@ def test_trainwreck_chaos_refuses_a_bad_budget_with_exit_two(capsys: pytest.Capt
     from trainwreck.harness.commands import chaos as command
 
     args = argparse.Namespace(budget="10x", seed=1, out=None, launcher="warm", backend="auto")
-    assert command.main(args) == 2
+    from trainwreck.harness.cli import run_command
+
+    assert run_command("chaos", command, args) == 2  # the one exit path: the command raises
     assert "90s, 10m, 1h" in capsys.readouterr().err
 
 

@@ -89,5 +89,7 @@ def test_trainwreck_defects_rejects_an_unknown_defect_name(capsys: pytest.Captur
     from trainwreck.harness.commands import defects as command
 
     args = argparse.Namespace(json=False, only="no_such_defect", out=None, launcher="warm")
-    assert command.main(args) == 2
+    from trainwreck.harness.cli import run_command
+
+    assert run_command("defects", command, args) == 2  # the one exit path: the command raises
     assert "unknown defect 'no_such_defect'" in capsys.readouterr().err

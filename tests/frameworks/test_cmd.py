@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.cmd import run_cmd_judged
+from trainwreck.harness.cmd import Command
+from trainwreck.harness.runner import run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN
-from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import iter_events
 
 PLAIN = Path(__file__).parent / "scripts" / "plain_ddp.py"
@@ -25,21 +25,24 @@ LONG = f"{PYTHON} {PLAIN} --total-steps 60"
 
 
 def cmd_spec(command: str, out: Path, plan: list[dict[str, Any]] | None = None) -> JobSpec:
-    return JobSpec(config=TrainConfig(), world_sizes=(2,), plan=plan or [], hang_timeout_s=30.0, launcher="cmd",
-                   command=command, run_dir=out, keep=True)
+    return JobSpec(target=Command(command), world_sizes=(2,), plan=plan or [], hang_timeout_s=30.0, run_dir=out,
+                   keep=True)
 
 
 def test_a_plain_ddp_scripts_uninterrupted_run_is_judged_valid(tmp_path: Path, golden_cache: Path) -> None:
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run"), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(f"{PYTHON} {PLAIN}", tmp_path / "run"), golden_cache=golden_cache)
     assert judged.judgement.valid is True, judged.judgement.to_json()
     steps = {(e["rank"], e["step"]) for e in iter_events(judged.record.run_dir) if e["kind"] == "step"}
     assert steps == {(r, s) for r in range(2) for s in range(1, 13)}
+    # run_judged dispatched on the Command target: judged against the command's own golden
+    # run, never the reference trainer's, and reproduced with `run --cmd`.
+    assert judged.golden_dir.name.startswith("cmd-") and judged.reproduce.startswith("trainwreck run --cmd ")
 
 
 def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_judged_valid(
         tmp_path: Path, golden_cache: Path) -> None:
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
-    judged = run_cmd_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
     assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
     assert {"attempt": 0, "rank": 1, "code": -9}.items() <= next(
@@ -86,7 +89,7 @@ def test_a_command_that_breaks_the_contract_is_judged_unknown_with_the_reason(
         tmp_path: Path, golden_cache: Path, case: str, script: str, reason: str) -> None:
     path = tmp_path / "train.py"
     path.write_text(textwrap.dedent(script))
-    judged = run_cmd_judged(cmd_spec(f"{PYTHON} {path}", tmp_path / "run"), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(f"{PYTHON} {path}", tmp_path / "run"), golden_cache=golden_cache)
     assert judged.judgement.valid == UNKNOWN and judged.exit_code == 2
     assert any(reason in note for note in judged.judgement.notes), (case, judged.judgement.notes)
     if case == "exits at once":
@@ -112,7 +115,7 @@ def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_r
         tmp_path: Path, golden_cache: Path) -> None:
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8},
             {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}]
-    judged = run_cmd_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
     corrupt = next(e for e in events if e["kind"] == "fault" and e["fault_id"] == "c1")
     newest = max((e for e in events if e["kind"] == "save" and e["attempt"] == 0), key=lambda e: e["step"])

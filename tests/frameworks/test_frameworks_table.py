@@ -55,7 +55,9 @@ def test_without_the_example_trainers_as_from_a_wheel_the_command_exits_2_with_t
                                                                                           capsys):
     monkeypatch.setattr(table, "SCRIPTS", tmp_path / "not-installed")
     args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks="torchrun", scenarios="golden")
-    assert command.main(args) == 2
+    from trainwreck.harness.cli import run_command
+
+    assert run_command("frameworks", command, args) == 2  # the one exit path: the command raises
     err = capsys.readouterr().err
     assert "ship with the repository, not the wheel" in err and "git checkout" in err
     assert not (tmp_path / "out").exists()

@@ -12,6 +12,7 @@ import pytest
 
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import CrashState, OpLog, issued_state, states_at
+from trainwreck.harness.registry import COMMAND
 from trainwreck.harness.commands import sweep as sweep_command
 from trainwreck.harness.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
                                       observe_foreign)
@@ -24,7 +25,9 @@ def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
     args = argparse.Namespace(writer="lightning", power_loss=True, points=None, limit=None, seed=0, json=False,
                               parallelism="ddp",
                               out=tmp_path / "out")
-    assert sweep_command.main(args) == 2
+    from trainwreck.harness.cli import run_command
+
+    assert run_command("sweep", sweep_command, args) == 2  # the one exit path: the command raises
     err = capsys.readouterr().err
     assert "pip install 'trainwreck[lightning]'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists(), "nothing may start before the check"
@@ -32,11 +35,11 @@ def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
 
 def test_the_framework_writers_command_runs_their_script_under_the_recording_wrapper() -> None:
     spec = foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/nonexistent/run"), record=True)
-    assert spec.launcher == "cmd" and spec.world_sizes == (2,)
-    words = spec.command.split()  # type: ignore[union-attr]
+    assert spec.target.kind == COMMAND and spec.world_sizes == (2,)
+    words = spec.target.command.split()
     assert words[1:4] == ["-m", "trainwreck.faults.foreign_record", "--record"]
     assert words[words.index("--") + 1].endswith("tests/frameworks/scripts/accelerate_train.py")
-    assert "--record" not in foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/r")).command  # type: ignore[operator]
+    assert "--record" not in foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/r")).target.command
 
 
 def judge_state(observed: Path, log: OpLog, state: CrashState, writer: str, run_dir: Path):  # type: ignore[no-untyped-def]

@@ -1,0 +1,122 @@
+"""Every way a job's ranks can start, declared once: the launcher registry.
+
+A launcher name used to pick a pipeline by `if`: `warm`/`spawn` built a per-attempt
+launcher, `torchrun` swapped the whole supervisor, `cmd` needed its own golden run. Here
+each launcher is one `LauncherKind` that says what the rest of the harness asks of it:
+what starts an attempt (`factory`) or the whole job (`supervisor`), its startup budget,
+whether the world size may change between attempts, which job targets it serves
+(harness/targets.py), and its one-line help. `JobSpec` validates against it, `run_job`
+dispatches on it, the pytest plugin and every command's `--launcher` choices read it.
+
+Implementations are named as `module:attribute` (as `JobSpec.entry` is) and loaded only
+when a job starts: this module stays stdlib-only, so the CLI's parsers and the pytest
+plugin can list the launchers without importing torch, and the registry sits below every
+layer that implements a launcher (tests/test_architecture.py). Adding a launcher is one
+entry here plus its implementation; `tests/harness/test_registry.py` loads every entry and
+fails on a launcher name spelled anywhere else.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from trainwreck.trainer.errors import InputError
+
+WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
+"""The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
+REFERENCE, COMMAND = "reference", "command"
+"""The job targets a launcher can serve (`Target.kind` in harness/targets.py)."""
+ATTEMPT_LOOP = "trainwreck.harness.supervisor:Supervisor"
+"""The harness's own attempt loop: it starts every attempt through the launcher's factory."""
+
+
+class UnknownLauncher(InputError):
+    """A launcher name that is not in the registry; the message lists the known ones."""
+
+
+@dataclass(frozen=True)
+class LauncherKind:
+    """One launcher: how its ranks start and what the harness may ask of it."""
+
+    name: str
+    help: str
+    """One line for `--launcher` help and docs."""
+    serves: tuple[str, ...] = (REFERENCE,)
+    """The target kinds it can run: REFERENCE (the reference trainer), COMMAND (a user's command)."""
+    factory: str | None = None
+    """`module:callable(spec) -> Launcher` starting each attempt under ATTEMPT_LOOP; None when
+    `supervisor` starts the attempts itself."""
+    supervisor: str = ATTEMPT_LOOP
+    """`module:Class(spec, run_dir)` whose `run(started)` supervises the whole job."""
+    fixed_world_size: bool = False
+    """True: every attempt has the same world size (the agent restarts with a fixed --nproc-per-node)."""
+    startup_floor_s: float = 0.0
+    """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
+    planted_watchdogs: bool = True
+    """False: only the reference watchdog (harness/watchdogs.py) can supervise it."""
+    fork_server: bool = False
+    """True: its ranks fork from this process's fork server (the pytest plugin starts one per worker)."""
+
+    def startup_budget_s(self, hang_timeout_s: float) -> float:
+        return max(hang_timeout_s, self.startup_floor_s)
+
+    def supervisor_class(self) -> Any:
+        return load(self.supervisor)
+
+    def attempt_launcher(self, spec: Any) -> Any:
+        """The per-attempt launcher of `spec` (harness/launchers.py `Launcher`)."""
+        if self.factory is None:
+            raise TypeError(f"launcher {self.name!r} starts its attempts itself ({self.supervisor}); "
+                            "it has no per-attempt launcher")
+        return load(self.factory)(spec)
+
+
+SPAWN_STARTUP_S = 120.0
+"""Fresh interpreters import torch first, several seconds each, all at once on a few shared cores."""
+
+LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
+    LauncherKind(WARM, "forked from a fork server that already imported torch (default; fast)",
+                 factory="trainwreck.harness.launchers:WarmLauncher", fork_server=True),
+    LauncherKind(SPAWN, "fresh interpreters, nothing shared (slow; what a new process really does)",
+                 factory="trainwreck.harness.launchers:SpawnLauncher", startup_floor_s=SPAWN_STARTUP_S),
+    LauncherKind(TORCHRUN, "the real elastic agent; it owns restarts, the world size is fixed",
+                 supervisor="trainwreck.harness.torchrun:TorchrunSupervisor", fixed_world_size=True,
+                 startup_floor_s=SPAWN_STARTUP_S, planted_watchdogs=False),
+    LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
+                 serves=(COMMAND,), factory="trainwreck.harness.launchers:CmdLauncher",
+                 startup_floor_s=SPAWN_STARTUP_S),
+)}
+DEFAULT_LAUNCHER = WARM
+"""The launcher of a reference job that names none (and of every golden run)."""
+
+
+def get_launcher(name: str) -> LauncherKind:
+    """The declaration of launcher `name`; an UnknownLauncher naming the known ones otherwise."""
+    if name not in LAUNCHERS:
+        raise UnknownLauncher(f"unknown launcher {name!r}; known launchers: {', '.join(LAUNCHERS)}")
+    return LAUNCHERS[name]
+
+
+def launcher_names(serves: str | None = None, planted_watchdogs: bool = False) -> tuple[str, ...]:
+    """The launchers (in declaration order) serving target kind `serves`, e.g. a command's `choices`."""
+    return tuple(k.name for k in LAUNCHERS.values()
+                 if (serves is None or serves in k.serves) and (k.planted_watchdogs or not planted_watchdogs))
+
+
+def default_launcher(target_kind: str) -> str:
+    """The launcher a job of `target_kind` gets when it names none."""
+    if target_kind in LAUNCHERS[DEFAULT_LAUNCHER].serves:
+        return DEFAULT_LAUNCHER
+    return launcher_names(target_kind)[0]
+
+
+def launcher_help(names: tuple[str, ...]) -> str:
+    """`--launcher` help listing `names` with their one-line help."""
+    return "; ".join(f"{n}: {LAUNCHERS[n].help}" for n in names)
+
+
+def load(path: str) -> Any:
+    """The object a `module:attribute` path names."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
