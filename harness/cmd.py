@@ -7,13 +7,14 @@ from harness/supervisor.py: the watchdog, restarts on the world-size schedule, e
 faults at steps, and (through the probe, which builds faults/cmdrank.py's hooks from the
 plan) kill/hang at its fault points and crashes inside the framework's own save. What only
 a foreign command needs lives here, on the target: which faults it can take, its golden run
-(cached by the command and the hashes of the files it names), and the bad-input rule: a
+(cached by the command, the files it names and imports and the installed versions:
+harness/cmdkey.py; reproduced once: harness/cmdrepeat.py), and the bad-input rule: a
 command that breaks the run format's contract is judged "unknown" with the reason, never
-valid. `run_judged` (harness/runner.py) dispatches on the target; there is no second pipeline.
+valid. The facts its judgement carries (a skipped corruption, a global-batch change, the
+rank's own error) come from harness/cmdfaults.py and harness/cmdfacts.py. `run_judged` (harness/runner.py) dispatches on the target; there is no second pipeline.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from dataclasses import dataclass, replace
@@ -21,6 +22,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.faults.errors import PlanError
+from trainwreck.harness.cmdfacts import judge_across_batch_change, rank_error
+from trainwreck.harness.cmdfaults import unapplied
+from trainwreck.harness.cmdkey import cmd_golden_key
+from trainwreck.harness.cmdrepeat import REPEAT_STOP, judged_without_golden, nondeterminism
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import COMMAND
 from trainwreck.invariants import InputError, Judgement, judge, load_history
@@ -30,18 +35,6 @@ from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
 
 CONTRACT_FIELDS = ("dataset_size", "global_batch", "drop_last", "total_steps")
 """run.json fields only the command knows; its probe writes them (Probe.write_run_json)."""
-
-
-def input_hash(command: str, cwd: Path | None = None) -> str:
-    """The command line plus the bytes of every file it names (the script, a config), so a
-    cached golden run is rebuilt as soon as the user edits their trainer."""
-    h = hashlib.sha256(command.encode())
-    for word in shlex.split(command):
-        path = Path(cwd or Path.cwd()) / word
-        if path.is_file():
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:20]
 
 
 @dataclass(frozen=True)
@@ -55,7 +48,7 @@ class Command:
     """Its checkpoint directory, relative to the run directory (corrupt faults damage its newest entry)."""
     kind: ClassVar[str] = COMMAND
     judged_without_golden: ClassVar[bool] = True
-    explains_crashes: ClassVar[bool] = False
+    explains_crashes: ClassVar[bool] = True  # its ranks' logs are logs/aNNN-rNNN.log, as the reference's
 
     @property
     def argv(self) -> list[str]:
@@ -78,7 +71,7 @@ class Command:
                 "faults": spec.plan, **extras, "command": self.command, "scenario": spec.scenario}
 
     def golden_name(self, spec: Any) -> str:
-        return f"cmd-{input_hash(f'{self.command} @{spec.world_sizes[0]}')}"
+        return f"cmd-{cmd_golden_key(self.command, spec.world_sizes[0])}"
 
     def golden_spec(self, spec: Any, run_dir: Path) -> Any:
         return replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=run_dir, keep=True,
@@ -90,16 +83,32 @@ class Command:
             return None
         return f"the golden run of --cmd failed ({'; '.join(problems) or record.outcome}); see {record.run_dir}/logs"
 
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        """The golden job again, stopped after its first updates: is the script deterministic?"""
+        return replace(self.golden_spec(spec, run_dir), plan=[dict(REPEAT_STOP)])
+
     def problems(self, run_dir: Path) -> list[str]:
         return contract_problems(run_dir)
 
     def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
-        """The usual judgement, but "unknown" with the reasons when the command broke the contract."""
-        problems = contract_problems(run_dir)
+        """The usual judgement, but "unknown" with the reasons when the command broke the contract,
+        a planned corruption found nothing to damage, or the script did not repeat its golden run."""
+        problems = contract_problems(run_dir) + [u["reason"] for u in unapplied(run_dir) if "reason" in u]
+        unrepeatable = nondeterminism(golden_dir)
         try:
-            judgement = judge(load_history(run_dir), load_history(golden_dir) if golden_dir is not None else None)
+            golden = load_history(golden_dir) if golden_dir is not None and unrepeatable is None else None
+            try:
+                judgement = judge(load_history(run_dir), golden)
+            except InputError:
+                # A per-device batch resumed on another world size runs past total_steps: judged across the change.
+                across = judge_across_batch_change(run_dir, golden)
+                if across is None:
+                    raise
+                judgement = across
         except InputError as exc:
             return Judgement(UNKNOWN, {}, [], [f"the command's run cannot be judged: {exc}", *problems])
+        if unrepeatable is not None:
+            judgement = judged_without_golden(judgement, unrepeatable)
         if problems:
             return Judgement(UNKNOWN, judgement.verdicts, judgement.unfired_faults, [*problems, *judgement.notes])
         return judgement
@@ -142,6 +151,10 @@ def contract_problems(run_dir: Path) -> list[str]:
                    and e.get("kind") != "fault"]
     if not rank_events:
         codes = {f"a{a}r{r}": c for (a, r), c in sorted(exits.items())}
+        failed = rank_error(run_dir, sorted(exits))
+        if failed is not None:
+            return [f"the command wrote no events: it failed before its probe wrote any (exit codes by attempt "
+                    f"and rank {codes}); rank {failed[1]} of attempt {failed[0]}: {failed[2]} ({failed[3]})"]
         return [f"the command wrote no events (exit codes by attempt and rank {codes}; see {RunDir(run_dir).logs}): "
                 "call trainwreck.trainer.probe.Probe.from_env() in it (docs/FRAMEWORKS.md)"]
     problems = []

@@ -15,16 +15,17 @@ plan's in-rank faults through the probe, corruption between attempts. The run is
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
 a command that broke the contract is "unknown" with the reason, never valid.
 
-The example trainers live in tests/frameworks/scripts of a checkout: they are the tests'
-trainers too, and a wheel does not ship them (``scripts_missing`` says so, and the command
-exits 2 with that sentence).
+The example trainers ship inside the package (trainer/frameworks/examples, installed as
+package data), so the table runs from a wheel as from a checkout; they are the tests'
+trainers too. Should they be missing (a damaged install), ``scripts_missing`` says so and the
+command exits 2 with that sentence.
 """
 from __future__ import annotations
 
 import importlib.util
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -32,10 +33,10 @@ from trainwreck.faults.foreign import WRITE_OPS
 from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose
+from trainwreck.trainer.frameworks import EXAMPLES
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "frameworks" / "scripts"
-"""The example trainers (they ship with the repository, not the wheel: see docs/FRAMEWORKS.md)."""
+SCRIPTS = EXAMPLES
+"""The example trainers, installed with the package (docs/FRAMEWORKS.md)."""
 STEPS, GLOBAL_BATCH = 12, 8
 """Every example trainer: 64 samples, 8 updates an epoch, 12 updates."""
 HANG_TIMEOUT_S = 30.0
@@ -101,6 +102,9 @@ class Framework:
     newest: str = "newest"
     """What corrupt-newest damages: "newest" (the checkpoint with the highest step in its name) or a
     name in the checkpoint folder (Lightning's last.ckpt has no step in its name)."""
+    argv: tuple[str, ...] = ()
+    """A user's own command (`trainwreck sweep --cmd`), run as it is; save_step 0: the golden run's
+    second recorded save (its first when it has one), as the user's save schedule is the script's."""
 
     @property
     def install(self) -> str:
@@ -110,6 +114,8 @@ class Framework:
         return importlib.util.find_spec(self.module) is not None
 
     def command(self) -> tuple[str, ...]:
+        if self.argv:
+            return self.argv
         return (sys.executable, str(SCRIPTS / self.script), "--steps", str(STEPS), "--global-batch",
                 str(GLOBAL_BATCH), *self.args)
 
@@ -181,12 +187,15 @@ class Row:
     report: str | None = None
     reason: str = ""
     fired: tuple[str, ...] = ()
+    figures: dict[str, Any] = field(default_factory=dict)
+    """What the judge measured, where a row has figures (torchft: stalls, steps alone, ids lost)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"framework": self.framework, "scenario": self.scenario,
-                "valid": self.valid if isinstance(self.valid, bool) else "unknown",
-                "invalid": list(self.invalid), "report": self.report, "reason": self.reason,
-                "fired": list(self.fired)}
+        row = {"framework": self.framework, "scenario": self.scenario,
+               "valid": self.valid if isinstance(self.valid, bool) else "unknown",
+               "invalid": list(self.invalid), "report": self.report, "reason": self.reason,
+               "fired": list(self.fired)}
+        return {**row, "figures": self.figures} if self.figures else row
 
 
 def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
@@ -232,19 +241,21 @@ def uninstalled_rows(fw: Framework, scenarios: Sequence[str]) -> list[Row]:
 
 
 def scripts_missing() -> str | None:
-    """Why the table cannot run here, or None: the example trainers are in a checkout only."""
+    """Why the table cannot run here, or None: the example trainers ship inside the package."""
     if (SCRIPTS / "plain_ddp.py").is_file():
         return None
-    return (f"the example trainers are not installed ({SCRIPTS} is missing): they ship with the repository, "
-            "not the wheel; run `trainwreck frameworks` from a git checkout (pip install -e '.[hf,lightning,"
-            "accelerate]')")
+    return (f"the example trainers are missing from the installed package ({SCRIPTS}): the install is "
+            "incomplete; reinstall it (pip install --force-reinstall 'trainwreck[hf,lightning,accelerate]')")
 
 
 def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequence[str] | None = None,
               scenarios: Sequence[str] | None = None, progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Every (framework, scenario) run, golden first (the others are judged against it)."""
     rows: list[Row] = []
-    for name in frameworks or FRAMEWORKS:
+    for name in frameworks or [*FRAMEWORKS, REPLICA_FRAMEWORK]:
+        if name == REPLICA_FRAMEWORK:
+            rows += _replica_rows(out_dir, scenarios, progress)
+            continue
         rows += _framework_rows(FRAMEWORKS[name], out_dir, launcher, list(scenarios or [*SCENARIOS, EVERY_OP]),
                                 progress)
     return rows
@@ -258,12 +269,58 @@ def _framework_rows(fw: Framework, out_dir: Path, launcher: Launcher, wanted: li
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
         rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, launcher)))
     if EVERY_OP in wanted:
+        if not fw.save_step:
+            fw = replace(fw, save_step=swept_save_step(out_dir / f"{fw.name}-golden"))
         ops = recorded_ops(out_dir / f"{fw.name}-golden", fw.save_step)
         if not ops:
+            where = f"at step {fw.save_step}" if fw.save_step else "at all"
             rows.append(_tell(progress, Row(fw.name, EVERY_OP, UNKNOWN,
-                                            reason=f"the golden run recorded no save at step {fw.save_step}")))
+                                            reason=f"the golden run recorded no save {where}: wrap the script's "
+                                                   "save in `with probe.saving(step, checkpoint_dir):` so its file "
+                                                   "operations are recorded (docs/FRAMEWORKS.md)")))
         rows += [_tell(progress, run_one(j, out_dir, launcher)) for j in crash_every_op_jobs(fw, ops)]
     return rows
+
+
+def swept_save_step(golden_dir: Path) -> int:
+    """The save a user command's sweep crashes: the golden run's second recorded save of rank 0 (a
+    crash there has an earlier checkpoint to fall back to), its first when it made one; 0: none."""
+    from trainwreck.trainer.rundir import iter_events
+
+    steps = sorted({e["step"] for e in iter_events(golden_dir) if e["kind"] == "save_ops" and e.get("rank") == 0
+                    and isinstance(e.get("step"), int)}) if golden_dir.is_dir() else []
+    return steps[1] if len(steps) > 1 else (steps[0] if steps else 0)
+
+
+def command_framework(command: str) -> Framework:
+    """A user's own command as a one-row framework of the table (`trainwreck sweep --cmd`)."""
+    return Framework("command", "torch", None, script="", argv=tuple(shlex.split(command)), save_step=0)
+
+
+def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_launcher,
+                      progress: Callable[[Row], None] | None = None) -> list[Row]:
+    """A crash at every file operation of the command's own save, as the table's crash-every-op
+    rows do for a built-in framework (one code path): its golden row first, which records the
+    saves, then one judged run per crash point."""
+    return _framework_rows(command_framework(command), out_dir, launcher, [EVERY_OP], progress)
+
+
+REPLICA_FRAMEWORK = "torchft"
+"""Its rows are replica-group jobs (harness/torchft_rows.py), not `--cmd` jobs: a group restarts alone."""
+
+
+def _replica_rows(out_dir: Path, scenarios: Sequence[str] | None,
+                  progress: Callable[[Row], None] | None) -> list[Row]:
+    from trainwreck.harness.torchft_rows import INSTALL, SCENARIOS as REPLICA_SCENARIOS, TorchftRow, torchft_rows
+
+    def row(r: TorchftRow) -> Row:
+        return Row(REPLICA_FRAMEWORK, r.scenario, r.valid, r.invalid, None, r.reason, r.fired, r.figures)
+
+    wanted = [s for s in (scenarios or REPLICA_SCENARIOS) if s in REPLICA_SCENARIOS]
+    if importlib.util.find_spec("torchft") is None:
+        return [_tell(progress, Row(REPLICA_FRAMEWORK, s, UNKNOWN, reason=f"torchft is not installed: {INSTALL}"))
+                for s in wanted]
+    return [row(r) for r in torchft_rows(out_dir, wanted, progress=lambda r: _tell(progress, row(r)))]
 
 
 def _tell(progress: Callable[[Row], None] | None, row: Row) -> Row:

@@ -2,7 +2,8 @@
 
 The job's target (harness/targets.py) names the entry and builds the uninterrupted job:
 for the reference trainer the key covers the trainer config, the world size and the
-trainer's source code; for a user's command, the command line and the files it names. So
+trainer's source code; for a user's command, the command line, the files it names and
+imports, and the installed versions (harness/cmdkey.py). So
 a cached golden run is reused across scenarios, test sessions and CLI calls, and is
 recomputed as soon as anything that could change its digests changes.
 """
@@ -13,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -47,16 +49,16 @@ def golden_run(cfg: TrainConfig, world_size: int, cache_dir: Path | None = None)
     return golden_for(JobSpec(config=cfg, world_sizes=(world_size,)), cache_dir)
 
 
-def golden_for(spec: JobSpec, cache_dir: Path | None = None) -> Path:
+def golden_for(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = False) -> Path:
     """The run directory of the uninterrupted run `spec` is judged against (cached);
-    GoldenFailed (a RuntimeError) when that run fails.
+    GoldenFailed (a RuntimeError) when that run fails. `fresh`: rebuilt even when intact.
 
     An entry whose files no longer match its manifest (truncated, deleted, edited) is
     rebuilt and replaced: returning it would judge every later run against damage.
     """
     cache_dir = cache_dir or default_cache_dir()
     final = cache_dir / spec.target.golden_name(spec)
-    if _intact(final):
+    if not fresh and _intact(final):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(cache_dir)
@@ -67,7 +69,10 @@ def golden_for(spec: JobSpec, cache_dir: Path | None = None) -> Path:
     failure = spec.target.golden_failure(record)
     if failure is not None:
         raise GoldenFailed(failure)
+    _repeat(spec, scratch, final, record.wall_s)
     _write_manifest(scratch)
+    if fresh:
+        discard(final)
     _publish(scratch, final)
     return final
 
@@ -87,6 +92,39 @@ def adopt(unpack: Callable[[Path], None], cache_dir: Path, key: str) -> Path:
         raise RuntimeError(f"the golden run {key} received from another node does not match its manifest")
     _publish(scratch, final)
     return final
+
+
+def _repeat(spec: JobSpec, scratch: Path, final: Path, golden_s: float) -> None:
+    """The target's repeat job (a user's command: its first updates once more), compared with the
+    golden run just built; the finding is stored beside it (harness/cmdrepeat.py)."""
+    from trainwreck.harness.cmdrepeat import record_repeat
+
+    repeat = spec.target.repeat_spec(spec, final.parent / _build_name(f"{final.name}-repeat"))
+    if repeat is None:
+        return
+    started = time.monotonic()
+    try:
+        run_job(repeat)
+        record_repeat(scratch, Path(repeat.run_dir), golden_s, time.monotonic() - started)
+    finally:
+        shutil.rmtree(repeat.run_dir, ignore_errors=True)
+
+
+def discard(entry: Path) -> None:
+    """Remove a cached golden run (`--fresh-golden`): renamed aside under the cache's lock first,
+    so a concurrent reader never sees half of it, and never followed if it is a link."""
+    if not entry.exists() and not entry.is_symlink():
+        return
+    with open(entry.parent / f".lock-{entry.name}", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not entry.exists() and not entry.is_symlink():
+            return
+        doomed = entry.parent / _build_name(entry.name)
+        os.rename(entry, doomed)
+    if doomed.is_symlink():
+        doomed.unlink()
+    else:
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _publish(scratch: Path, final: Path) -> None:

@@ -6,7 +6,8 @@ key `trainwreck_NAME` > the default. Markers: `gpu(devices=N)` (skips without N 
 devices), `chaos`, `slow`, `trainwreck(**options)`. Fixtures: `trainwreck_settings`,
 `warm_launcher` (this worker's fork server, shut down at session end), `golden_cache`
 (one directory per session, shared by xdist workers), `run_scenario` (runs and judges
-a scenario, returns a `JudgedRun`) and `chaos` (the property-based chaos suite). A
+a scenario, returns a `JudgedRun`), `run_command` (runs and judges *your own* training
+command under a plan, docs/TESTING.md) and `chaos` (the property-based chaos suite). A
 failing test that ran jobs gets a `trainwreck` report section: each run's verdicts,
 its run directory and report, and the exact command that reproduces it.
 
@@ -34,6 +35,9 @@ KEEP_RUNS = "keep_runs"
 CHAOS_EXAMPLES = "chaos_examples"
 CHAOS_BUDGET = "chaos_budget"
 CHAOS_PROFILE = "chaos_profile"
+COMMAND = "command"
+WORLD_SIZES = "world_sizes"
+HANG_TIMEOUT = "hang_timeout"
 
 MARKER = "trainwreck"
 KEEP_POLICIES = ("failed", "all", "none")
@@ -72,6 +76,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(CHAOS_BUDGET, "", "wall-clock budget of one chaos property, e.g. 90s, 10m, 1h (default: none)"),
     Option(CHAOS_PROFILE, "ci", "chaos Hypothesis profile: ci (small, derandomised) or nightly (large, "
                                 "with a database in .hypothesis/)", ("ci", "nightly")),
+    Option(COMMAND, "", "your training command for run_command() called without one, e.g. 'python train.py'"),
+    Option(WORLD_SIZES, "2", "run_command(): world size per attempt, e.g. 2,1 (the last repeats)"),
+    Option(HANG_TIMEOUT, "30", "run_command(): seconds without progress before a hang is declared"),
 )}
 
 
@@ -107,6 +114,9 @@ class Settings:
     chaos_examples: int | None
     chaos_budget_s: float | None
     chaos_profile: str
+    command: str = ""
+    world_sizes: tuple[int, ...] = (2,)
+    hang_timeout_s: float = 30.0
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -128,7 +138,28 @@ def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Sett
             raise pytest.UsageError(f"trainwreck option chaos_budget (from {sources[CHAOS_BUDGET]}): {exc}") from None
     return Settings(backend=values[BACKEND], launcher=values[LAUNCHER], keep_runs=values[KEEP_RUNS],
                     chaos_examples=int(examples) if examples else None, chaos_budget_s=budget_s,
-                    chaos_profile=values[CHAOS_PROFILE], sources=sources)
+                    chaos_profile=values[CHAOS_PROFILE], command=values[COMMAND],
+                    world_sizes=_world_sizes(values[WORLD_SIZES], sources[WORLD_SIZES]),
+                    hang_timeout_s=_seconds(values[HANG_TIMEOUT], sources[HANG_TIMEOUT]), sources=sources)
+
+
+def _world_sizes(text: str, source: str) -> tuple[int, ...]:
+    sizes = tuple(int(w) for w in text.replace(" ", "").split(",") if w.isdigit())
+    if not sizes or ",".join(map(str, sizes)) != text.replace(" ", "") or min(sizes) < 1:
+        raise pytest.UsageError(f"trainwreck option world_sizes={text!r} (from {source}) must be positive "
+                                "integers like 2 or 2,1")
+    return sizes
+
+
+def _seconds(text: str, source: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise pytest.UsageError(f"trainwreck option hang_timeout={text!r} (from {source}) must be a positive "
+                                "number of seconds, e.g. 30")
+    return value
 
 
 # ----- hooks -----------------------------------------------------------------------------------
@@ -146,7 +177,8 @@ MARKERS = (
     "gpu(devices=1): needs that many CUDA devices (skipped without them)",
     "chaos: property-based chaos (deselected by default; run with -m chaos)",
     "slow: heavier than the default run (deselected by default; run with -m slow)",
-    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*) for one test",
+    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*, command, world_sizes, "
+    "hang_timeout) for one test",
 )
 
 
@@ -199,19 +231,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def describe_run(judged: Any) -> str:
     """A failure section: verdicts, run directory, report, and the reproducing command."""
-    from trainwreck.harness.runner import verdict_lines
-    from trainwreck.invariants.verdict import verdict_word
+    from trainwreck.harness.runner import failure_section
 
-    lines = [f"overall: {verdict_word(judged.judgement.valid)} ({judged.record.outcome} after "
-             f"{judged.record.attempts} attempt(s))", *verdict_lines(judged.judgement)]
-    if judged.judgement.unfired_faults:
-        lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
-    lines.append(f"run directory: {judged.record.run_dir}")
-    report = render_report_if_available(judged.record.run_dir)
-    if report is not None:
-        lines.append(f"report: {report}")
-    lines.append(f"reproduce: {judged.reproduce}")
-    return "\n".join(lines)
+    return failure_section(judged, render_report_if_available(judged.record.run_dir))
 
 
 def render_report_if_available(run_dir: Path) -> Path | None:
@@ -319,6 +341,47 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
         if settings.backend != "auto":  # `trainwreck run` defaults to auto: name the backend that ran
             judged = replace(judged, reproduce=f"{judged.reproduce} --backend {settings.backend}")
+        record_run(request, judged)
+        return judged
+
+    yield run
+    _clean_up(request, settings, run_dirs)
+
+
+@pytest.fixture
+def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
+                golden_cache: Path) -> Iterator[Callable[..., Any]]:
+    """run_command(argv=None, *, plan=None, world_sizes=None, hang_timeout_s=None, ckpt_dir="checkpoints",
+    fresh_golden=False) -> JudgedRun: your own training command (it calls the probe), one process per
+    rank under the harness with `plan`'s faults, judged against its own cached golden run, exactly as
+    `trainwreck run --cmd` does. argv: a list or a command line; None: the `command` option. world_sizes
+    and hang_timeout_s default to the options (marker > CLI > env > ini > default)."""
+    import shlex
+
+    from trainwreck.faults.plan import PlanError
+    from trainwreck.harness.cmd import Command
+    from trainwreck.harness.runner import run_judged
+    from trainwreck.harness.spec import JobSpec, SpecError
+
+    settings = trainwreck_settings
+    run_dirs: list[Path] = []
+
+    def run(argv: str | list[Any] | tuple[Any, ...] | None = None, *, plan: list[dict[str, Any]] | None = None,
+            world_sizes: tuple[int, ...] | list[int] | None = None, hang_timeout_s: float | None = None,
+            ckpt_dir: str = "checkpoints", fresh_golden: bool = False) -> Any:
+        command = argv if isinstance(argv, str) else shlex.join(map(str, argv)) if argv else settings.command
+        if not command:
+            pytest.fail("run_command() needs your training command: pass it (run_command([sys.executable, "
+                        "'train.py']) or set the trainwreck option command (ini trainwreck_command)", pytrace=False)
+        out = tmp_path / f"cmd-{len(run_dirs)}"
+        run_dirs.append(out)
+        try:
+            spec = JobSpec(target=Command(command, ckpt_dir), world_sizes=tuple(world_sizes or settings.world_sizes),
+                           plan=[dict(f) for f in plan or []], hang_timeout_s=hang_timeout_s or settings.hang_timeout_s,
+                           run_dir=out, keep=True)
+        except (PlanError, SpecError, ValueError) as exc:
+            pytest.fail(f"run_command(): {exc}", pytrace=False)
+        judged = run_judged(spec, golden_cache=golden_cache, fresh_golden=fresh_golden)
         record_run(request, judged)
         return judged
 

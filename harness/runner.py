@@ -20,7 +20,7 @@ from trainwreck.harness.restarts import RunRecord
 from trainwreck.harness.supervisor import run_job
 from trainwreck.harness.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
-from trainwreck.invariants.verdict import UNKNOWN, exit_code, verdict_word
+from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -41,6 +41,31 @@ class JudgedRun:
         """0 valid, 1 invalid, 2 unknown (the CLI contract)."""
         return exit_code(self.judgement.valid)
 
+    @property
+    def valid(self) -> Validity:
+        """True, False or "unknown": the whole judgement (`assert judged.valid is True`)."""
+        return self.judgement.valid
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        """Invariant name -> Verdict (`judged.verdicts["coverage"].summary`)."""
+        return self.judgement.verdicts
+
+    @property
+    def fired(self) -> list[str]:
+        """The planned faults that fired, from the run's own `fault` events, in order, once each."""
+        from trainwreck.trainer.rundir import iter_events
+
+        ids = [str(e.get("fault_id")) for e in iter_events(self.record.run_dir, batches=False) if e["kind"] == "fault"]
+        return list(dict.fromkeys(ids))
+
+    def assert_valid(self) -> None:
+        """Raise AssertionError with the failure section (verdicts, evidence, run directory,
+        report, reproduce line) unless every invariant held and every planned fault fired."""
+        if self.judgement.valid is not True:
+            raise AssertionError("trainwreck judged the run " + verdict_word(self.judgement.valid) + "\n"
+                                 + failure_section(self))
+
 
 def verdict_lines(judgement: Judgement) -> list[str]:
     """One line per invariant, its first evidence indented below, then the judge's notes."""
@@ -52,6 +77,25 @@ def verdict_lines(judgement: Judgement) -> list[str]:
     return lines
 
 
+def failure_section(judged: JudgedRun, report: Path | None = None) -> str:
+    """What a failed test prints about one run: the verdicts with their evidence, the root
+    cause when a rank died of its own error, the run directory, the report, the reproduce line."""
+    lines = [f"overall: {verdict_word(judged.judgement.valid)} ({judged.record.outcome} after "
+             f"{judged.record.attempts} attempt(s))"]
+    cause = getattr(judged, "root_cause", None)  # anything shaped like a JudgedRun may be described
+    if cause is not None:
+        lines.append(f"root cause: {cause.sentence()}")
+    lines += verdict_lines(judged.judgement)
+    if judged.judgement.unfired_faults:
+        lines.append(f"planned faults that never fired: {', '.join(map(str, judged.judgement.unfired_faults))}")
+    lines.append(f"run directory: {judged.record.run_dir}")
+    report = report or RunDir(judged.record.run_dir).root / "report" / "report.html"
+    if report.is_file():
+        lines.append(f"report: {report}")
+    lines.append(f"reproduce: {judged.reproduce}")
+    return "\n".join(lines)
+
+
 def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, variant: str = "reference",
              **overrides: Any) -> JobSpec:
     return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
@@ -61,13 +105,14 @@ def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, va
 
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,
-               reproduce: str | None = None, resume: bool = False) -> JudgedRun:
+               reproduce: str | None = None, resume: bool = False, fresh_golden: bool = False) -> JudgedRun:
     """Run `spec` (its run_dir is kept), judge it against its target's cached golden run, write
     verdicts.json and the report. `resume`: spec.run_dir already holds earlier attempts (a
-    power-loss crash state); the job continues from the next one."""
+    power-loss crash state); the job continues from the next one. `fresh_golden`: the golden
+    run is rebuilt even when a cached one matches (`--fresh-golden`)."""
     target = spec.target
     try:
-        golden_dir: Path | None = golden_for(spec, golden_cache)
+        golden_dir: Path | None = golden_for(spec, golden_cache, fresh_golden)
     except GoldenFailed as exc:
         if not target.judged_without_golden:
             raise

@@ -417,7 +417,7 @@ def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, see
 
 @dataclass(frozen=True)
 class ForeignWriter:
-    """A framework's example trainer (tests/frameworks/scripts), run through `trainwreck run
+    """A framework's example trainer (trainer/frameworks/examples), run through `trainwreck run
     --cmd`'s launcher; its saves are the framework's own code, recorded in its ranks."""
 
     name: str

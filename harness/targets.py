@@ -57,6 +57,10 @@ class Target(Protocol):
     def golden_failure(self, record: Any) -> str | None:
         """Why the golden run in `record` cannot serve as one; None when it can."""
 
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        """A short second uninterrupted job whose first updates must equal the golden run's (is the
+        trainer deterministic? harness/cmdrepeat.py); None: nothing to check."""
+
     def problems(self, run_dir: Path) -> list[str]:
         """Why a run of this target cannot be judged, each with the fix; empty when it can."""
 
@@ -130,6 +134,9 @@ class Reference:
         if record.status == "completed":
             return None
         return f"the golden run failed ({record.outcome}); see {record.run_dir}"
+
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        return None  # seeded by construction; the defect table proves its determinism
 
     def problems(self, run_dir: Path) -> list[str]:
         return []

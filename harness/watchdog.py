@@ -120,11 +120,26 @@ def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float
     files = {r: RunDir(run_dir).rank_stacks(attempt, r, pid) for r, pid in pids.items()}
     deadline = time.monotonic() + wait_s
     for rank, pid in pids.items():
+        if not _catches(pid, signal.SIGUSR1):
+            continue  # no dump handler (a command that never built its probe): SIGUSR1 would kill it
         _send(pid, signal.SIGUSR1)  # pending until the rank runs again, then handled first
         _send(pid, signal.SIGCONT)
         _wait_for_dump(files[rank], deadline)
         _send(pid, signal.SIGSTOP)
     return [str(p.relative_to(run_dir)) for p in files.values() if _size(p)]
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for `sig` (Linux: the SigCgt mask in /proc); True
+    where that cannot be read, as before this check existed."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return True
 
 
 def _send(pid: int, sig: int) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import restore_point
+from trainwreck.invariants.lineage import content_of, resolve_save, restore_point, save_of_restore
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "atomicity"
@@ -149,10 +149,10 @@ def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evi
     counts["restores"] += len({ev["checkpoint"] for ev in restores})
     for name in sorted({ev["checkpoint"] for ev in restores}):
         ev = next(e for e in restores if e["checkpoint"] == name)
-        stored = state.get(name, Stored())
+        stored = _stored_for(history, state, ev)
         where = f"attempt {attempt} restored {name} ({ev['_src']})"
         if stored.save is None:
-            evidence.add(f"{where}, which was never committed: no save before the attempt")
+            evidence.add(f"{where}, which was never committed: {_why_uncommitted(history, ev)}")
         elif stored.damage is not None:
             evidence.add(f"{where}, which fault {stored.damage['fault_id']!r} had damaged ({stored.damage['_src']})")
         elif stored.prune is not None:
@@ -173,6 +173,26 @@ def _judge_attempt(history: History, attempt: int, state: dict[str, Stored], evi
             evidence.add(f"attempt {attempt} considered {damaged}, but never rejected it")
         elif not any(_first(r, anchors) for r in rejects):
             evidence.add(f"attempt {attempt} rejected {damaged} only after restoring or training ({rejects[0]['_src']})")
+
+
+def _stored_for(history: History, state: dict[str, Stored], restore: dict[str, Any]) -> Stored:
+    """What the restored checkpoint was at the attempt's start. Known by its bytes when the
+    events carry `content` (lineage.save_of_restore): a save whose name was overwritten since,
+    yet whose bytes were loaded (renamed aside as a backup), was committed and is judged as such."""
+    save = save_of_restore(history, restore)
+    if save is None:
+        return Stored()
+    stored = state.get(save["checkpoint"], Stored())
+    return stored if stored.save is save else Stored(save=save)
+
+
+def _why_uncommitted(history: History, restore: dict[str, Any]) -> str:
+    content = content_of(restore)
+    named = resolve_save(history, restore["checkpoint"], restore["attempt"])
+    if content is not None and named is not None and content_of(named) is not None:
+        return (f"its bytes (content {content}) match no save before the attempt; the last save of that name "
+                f"committed content {content_of(named)} at step {named['step']} ({named['_src']})")
+    return "no save before the attempt"
 
 
 def _anchors(history: History, attempt: int, restores: list[dict[str, Any]]) -> list[Pos]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import Lineage, resolve_save, walk_lineage
+from trainwreck.invariants.lineage import (Lineage, batch_changed, content_of, restore_point, save_of_restore,
+                                           walk_lineage)
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "continuity"
@@ -33,15 +34,14 @@ def losses_match(loss: float, golden_loss: float, tolerance: float) -> bool:
 def check_continuity(history: History, golden: History | None = None) -> Verdict:
     evidence = Evidence()
     unverified: list[str] = []
-    counts = {"restores_checked": 0, "saves_checked": 0, "golden_steps_checked": 0}
+    counts: dict[str, int] = {"restores_checked": 0, "saves_checked": 0, "golden_steps_checked": 0}
     _check_restores(history, evidence, unverified, counts)
     _check_saves(history, evidence, counts)
     lineage = walk_lineage(history)
-    if golden is not None:
-        _check_golden(history, lineage, golden, evidence, unverified, counts)
+    diagnosis = _check_golden(history, lineage, golden, evidence, unverified, counts) if golden is not None else []
     counts["violations"] = evidence.total
     if evidence:
-        return Verdict(NAME, False, f"{evidence.total} discontinuit{'y' if evidence.total == 1 else 'ies'}: {evidence.lines[0]}", counts, evidence.listing())
+        return Verdict(NAME, False, f"{evidence.total} discontinuit{'y' if evidence.total == 1 else 'ies'}: {evidence.lines[0]}", counts, evidence.listing() + diagnosis)
     if unverified:
         return Verdict(NAME, UNKNOWN, f"continuity cannot be shown: {unverified[0]}", counts, unverified[:10])
     if not _has_digests(history):
@@ -50,6 +50,9 @@ def check_continuity(history: History, golden: History | None = None) -> Verdict
     if golden is None and restores == 0:
         return Verdict(NAME, True, f"no restore to check: the lineage is one attempt; {counts['saves_checked']} save digest(s) match their steps", counts)
     golden_note = f", {counts['golden_steps_checked']} lineage steps match the golden run" if golden is not None else ""
+    if "global_batch_changed_at_step" in counts:
+        golden_note += (f" up to step {counts['global_batch_changed_at_step']}, where the global batch changed "
+                        f"({counts['global_batch_golden']} -> {counts['global_batch_after_change']})")
     return Verdict(NAME, True, f"{restores} restore digest(s) equal their saves{golden_note}", counts)
 
 
@@ -62,12 +65,15 @@ def _has_digests(history: History) -> bool:
 def _check_restores(history: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]) -> None:
     for ev in history.of_kind("restore"):
         where = f"attempt {ev['attempt']} rank {ev['rank']} restored {ev['checkpoint']}"
-        save = resolve_save(history, ev["checkpoint"], ev["attempt"])
+        save = save_of_restore(history, ev)
         if save is None:
             unverified.append(f"{where}, which no earlier save committed: no digest to compare")
             continue
+        by_content = content_of(ev) is not None and content_of(ev) == content_of(save)
         if save["step"] != ev["step"]:
-            evidence.add(f"{where} as step {ev['step']}, but it was saved at step {save['step']} (attempt {save['attempt']})")
+            what = (f"but those bytes (content {content_of(save)}) were saved as {save['checkpoint']} at step"
+                    if by_content else "but it was saved at step")
+            evidence.add(f"{where} as step {ev['step']}, {what} {save['step']} (attempt {save['attempt']})")
         if ev.get("digest") is None or save.get("digest") is None:
             unverified.append(f"{where}: restore or save has no digest")
             continue
@@ -83,7 +89,7 @@ def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -
             continue
         digests = set()
         for log in history.ranks_of(save["attempt"]):
-            digest = log.digest_by_step().get(save["step"])
+            digest = log.digest_at(save["step"])
             if digest is not None:
                 digests.add(digest)
         if not digests:
@@ -98,21 +104,28 @@ def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -
 
 def _check_golden(
     history: History, lineage: Lineage, golden: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]
-) -> None:
+) -> list[str]:
     if not lineage.complete:
         unverified.extend(lineage.problems[:1])
     golden_at = dict(walk_lineage(golden).steps())
     tolerance = loss_tolerance(history)
     checked = 0
+    diagnosis: list[str] = []
     for k, attempt in lineage.steps():
         ours = history.step_record(attempt, k)
         if ours is None:
             _note(unverified, f"no step event for lineage step {k} (attempt {attempt})")
             continue
+        g_attempt = golden_at.get(k, max(golden_at.values(), default=0))
+        changed = batch_changed(history, attempt, golden, g_attempt)
+        if changed is not None:  # a per-device batch on another world size: steps are other updates
+            counts.setdefault("global_batch_changed_at_step", k)
+            counts.setdefault("global_batch_golden", changed[0])
+            counts.setdefault("global_batch_after_change", changed[1])
+            continue
         if k not in golden_at:
             _note(unverified, f"the golden run has no step {k}")
             continue
-        g_attempt = golden_at[k]
         theirs = golden.step_record(g_attempt, k)
         if theirs is None:
             _note(unverified, f"the golden run has no step event for step {k}")
@@ -122,6 +135,8 @@ def _check_golden(
         if same_world and digest is not None and g_digest is not None:
             checked += 1
             if digest != g_digest:
+                if not evidence:
+                    diagnosis = _diagnose(history, lineage, golden, k, attempt, counts)
                 evidence.add(f"lineage step {k} (attempt {attempt}): digest {digest} != golden {g_digest} (same world size {history.world_sizes.get(attempt)})")
         elif _is_num(loss) and _is_num(g_loss):
             checked += 1
@@ -131,6 +146,30 @@ def _check_golden(
         else:
             _note(unverified, f"lineage step {k}: neither digests nor losses to compare with the golden run")
     counts["golden_steps_checked"] = checked
+    return diagnosis
+
+
+def _diagnose(history: History, lineage: Lineage, golden: History, k: int, attempt: int,
+              counts: dict[str, int]) -> list[str]:
+    """Facts for the first lineage step that leaves the golden run after a restore that was exact
+    (restored digest == saved digest): the digest covers parameters and optimizer state, so the
+    difference lies in state it does not cover. Whether step k's global batch equals golden's
+    tells sampler position / data order apart from RNG / LR schedule."""
+    seg = next((s for s in lineage.segments if s.attempt == attempt and s.first <= k <= s.last), None)
+    restore = restore_point(history, attempt) if seg is not None and seg.restored is not None else None
+    save = save_of_restore(history, restore) if restore is not None else None
+    if restore is None or save is None or restore.get("digest") is None or restore.get("digest") != save.get("digest"):
+        return []
+    golden_attempt = dict(walk_lineage(golden).steps()).get(k)
+    same_batch = golden_attempt is not None and history.global_batch(attempt, k) == golden.global_batch(golden_attempt, k)
+    counts.update(diverged_step=k, diverged_after_exact_restore_step=restore["step"],
+                  diverged_batch_matches_golden=int(same_batch))
+    missing = (f"step {k} used the golden run's batch, so the RNG state (dropout, augmentation) or the LR schedule"
+               if same_batch else
+               f"step {k}'s global batch differs from the golden run's, so the sampler position or the data order")
+    return [f"the restore of {restore['checkpoint']} at step {restore['step']} was exact (its digest equals the "
+            f"save's: parameters and optimizer state), yet lineage step {k} left the golden run: {missing} "
+            "was not restored (the digest does not cover it)"]
 
 
 def _is_num(x: Any) -> bool:

@@ -1,16 +1,20 @@
 """The History of a run: what its run directory says happened.
 
-Speed and memory matter: a 100 000-step x 8-rank run has ~1.6M events. The two
-bulk kinds, `batch` and `step`, are stored as columns per (attempt, rank) in a
-`RankLog` (plain lists of ints and strings, no per-event objects); every other
-kind is kept as its dict, in order, in `History.events`.
+Speed and memory matter: a 100 000-step x 8-rank run has ~1.6M events, a long
+real run a hundred million. The two bulk kinds, `batch` and `step`, are stored
+as columns per (attempt, rank) in a `RankLog`: integers in `array`s of the
+narrowest item type that holds them (widened as larger values arrive; a plain
+list past 64 bits), losses in an `array('d')` while they are all floats, digests
+in a list of shared strings - no object per event. Every other kind is kept as
+its dict, in order, in `History.events`.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence, Union
 
 FORMAT = "trainwreck-run/1"
 
@@ -19,6 +23,45 @@ Pos = tuple[float, str, int]  # (t, file, line): where an event was written
 
 class InputError(Exception):
     """The run directory cannot be judged; the message names file, line, field."""
+
+
+# A column of integers: an array of the narrowest type that holds them, or a list
+# once a value needs more than 64 bits. Index, slice, iterate and bisect it like a
+# list; compare a slice with `list(...)` (an array never equals a list).
+Ints = Union["array[int]", list[int]]
+_WIDTHS = (("b", 7), ("h", 15), ("i", 31), ("q", 63))
+
+
+def ints() -> Ints:
+    return array("b")
+
+
+def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
+    """`column` with `values` appended, widened first when one does not fit;
+    returns the column to keep (the same object unless it was widened)."""
+    if not values:
+        return column
+    if isinstance(column, array):
+        lo, hi = min(values), max(values)
+        bits = column.itemsize * 8 - 1
+        if lo < -(1 << bits) or hi >= 1 << bits:
+            code = next((c for c, b in _WIDTHS if b > bits and -(1 << b) <= lo and hi < 1 << b), None)
+            column = array(code, column) if code else list(column)
+    column.extend(values)
+    return column
+
+
+def floats() -> "array[float] | list[Any]":
+    return array("d")
+
+
+def extend_losses(column: "array[float] | list[Any]", values: Sequence[Any]) -> "array[float] | list[Any]":
+    """Losses stay an array of doubles while every one is a float; anything else
+    (None, an int, a string) turns the column into a list, values unchanged."""
+    if isinstance(column, array) and not set(map(type, values)) <= {float}:
+        column = list(column)
+    column.extend(values)
+    return column
 
 
 @dataclass
@@ -30,16 +73,16 @@ class RankLog:
     world_size: int
     # `step` events, ascending by update number, one per update (repeats are
     # moved to History.duplicate_steps).
-    steps: list[int] = field(default_factory=list)
-    losses: list[Any] = field(default_factory=list)  # float, int or None
+    steps: Ints = field(default_factory=ints)
+    losses: "array[float] | list[Any]" = field(default_factory=floats)  # float, int or None
     digests: list[Any] = field(default_factory=list)
     # `batch` events, ascending by update number (a repeat stays: if a rank
     # really used samples twice for one update, coverage must see it).
-    batch_steps: list[int] = field(default_factory=list)
-    epochs: list[int] = field(default_factory=list)
+    batch_steps: Ints = field(default_factory=ints)
+    epochs: Ints = field(default_factory=ints)
     # The ids of batch event i are ids[offsets[i]:offsets[i + 1]].
-    offsets: list[int] = field(default_factory=lambda: [0])
-    ids: list[int] = field(default_factory=list)
+    offsets: Ints = field(default_factory=lambda: array("b", [0]))
+    ids: Ints = field(default_factory=ints)
     first_pos: Pos | None = None  # where this rank first trained in this attempt
 
     def batch_range(self, first: int, last: int) -> tuple[int, int]:
@@ -47,7 +90,13 @@ class RankLog:
         return bisect_left(self.batch_steps, first), bisect_right(self.batch_steps, last)
 
     def samples(self, index: int) -> list[int]:
-        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+        return list(self.ids[self.offsets[index] : self.offsets[index + 1]])
+
+    def digest_at(self, step: int) -> Any:
+        """The digest reported for update `step` (None if none), without building
+        a dict of every step: `steps` is ascending and unique."""
+        i = bisect_left(self.steps, step)
+        return self.digests[i] if i < len(self.steps) and self.steps[i] == step else None
 
     def step_index(self) -> dict[int, int]:
         cache = self.__dict__.get("_step_index")

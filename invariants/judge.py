@@ -27,6 +27,24 @@ CHECKERS: dict[str, Checker] = {
 }
 
 
+def checkers_for(history: History) -> dict[str, Checker]:
+    """The classic checkers; for a replica-group run (run.json `replica_groups`), the
+    replica-aware coverage, continuity and progress of invariants/replica_groups.py instead
+    of the lineage-based ones (a group restart is not a whole-job restart), plus `hang`."""
+    from trainwreck.invariants.replica_groups import is_replica_run, replica_checkers
+
+    if not is_replica_run(history.spec):
+        return CHECKERS
+    return {**replica_checkers(history.run_dir), "hang": check_hang}
+
+
+def read_elsewhere(spec: dict[str, Any], note: str) -> bool:
+    """A loader note about kinds the replica checkers read themselves (not worth telling)."""
+    from trainwreck.invariants.replica_groups import REPLICA_KINDS, is_replica_run
+
+    return is_replica_run(spec) and any(note.endswith(f"unknown kind {kind!r}") for kind in REPLICA_KINDS)
+
+
 @dataclass(frozen=True)
 class Judgement:
     """Every verdict on a run, and what they add up to."""
@@ -56,9 +74,9 @@ def judge(history: History, golden: History | None = None) -> Judgement:
 
     A planned fault that never fired adds an "unknown": the run did not test
     what it meant to. A violation still wins, since it was really observed."""
-    verdicts = {name: check_safe(name, fn, history, golden) for name, fn in CHECKERS.items()}
+    verdicts = {name: check_safe(name, fn, history, golden) for name, fn in checkers_for(history).items()}
     unfired = unfired_faults(history)
-    notes = list(history.notes)
+    notes = [note for note in history.notes if not read_elsewhere(history.spec, note)]
     if golden is not None:
         notes.extend(f"golden: {note}" for note in golden.notes)
     planned = {f["id"] for f in history.spec["faults"]}

@@ -8,8 +8,9 @@ Every other update is redo work - a cost, not an error.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from trainwreck.invariants.history import History
 
@@ -54,12 +55,38 @@ def resolve_save(history: History, checkpoint: str, before_attempt: int) -> dict
 
     Names are reused (redo work re-saves `step-00000020`), so it is the latest
     save of an earlier attempt that counts."""
-    best = None
-    for ev in history.of_kind("save"):
-        if ev["checkpoint"] == checkpoint and ev["attempt"] < before_attempt:
-            if best is None or (ev["attempt"], ev["_pos"]) > (best["attempt"], best["_pos"]):
-                best = ev
-    return best
+    return _latest(ev for ev in history.of_kind("save")
+                   if ev["checkpoint"] == checkpoint and ev["attempt"] < before_attempt)
+
+
+def content_of(event: dict[str, Any]) -> str | None:
+    """The optional `content` of a save or restore: equal iff the checkpoint's bytes are equal."""
+    content = event.get("content")
+    return content if isinstance(content, str) and content else None
+
+
+def save_of_restore(history: History, restore: dict[str, Any]) -> dict[str, Any] | None:
+    """The save whose bytes a `restore` loaded, or None when no earlier save committed them.
+
+    By content when the restore carries it: the latest earlier save of equal content,
+    whatever its name (one file overwritten in place, or renamed aside as a backup, is
+    still known). A restore whose content no save committed resolves to None when the
+    name's own save carries a (different) content: those bytes were never committed.
+    Otherwise, when either side lacks `content` (older writers), by name as before."""
+    before = restore["attempt"]
+    content = content_of(restore)
+    if content is not None:
+        same = _latest(ev for ev in history.of_kind("save") if content_of(ev) == content and ev["attempt"] < before)
+        if same is not None:
+            return same
+    by_name = resolve_save(history, restore["checkpoint"], before)
+    if content is not None and by_name is not None and content_of(by_name) is not None:
+        return None
+    return by_name
+
+
+def _latest(saves: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    return max(saves, key=lambda ev: (ev["attempt"], ev["_pos"]), default=None)
 
 
 def walk_lineage(history: History) -> Lineage:
@@ -99,19 +126,20 @@ def _walk(history: History) -> Lineage:
         producer = _producer(history, attempt, restore, lineage)
         if producer is None:
             break
-        attempt, end = producer, start
+        attempt, end = producer
     segments.reverse()
     lineage.segments = segments
     lineage.redo = _redo(history, segments)
     return lineage
 
 
-def _producer(history: History, attempt: int, restore: dict[str, Any], lineage: Lineage) -> int | None:
-    """The attempt whose updates led up to the checkpoint `attempt` restored."""
+def _producer(history: History, attempt: int, restore: dict[str, Any], lineage: Lineage) -> tuple[int, int] | None:
+    """(the attempt whose updates led up to the checkpoint `attempt` restored, the last of its updates
+    the checkpoint holds)."""
     checkpoint, step = restore["checkpoint"], restore["step"]
-    save = resolve_save(history, checkpoint, attempt)
+    save = save_of_restore(history, restore)
     if save is not None:
-        return save["attempt"]
+        return save["attempt"], _loaded_step(restore, save)
     # No save: atomicity will call the restore invalid. For the other checkers
     # assume the latest earlier attempt that reached that step made it, and say so.
     for earlier in range(attempt - 1, -1, -1):
@@ -120,12 +148,21 @@ def _producer(history: History, attempt: int, restore: dict[str, Any], lineage: 
                 f"attempt {attempt} restored {checkpoint} (step {step}), which no save committed;"
                 f" assumed attempt {earlier}'s updates led to it"
             )
-            return earlier
+            return earlier, step
     lineage.problems.append(
         f"attempt {attempt} restored {checkpoint} (step {step}), which no save committed"
         " and no earlier attempt reached: the lineage before it is unknown"
     )
     return None
+
+
+def _loaded_step(restore: dict[str, Any], save: dict[str, Any]) -> int:
+    """The update the loaded state holds: the save's step when the bytes say which save it was
+    (equal content), so a script that loads step 8's checkpoint but calls itself at step 4 (and
+    replays updates 5-8) has both runs of 5-8 in its lineage; else the restore's own word."""
+    if content_of(restore) is not None and content_of(restore) == content_of(save):
+        return int(save["step"])
+    return int(restore["step"])
 
 
 def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
@@ -137,10 +174,35 @@ def _redo(history: History, segments: list[Segment]) -> dict[int, int]:
     redo: dict[int, int] = {}
     for attempt in {a for a, _ in history.logs}:
         lo, hi = in_lineage.get(attempt, (1, 0))
-        applied: set[int] = set()
+        applied: set[int] = set()  # steps outside lo..hi: the ends of each ascending column
         for log in history.ranks_of(attempt):
-            applied.update(log.steps)
-        outside = sum(1 for k in applied if not lo <= k <= hi)
+            applied.update(log.steps[: bisect_left(log.steps, lo)], log.steps[bisect_right(log.steps, hi) :])
+        outside = len(applied)
         if outside:
             redo[attempt] = outside
     return redo
+
+
+def first_batches(history: History, attempt: int, count: int = 2) -> list[tuple[int, int]]:
+    """(step, samples of that update over all ranks) for the attempt's first `count` updates."""
+    cache = history.__dict__.setdefault("_first_batches", {})
+    if attempt not in cache:
+        steps = sorted({k for log in history.ranks_of(attempt) for k in log.batch_steps[:count]})[:count]
+        cache[attempt] = [(k, len(history.global_batch(attempt, k) or [])) for k in steps]
+    return cache[attempt]
+
+
+def batch_changed(history: History, attempt: int, golden: History, golden_attempt: int) -> tuple[int, int] | None:
+    """(golden's global batch, this attempt's) when the attempt's differs: a per-device batch on
+    another world size, whose step k is then another update than golden's step k, so comparisons
+    with the golden run end there. None when equal or unknown. Two first updates are compared with
+    golden's updates of the same numbers, both must differ: an epoch's final partial batch is one."""
+    ours, theirs = first_batches(history, attempt), first_batches(golden, golden_attempt)
+    if not ours or not theirs:
+        return None
+    full = max(size for _, size in theirs)
+    for step, size in ours:
+        golden_ids = golden.global_batch(golden_attempt, step)
+        if size == (len(golden_ids) if golden_ids is not None else full):
+            return None
+    return full, max(size for _, size in ours)

@@ -6,13 +6,15 @@ be trusted (a bad line in the middle of a file, a missing or mistyped field:
 InputError naming file, line and field). A checker that guessed over broken
 input would pass runs it never saw.
 
-Speed: each file is first parsed whole by orjson (several times faster than
-the stdlib on these small objects) and, when it is one process's events (one
-attempt, one rank: the normal case), split into columns with C-level
-map/compress passes. A file that does not fit - a torn or bad line, a mixed
-file, a field of the wrong type - is parsed again by the stdlib and goes
-through the per-event path, which is the reference: every message about bad
-input comes from it, so both parsers judge the same input the same way.
+Speed and memory: each file is streamed in blocks of whole lines (files.py
+opens it without trusting it); a block is parsed by orjson (several times
+faster than the stdlib on these small objects) and, when it is one process's
+events (one attempt, one rank: the normal case), split into compact columns
+with C-level map/compress passes. A block that does not fit - a torn or bad
+line, a mixed file, a field of the wrong type - is parsed again by the stdlib
+and goes through the per-event path, which is the reference: every message
+about bad input comes from it, so both parsers judge the same input the same
+way. A big run's files are parsed by forked workers (`_load_parallel`).
 """
 
 from __future__ import annotations
@@ -20,16 +22,27 @@ from __future__ import annotations
 import gc
 import json
 import json.scanner
+import multiprocessing
 import os
+import threading
+from bisect import bisect_left
+from collections import deque
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import orjson
 
-from trainwreck.invariants.history import FORMAT, History, InputError, RankLog
+from trainwreck.invariants.files import open_regular, read_bounded
+from trainwreck.invariants.history import FORMAT, History, InputError, RankLog, extend_ints, extend_losses
 
 _INT = "a non-negative integer"
+# Reading bounds (files.py refuses what is not a regular file). run.json is a small spec;
+# an events file is streamed in blocks of BLOCK bytes, so memory is bounded by a block
+# and the columns, never by the file; one event line is bounded by MAX_LINE.
+MAX_SPEC_BYTES = 16 << 20
+MAX_LINE = 64 << 20
+BLOCK = 1 << 20
 # Bounds no real run comes near. A number past them (a flipped or forged field) would make
 # a checker allocate a range that size; it is refused as input instead.
 MAX_COUNT = 2**40
@@ -58,6 +71,7 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     # Informational kinds no checker reads (docs/DESIGN.md, "extension kinds").
     "attempt": (),
     "save_ops": (),
+    "seed": (),  # the probe's one-call seeding (trainer/probe.py Probe.seed): which seed a rank used
 }
 _DENSE = frozenset(["step", "batch"])
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is
@@ -98,21 +112,111 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for name in names:
-            path = os.path.join(events_dir, name)
-            if os.path.isfile(path):
-                _load_file(history, path, "events/" + name, unknown)
+        files = [(os.path.join(events_dir, name), "events/" + name) for name in names]
+        if not _load_parallel(history, files, unknown):
+            for path, src in files:
+                _load_file(history, run_dir, path, src, unknown)
     finally:
         if enabled:
             gc.enable()
     for kind, count in sorted(unknown.items()):
         history.notes.append(f"ignored {count} event(s) of unknown kind {kind!r}")
+    history.__dict__.pop("_first_log", None)
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
     _check_steps(history)
     _place_by_time(history)
     return history
+
+
+# Parsing is most of a big run's cost and each file parses alone, so files are
+# parsed in worker processes when the run is big enough to pay for them and this
+# process may fork (one thread: a harness with threads loads sequentially).
+PARALLEL_MIN_BYTES = 64 << 20
+WORKERS = min(2, os.cpu_count() or 1)
+
+
+def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict[str, int]) -> bool:
+    """Parse `files` in WORKERS forked processes, one file per task, and merge
+    each as it arrives, in file order - what the sequential loop would build;
+    digests are shared with the attempt's first rank log on arrival, so the
+    duplicates of one file at most are held at a time. False, having changed
+    nothing, when not worth it or when a merge would differ (two files writing
+    one rank log, or one attempt with two world sizes): then the caller loads
+    sequentially."""
+    sizes = [os.stat(path).st_size if os.path.isfile(path) else 0 for path, _ in files]
+    if WORKERS < 2 or len(files) < 2 or sum(sizes) < PARALLEL_MIN_BYTES or not _may_fork():
+        return False
+    merged = History(run_dir=history.run_dir, spec=history.spec)
+    counts: dict[str, int] = {}
+    jobs = [(history.run_dir, history.spec, path, src) for path, src in files]
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        # At most WORKERS + 1 files in flight: parsed files waiting for a busy (or
+        # starved) merger would otherwise pile up in this process, unshared.
+        queued = iter(jobs)
+        pending = deque(pool.apply_async(_load_one, (job,)) for job in islice(queued, WORKERS + 1))
+        while pending:
+            part, part_unknown = pending.popleft().get()
+            following = next(queued, None)
+            if following is not None:
+                pending.append(pool.apply_async(_load_one, (following,)))
+            if part.logs.keys() & merged.logs.keys() or any(
+                    merged.world_sizes.get(a, ws) != ws for a, ws in part.world_sizes.items()):
+                return False
+            for log in part.logs.values():
+                _share_digests(merged, log)
+            merged.logs.update(part.logs)
+            merged.world_sizes.update(part.world_sizes)
+            merged.events.extend(part.events)
+            merged.notes.extend(part.notes)
+            merged.event_count += part.event_count
+            for kind, n in part_unknown.items():
+                counts[kind] = counts.get(kind, 0) + n
+    history.logs, history.world_sizes, history.events = merged.logs, merged.world_sizes, merged.events
+    history.notes.extend(merged.notes)
+    history.event_count += merged.event_count
+    for kind, n in counts.items():
+        unknown[kind] = unknown.get(kind, 0) + n
+    return True
+
+
+def _may_fork() -> bool:
+    """Forking a process that runs other threads can copy a lock held mid-operation."""
+    return threading.active_count() == 1
+
+
+def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[str, int]]:
+    """In a worker: one file into a History of its own."""
+    run_dir, spec, path, src = job
+    part = History(run_dir=run_dir, spec=spec)
+    unknown: dict[str, int] = {}
+    _load_file(part, run_dir, path, src, unknown)
+    part.__dict__.pop("_first_log", None)
+    part.__dict__.pop("_odd_world_sizes", None)
+    for log in part.logs.values():  # digests travel as one string: no object per event on arrival
+        if log.digests and set(map(type, log.digests)) == {str}:
+            joined = "\n".join(log.digests)
+            if joined.count("\n") == len(log.digests) - 1:
+                log.__dict__["_joined"], log.digests = joined, []
+    return part, unknown
+
+
+def _share_digests(history: History, log: RankLog) -> None:
+    """A whole log's digests as the objects of the attempt's first rank log, when equal
+    (compared as joined strings when they came that way, never split then)."""
+    joined = log.__dict__.pop("_joined", None)
+    n = len(log.digests) if joined is None else joined.count("\n") + 1
+    ref = next((other for (a, _), other in history.logs.items() if a == log.attempt), None)
+    if ref is not None and log.steps:
+        i = bisect_left(ref.steps, log.steps[0])
+        candidate = ref.digests[i : i + n]
+        if (candidate == log.digests) if joined is None else (
+                len(candidate) == n and set(map(type, candidate)) == {str} and "\n".join(candidate) == joined):
+            log.digests = candidate
+            return
+    if joined is not None:
+        log.digests = joined.split("\n")
 
 
 def _check_steps(history: History) -> None:
@@ -130,13 +234,18 @@ def _check_steps(history: History) -> None:
 
 
 def _place_by_time(history: History) -> None:
-    """Give each harness event without `attempt` the attempt its time puts it in.
+    """Give harness events the attempt their time `t` puts them in (docs/DESIGN.md:
+    harness events are ordered against rank events by `t`; `attempt` only where
+    `t` cannot decide).
 
     An attempt begins at its first rank event. A hang, an exit or a fault on a
-    rank belongs to the latest attempt begun by its time; damage the harness
-    did to a checkpoint (rank null) belongs to no running attempt, so it is
-    placed before the next one to begin - the first that could restore it -
-    and atomicity carries it to every later attempt that considers it."""
+    rank without `attempt` belongs to the latest attempt begun by its time.
+    Damage the harness did to a checkpoint (rank null) belongs to no running
+    attempt, so it is placed before the next one to begin - the first that could
+    restore it - whichever attempt it names (harnesses differ: the one that
+    ended or the one it affects); atomicity carries it to every later attempt
+    that considers it. Only when no attempt begins after it does its own
+    `attempt` (if any) decide."""
     starts: dict[int, float] = {}
     for ev in history.events:
         if ev["kind"] not in _HARNESS and "attempt" in ev:
@@ -146,13 +255,16 @@ def _place_by_time(history: History) -> None:
             starts[attempt] = min(starts.get(attempt, log.first_pos[0]), log.first_pos[0])
     order = sorted(starts, key=lambda a: (starts[a], a))
     for ev in history.events:
-        if ev["kind"] not in _HARNESS or "attempt" in ev or not order:
+        if ev["kind"] not in _HARNESS or not order:
             continue
-        begun = [a for a in order if starts[a] <= ev["t"]]
         if ev["kind"] == "fault" and ev.get("rank") is None and isinstance(ev.get("checkpoint"), str):
             later = [a for a in order if starts[a] > ev["t"]]
-            ev["attempt"] = later[0] if later else order[-1]
-        else:
+            if later:
+                ev["attempt"] = later[0]
+            elif "attempt" not in ev:
+                ev["attempt"] = order[-1]
+        elif "attempt" not in ev:
+            begun = [a for a in order if starts[a] <= ev["t"]]
             ev["attempt"] = begun[-1] if begun else order[0]
 
 
@@ -165,8 +277,9 @@ def load_spec(run_dir: str) -> dict[str, Any]:
         raise InputError(f"{run_dir}: not a directory")
     path = os.path.join(run_dir, "run.json")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bounded(run_dir, path, MAX_SPEC_BYTES, "run.json is a small spec; this is not one")
+    except InputError as exc:
+        raise InputError(f"{run_dir}/{exc}") from None
     except FileNotFoundError:
         raise InputError(f"{path}: missing; a run directory needs run.json (format {FORMAT!r})") from None
     except OSError as exc:
@@ -229,21 +342,86 @@ def _bad(src: str, line: int, message: str) -> InputError:
     return InputError(f"{src} line {line}: {message}")
 
 
-def _load_file(history: History, path: str, src: str, unknown: dict[str, int]) -> None:
+def _load_file(history: History, root: str, path: str, src: str, unknown: dict[str, int]) -> None:
+    """Stream one events file block by block; each block of whole lines is judged
+    alone (fast path, else the reference path), the last one with the torn-line
+    allowance. A block is held back until the next arrives, so the final block
+    always holds the file's last line."""
+    held: tuple[int, bytes] | None = None
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        for first, block in _blocks(history, root, path, src):
+            if held is not None and block is not None and not block.strip():
+                continue  # blank lines carry nothing; the held block may still end the file
+            if held is not None:
+                _load_block(history, held[1], held[0], src, unknown, final=False)
+            held = None if block is None else (first, block)
+    except FileNotFoundError:
+        raise InputError(f"{src}: vanished while being read") from None
     except OSError as exc:
         raise InputError(f"{src}: cannot read: {exc}") from None
+    if held is not None:
+        _load_block(history, held[1], held[0], src, unknown, final=True)
+
+
+def _blocks(history: History, root: str, path: str, src: str) -> Iterator[tuple[int, bytes | None]]:
+    """(first line number, whole lines without the final newline) of about BLOCK
+    bytes each, the last one holding what follows the last newline (None: the
+    rest of the file was a torn tail, already noted). A line longer
+    than MAX_LINE is refused, or skipped as torn when nothing follows it (a NUL
+    tail a crash left): it is skimmed in blocks, holes skipped, never held."""
+    number, pending = 1, b""
+    with open_regular(root, path) as f:
+        while chunk := f.read(BLOCK):
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                pending = data
+                if len(pending) > MAX_LINE:
+                    _skim_overlong(history, f, src, number, len(pending))
+                    yield number, None  # the block held before the torn tail is not the last
+                    return
+                continue
+            yield number, data[:cut]
+            number += data.count(b"\n", 0, cut) + 1
+            pending = data[cut + 1 :]
+    yield number, pending
+
+
+def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length: int) -> None:
+    """Read past a line longer than MAX_LINE without keeping it: an error if
+    anything but blanks follows a newline (a line in the middle), else a torn
+    last line. Holes of a sparse file (NULs, no newline) are jumped over."""
+    fd, pos = f.fileno(), f.tell()  # raw reads from here on: no buffer to fall out of step
+    size = os.fstat(fd).st_size
+    seek_data = getattr(os, "SEEK_DATA", None)
+    broken = False
+    while pos < size:
+        if seek_data is not None:
+            try:
+                nxt = os.lseek(fd, pos, seek_data)  # jump over a hole: it holds only NULs
+            except OSError:  # ENXIO: nothing but a hole up to the end
+                nxt = size
+            length, pos = length + nxt - pos, nxt
+        chunk = os.pread(fd, BLOCK, pos)
+        if not chunk:
+            break
+        if broken and chunk.strip() or b"\n" in chunk and chunk[chunk.index(b"\n") :].strip():
+            raise _bad(src, number, f"a line longer than {MAX_LINE} bytes; an event is one small JSON object")
+        broken = broken or b"\n" in chunk
+        length, pos = length + len(chunk), pos + len(chunk)
+    history.notes.append(f"{src} line {number}: skipped a torn last line ({length} bytes, longer than any event)")
+
+
+def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
     fast = _parse_fast(data)
     if fast is not None:
         try:
-            if _ingest_columns(history, fast, range(1, len(fast) + 1), src, unknown):
+            if _ingest_columns(history, fast, range(first, first + len(fast)), src, unknown):
                 history.event_count += len(fast)
                 return
         except InputError:
             pass  # _ingest_columns changed nothing; the reference path names the line
-    parsed, numbers = _parse(history, data, src)
+    parsed, numbers = _parse(history, data, src, first, final)
     if not parsed:
         return
     if not _ingest_columns(history, parsed, numbers, src, unknown):
@@ -269,19 +447,20 @@ def _parse_fast(data: bytes) -> list[Any] | None:
         return None
 
 
-def _parse(history: History, data: bytes, src: str) -> tuple[list[Any], Sequence[int]]:
-    """The JSON values of a file's lines and their line numbers.
+def _parse(history: History, data: bytes, src: str, first: int = 1, final: bool = True) -> tuple[list[Any], Sequence[int]]:
+    """The JSON values of a block's lines and their line numbers (the block
+    starts at line `first`; only the `final` block may end in a torn line).
 
-    Fast path: one C-level parse of the whole file turned into a JSON array,
+    Fast path: one C-level parse of the whole block turned into a JSON array,
     used only when every line is one object - each newline sits between a "}"
     and a "{" - and the element count equals the line count; otherwise line
     by line, which also finds the line to blame."""
-    text = _decode(history, data, src).rstrip()
+    text = _decode(history, data, src, first, final).rstrip()
     if not text:
         return [], []
     head, _, last = text.rpartition("\n")
-    if not _parses(last):
-        history.notes.append(f"{src} line {head.count(chr(10)) + 2 if head else 1}: skipped a torn last line ({len(last)} characters)")
+    if final and not _parses(last):
+        history.notes.append(f"{src} line {first - 1 + (head.count(chr(10)) + 2 if head else 1)}: skipped a torn last line ({len(last)} characters)")
         text = head.rstrip()
         if not text:
             return [], []
@@ -292,23 +471,23 @@ def _parse(history: History, data: bytes, src: str) -> tuple[list[Any], Sequence
         except (ValueError, StopIteration, RecursionError):
             parsed = None  # the line-by-line pass names the line
         if parsed is not None and len(parsed) == breaks + 1:
-            return parsed, range(1, breaks + 2)
-    return _parse_lines(text.split("\n"), src)
+            return parsed, range(first, first + breaks + 1)
+    return _parse_lines(text.split("\n"), src, first)
 
 
-def _decode(history: History, data: bytes, src: str) -> str:
-    """UTF-8 text of a file; a cut inside a character is allowed only in the
-    last line, which a killed writer can leave torn."""
+def _decode(history: History, data: bytes, src: str, first: int = 1, final: bool = True) -> str:
+    """UTF-8 text of a block; a cut inside a character is allowed only in the
+    file's last line, which a killed writer can leave torn."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         start = data.rfind(b"\n", 0, exc.start) + 1
         end = data.find(b"\n", exc.start)
-        line = data.count(b"\n", 0, exc.start) + 1
-        if end != -1 and data[end:].strip():
+        line = first + data.count(b"\n", 0, exc.start)
+        if not final or (end != -1 and data[end:].strip()):
             raise _bad(src, line, "bytes that are not UTF-8; only a file's last line may be torn") from None
         history.notes.append(f"{src} line {line}: skipped a torn last line (cut inside a UTF-8 character)")
-        return _decode(history, data[:start], src)
+        return _decode(history, data[:start], src, first, final)
 
 
 def _parses(line: str) -> bool:
@@ -319,7 +498,7 @@ def _parses(line: str) -> bool:
     return True
 
 
-def _parse_lines(lines: list[str], src: str) -> tuple[list[Any], list[int]]:
+def _parse_lines(lines: list[str], src: str, first: int = 1) -> tuple[list[Any], list[int]]:
     parsed: list[Any] = []
     numbers: Sequence[int] = []
     decode = _DECODER.decode
@@ -329,10 +508,10 @@ def _parse_lines(lines: list[str], src: str) -> tuple[list[Any], list[int]]:
         try:
             parsed.append(decode(line))
         except ValueError as exc:
-            raise _bad(src, index + 1, f"not valid JSON ({exc}); only a file's last line may be torn") from None
+            raise _bad(src, index + first, f"not valid JSON ({exc}); only a file's last line may be torn") from None
         except RecursionError:
-            raise _bad(src, index + 1, "JSON nested too deeply to read; an event is a flat object") from None
-        numbers.append(index + 1)
+            raise _bad(src, index + first, "JSON nested too deeply to read; an event is a flat object") from None
+        numbers.append(index + first)
     return parsed, numbers
 
 
@@ -343,6 +522,9 @@ def _validate(ev: Any, src: str, line: int) -> str:
     """The kind of a well-formed event; an InputError naming the field otherwise."""
     if type(ev) is not dict:
         raise _bad(src, line, f"expected a JSON object, got {type(ev).__name__}")
+    if None in ev.values():  # JSON null means the field is absent (docs/DESIGN.md)
+        for name in [k for k, v in ev.items() if v is None and k not in ("kind", "t")]:
+            del ev[name]
     for name in ("kind", "t"):
         if name not in ev:
             raise _bad(src, line, f"missing field {name!r}")
@@ -400,14 +582,14 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
             if log.first_pos is None or pos < log.first_pos:
                 log.first_pos = pos
             if kind == "step":
-                log.steps.append(ev["step"])
-                log.losses.append(ev.get("loss"))
+                log.steps = extend_ints(log.steps, [ev["step"]])
+                log.losses = extend_losses(log.losses, [ev.get("loss")])
                 log.digests.append(ev.get("digest"))
             else:
-                log.batch_steps.append(ev["step"])
-                log.epochs.append(ev["epoch"])
-                log.ids.extend(ev["samples"])
-                log.offsets.append(len(log.ids))
+                log.batch_steps = extend_ints(log.batch_steps, [ev["step"]])
+                log.epochs = extend_ints(log.epochs, [ev["epoch"]])
+                log.ids = extend_ints(log.ids, ev["samples"])
+                log.offsets = extend_ints(log.offsets, [len(log.ids)])
         elif kind in REQUIRED:
             _keep_sparse(history, ev, src, line)
         else:
@@ -457,6 +639,8 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
             return False
         if min(steps, default=0) < 0 or min(batch_steps, default=0) < 0 or min(epochs, default=0) < 0:
             return False
+        if max(steps, default=0) > MAX_COUNT or max(batch_steps, default=0) > MAX_COUNT or max(epochs, default=0) > MAX_COUNT:
+            return False  # the reference path names the field
         dense_mask = list(map(_DENSE.__contains__, kinds))
         sparse_at = list(compress(range(len(parsed)), map(not_, dense_mask)))
         for i in sparse_at:  # few: validate them before touching the history
@@ -468,13 +652,13 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     pos = (float(times[first]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    log.steps.extend(steps)
-    log.losses.extend(losses)
-    log.digests.extend(digests)
-    log.batch_steps.extend(batch_steps)
-    log.epochs.extend(epochs)
-    log.offsets.extend(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None))
-    log.ids.extend(ids)
+    log.steps = extend_ints(log.steps, steps)
+    log.losses = extend_losses(log.losses, losses)
+    log.digests.extend(_shared(history, log, steps, digests))
+    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
+    log.epochs = extend_ints(log.epochs, epochs)
+    log.offsets = extend_ints(log.offsets, list(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None)))
+    log.ids = extend_ints(log.ids, ids)
     for i in sparse_at:
         kind = kinds[i]
         if kind in REQUIRED:
@@ -484,10 +668,23 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     return True
 
 
+def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]) -> list[Any]:
+    """The block's digests as the objects the attempt's first rank log already
+    holds for the same updates, when they are equal: all replicas report the same
+    digest for a step, so a run keeps about one string per update, not one per
+    event. Equal values only, so sharing never changes what a checker sees."""
+    first = history.__dict__.setdefault("_first_log", {}).setdefault(log.attempt, log)
+    if first is log or not steps:
+        return digests
+    i = bisect_left(first.steps, steps[0])
+    candidate = first.digests[i : i + len(digests)]
+    return candidate if candidate == digests else digests
+
+
 def _finish(history: History, log: RankLog) -> None:
     """Put a rank log in update order (files may come in any order) and move
     repeated `step` events aside, so that each column has one row per update."""
-    if any(map(int.__gt__, log.steps, log.steps[1:])) or len(set(log.steps)) != len(log.steps):
+    if not all(map(int.__lt__, log.steps, log.steps[1:])):  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
         steps, losses, digests = [], [], []
         for i in order:
@@ -499,11 +696,13 @@ def _finish(history: History, log: RankLog) -> None:
             steps.append(log.steps[i])
             losses.append(log.losses[i])
             digests.append(log.digests[i])
-        log.steps, log.losses, log.digests = steps, losses, digests
+        log.steps = extend_ints(log.steps[:0], steps)
+        log.losses = extend_losses(log.losses[:0], losses)
+        log.digests = digests
     if any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
         order = sorted(range(len(log.batch_steps)), key=log.batch_steps.__getitem__)
         chunks = [log.ids[log.offsets[i] : log.offsets[i + 1]] for i in order]
-        log.batch_steps = [log.batch_steps[i] for i in order]
-        log.epochs = [log.epochs[i] for i in order]
-        log.ids = list(chain.from_iterable(chunks))
-        log.offsets = list(accumulate(map(len, chunks), initial=0))
+        log.batch_steps = extend_ints(log.batch_steps[:0], [log.batch_steps[i] for i in order])
+        log.epochs = extend_ints(log.epochs[:0], [log.epochs[i] for i in order])
+        log.ids = extend_ints(log.ids[:0], list(chain.from_iterable(chunks)))
+        log.offsets = extend_ints(log.offsets[:0], list(accumulate(map(len, chunks), initial=0)))

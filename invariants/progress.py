@@ -18,7 +18,9 @@ def check_progress(history: History, golden: History | None = None) -> Verdict:
     counts = {"attempts": attempts, "total_steps": total, "lineage_final_step": lineage.final_step}
     ends = history.of_kind("end")
     if not ends:
-        return Verdict(NAME, False, "no end event: the job did not finish", counts,
+        # Killed with its harness, or still running: nothing says how it ends (docs/DESIGN.md).
+        return Verdict(NAME, UNKNOWN, "no end event: the job is still running or was killed before it ended,"
+                       " so whether it completes is not known", counts,
                        [f"the lineage reaches step {lineage.final_step} of {total} over {attempts} attempt(s)"])
     end = ends[-1]
     evidence = Evidence()

@@ -27,9 +27,12 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launch", ("harness.procs", "harness.store", "harness.rank", "harness.forkserver", "harness.cmdfaults",
                 "harness.launchers")),
     ("supervise", ("harness.watchdog", "harness.watchdogs", "harness.scenarios", "harness.targets", "harness.cmd",
-                   "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor")),
+                   "harness.cmdkey", "harness.cmdrepeat", "harness.cmdfacts",
+                   "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor",
+                   "harness.replicas")),
     ("run-and-judge", ("harness.golden", "harness.runner")),
-    ("suites", ("harness.defects", "harness.chaos", "harness.engines", "harness.rayengine", "harness.campaign", "harness.sweep", "harness.handbook", "harness.frameworks")),
+    ("suites", ("harness.defects", "harness.chaos", "harness.engines", "harness.rayengine", "harness.campaign", "harness.sweep", "harness.handbook", "harness.frameworks",
+                "harness.torchft_rows", "harness.restart_compare")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )
 # ... and which third-party packages (everything else must be the standard library).
@@ -47,16 +50,25 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.hf": {"transformers"},
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},
+    "trainer.frameworks.torchft_adapter": {"torchft"},
+    "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},
     "harness.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
 
 
+# Example training scripts users copy: installed with the package, but scripts run by path,
+# importing their own siblings by bare name (a user's `model.py`), not modules of ours.
+SCRIPT_FOLDERS = (REPO / "trainer" / "frameworks" / "examples",)
+
+
 def module_files() -> dict[str, Path]:
     found = {}
     for top in TOPS:
         for path in (REPO / top).rglob("*.py"):
+            if any(path.is_relative_to(folder) for folder in SCRIPT_FOLDERS):
+                continue
             parts = path.relative_to(REPO).with_suffix("").parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found

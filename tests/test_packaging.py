@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,31 @@ def test_trainwreck_run_works_from_a_directory_holding_a_users_own_harness_and_t
     fired = [json.loads(line) for path in (user_project / "run" / "events").glob("*.jsonl")
              for line in path.read_text().splitlines() if '"fault"' in line]
     assert [e["fault_id"] for e in fired if e.get("kind") == "fault"] == ["k1"]
+
+
+def test_the_example_training_scripts_are_package_data_so_a_wheel_ships_them():
+    """`trainwreck frameworks` and the docs' examples run from a wheel: every script under
+    trainer/frameworks/examples matches pyproject's package-data globs."""
+    tomllib = pytest.importorskip("tomllib")
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    base = REPO / "trainer" / "frameworks"
+    scripts = {p.relative_to(base) for p in (base / "examples").rglob("*.py")}
+    shipped = {p.relative_to(base) for pattern in globs["trainwreck.trainer.frameworks"] for p in base.glob(pattern)}
+    assert {"examples/plain_ddp.py", "examples/ddp_tutorial/multigpu_torchrun.py", "examples/mingpt/trainer.py"} <= {
+        str(s) for s in scripts}
+    assert scripts == shipped, scripts ^ shipped
+
+
+@pytest.mark.slow
+def test_a_built_wheel_holds_every_example_training_script(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+                                                                  ".pytest_cache"))
+    built = _run(source, sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                 str(tmp_path / "dist"), ".")
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    want = {"trainwreck/trainer/frameworks/examples/" + str(p.relative_to(REPO / "trainer" / "frameworks" / "examples"))
+            for p in (REPO / "trainer" / "frameworks" / "examples").rglob("*.py")}
+    assert want <= names, want - names

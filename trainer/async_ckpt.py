@@ -1,13 +1,18 @@
 """Asynchronous checkpoints (``ckpt_mode="async"``): the step pays only for a snapshot.
 
     writer = AsyncCheckpointer(store)       # a CheckpointStore: the same commit protocol
-    writer.submit(step, files, meta)        # waits for the previous commit, snapshots, returns
+    writer.submit(step, files, meta)        # waits for the previous commit, returns at once
     writer.raise_if_failed()                # each update: a failed persist stops the rank
+    writer.before_update()                  # before the optimizer changes the state
     writer.wait()                           # end of training: the last save is committed
 
-`submit` copies every tensor of the checkpoint into host memory the writer owns (reused
-from one save to the next, so a steady-state snapshot is a memcpy, not an allocation),
-then a background thread streams that snapshot through the store's ordinary save:
+A background thread copies every tensor of the checkpoint into host memory the writer
+owns (reused from one save to the next, so a steady-state snapshot is a memcpy, not an
+allocation) while the next update's forward and backward run: they read the parameters
+and write only gradients, so the state is still the saved step's until the optimizer
+step, which waits in `before_update` for the copy (the step pays only for what the copy
+takes beyond forward and backward). The thread then streams that snapshot through the
+store's ordinary save:
 temporary directory, fsyncs, rename, pointer. The `save` event is written by the store
 after the pointer, so it still means "committed". A crash, kill or storage fault during
 the persist leaves the pointer where it was; the next attempt restores the previous
@@ -74,18 +79,34 @@ class AsyncCheckpointer:
         self._worker: threading.Thread | None = None
         self._jobs: queue.Queue[tuple[Callable[[], None], threading.Event]] = queue.Queue()
         self._done: threading.Event | None = None
+        self._copied: threading.Event | None = None
         self._error: BaseException | None = None
         self.waiting = False
         """True while the training thread is blocked in `wait`: only then is the persist's
         progress the rank's progress (the trainer's heartbeat asks)."""
 
     def submit(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:
-        """Snapshot the checkpoint of `step` and persist it in the background. Waits for
-        the previous save's commit first: one persist in flight, and its snapshot buffers
-        are free again before they are overwritten."""
+        """Snapshot the checkpoint of `step` and persist it, both in the background. Waits
+        for the previous save's commit first: one persist in flight, and its snapshot
+        buffers are free again before they are overwritten. Until `before_update`
+        returns, the caller must not change the state it passed."""
         self.wait()
-        snapshot = self.take_snapshot(files)
-        self._start(step, lambda: self.persist(step, snapshot, meta))
+        copied = self._copied = threading.Event()
+
+        def work() -> None:
+            try:
+                snapshot = self.take_snapshot(files)
+            finally:
+                copied.set()
+            self.persist(step, snapshot, meta)
+        self._start(step, work)
+
+    def before_update(self) -> None:
+        """Block until the snapshot of the last submitted save is taken: called before the
+        optimizer step, the first moment the training state changes after a save."""
+        if self._copied is not None:
+            self._copied.wait()
+            self._copied = None
 
     def take_snapshot(self, files: dict[str, FileContent]) -> dict[str, FileContent]:
         """What the step pays for (a seam: a planted defect skips it)."""
@@ -118,6 +139,7 @@ class AsyncCheckpointer:
 
     def wait(self) -> None:
         """Block until the save in flight is committed; re-raise its failure here."""
+        self._copied = None  # a committed save was copied long before
         if self._done is not None:
             self.waiting = True
             try:

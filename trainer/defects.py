@@ -11,7 +11,7 @@ import json
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -481,9 +481,12 @@ class LiveStateAsyncWriter(AsyncCheckpointer):
         self.next_update_ran = threading.Event()
         self.updates_started = 0
 
-    def take_snapshot(self, files: dict[str, FileContent]) -> dict[str, FileContent]:
-        self.next_update_ran.clear()
+    def _start(self, step: int, work: Callable[[], None]) -> None:
+        self.next_update_ran.clear()  # submit has waited for the previous save: count from here
         self.updates_started = 0
+        super()._start(step, work)
+
+    def take_snapshot(self, files: dict[str, FileContent]) -> dict[str, FileContent]:
         return files  # the bug: references to the live state, not a copy
 
     def persist(self, step: int, files: dict[str, FileContent], meta: dict[str, Any]) -> None:

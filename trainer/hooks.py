@@ -40,7 +40,13 @@ SAVE_POINTS = (
 # Every rank, at a checkpoint step, after the state gather and before the barrier that
 # ends the save: where a non-writing rank waits while rank 0 writes.
 SAVE_WAIT = "save.wait"
-ALL_POINTS = LOOP_POINTS + SAVE_POINTS + (SAVE_WAIT,)
+# Points a replica-group trainer reaches (trainer/frameworks/torchft_train.py): inside the
+# update's gradient all-reduce across replica groups, and inside a heal (fetching a live
+# peer's state); the reference trainer has neither, so no plan for it should name them.
+IN_ALLREDUCE = "in_allreduce"
+IN_HEAL = "in_heal"
+REPLICA_POINTS = (IN_ALLREDUCE, IN_HEAL)
+ALL_POINTS = LOOP_POINTS + SAVE_POINTS + (SAVE_WAIT,) + REPLICA_POINTS
 
 
 class Hooks(Protocol):

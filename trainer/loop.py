@@ -196,6 +196,8 @@ class Trainer:
 
     def optimizer_step(self) -> None:
         state = self.state
+        if self.async_writer is not None:
+            self.async_writer.before_update()  # the snapshot of the last save overlapped forward/backward
         if state.scaler is not None:
             state.scaler.step(state.optimizer)
             state.scaler.update()

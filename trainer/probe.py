@@ -11,17 +11,25 @@ probe whose methods do nothing, so an instrumented script still trains on its ow
 """
 from __future__ import annotations
 
+import atexit
+import faulthandler
+import gc
+import hashlib
 import importlib
 import os
-from contextlib import nullcontext
+import signal
+from collections import deque
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Sequence
+from typing import IO, Any, ContextManager, Iterator, Sequence
 
 import torch
 
+from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.progress import ProgressBoard
+from trainwreck.trainer.probekit import TrackedLoader, Update, run_fields, seed_everything
+from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
@@ -32,6 +40,12 @@ ENV_ATTEMPT = "TRAINWRECK_ATTEMPT"
 ENV_HOOKS = "TRAINWRECK_HOOKS"
 """`module:function` building the rank's fault hooks from run.json's plan: the harness names it
 (faults/cmdrank.py), so the trainer package never imports faults/."""
+
+
+POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD: "forward",
+                fp.AFTER_BACKWARD: "backward", fp.AFTER_OPTIMIZER: "optimizer"}
+"""The watchdog phase a loop fault point reaches: every point is progress, so a rank waiting at
+update k's start shows k (a harness signal at step k lands there) and a hung rank is behind."""
 
 
 class ProbeError(ValueError):
@@ -49,6 +63,20 @@ class Probe:
         self.hooks: Hooks = hooks or NoHooks()
         self.events: EventLog | None = None
         self.progress: ProgressBoard | None = None
+        self.position = (-1, -1)
+        """The furthest (step, phase index) this rank published: implicit progress never goes back."""
+        self.entered = 0
+        """The last update whose start this rank passed (its step_start point ran)."""
+        self.stacks: IO[str] | None = None
+        """The stack file SIGUSR1 writes to, when this probe armed the dump (under the harness)."""
+        self.started = False
+        self.last_step, self.last_digest = 0, ""
+        """The update this rank last restored or completed, and its digest (for the helpers)."""
+        self.current: Update | None = None
+        self.drawn: deque[tuple[list[int], int | None]] = deque(maxlen=1)
+        """Batches a tracked loader yielded since the last update began: (ids, the sampler's epoch)."""
+        self.updates_per_epoch: int | None = None
+        self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -56,9 +84,12 @@ class Probe:
             self.progress = ProgressBoard(self.run_dir, attempt, rank)
 
     @classmethod
-    def from_env(cls, run_dir: str | Path | None = None, hooks: Hooks | None = None) -> Probe:
+    def from_env(cls, run_dir: str | Path | None = None, hooks: Hooks | None = None, seed: int | None = None) -> Probe:
         """torchrun's contract (RANK, WORLD_SIZE) and TRAINWRECK_RUN_DIR / TRAINWRECK_ATTEMPT
-        from the harness; the `run_dir` argument stands in when no harness set one."""
+        from the harness; the `run_dir` argument stands in when no harness set one. With
+        `seed`, python, numpy and torch are seeded first (`seed`)."""
+        if seed is not None:
+            seed_everything(seed)
         env = os.environ
         chosen = env.get(ENV_RUN_DIR) or run_dir
         rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
@@ -79,6 +110,11 @@ class Probe:
             probe.hooks = _harness_hooks(root, env[ENV_HOOKS])
             assert probe.events is not None
             probe.hooks.bind(probe.events, rank, world_size, attempt)
+        if env.get(ENV_RUN_DIR) and ENV_ATTEMPT in env:
+            probe.stacks = arm_stack_dump(root, attempt, rank)
+        if seed is not None:
+            probe.emit("seed", seed=seed)
+        atexit.register(probe.finish)
         return probe
 
     @property
@@ -114,11 +150,15 @@ class Probe:
             self.events.emit(kind, **fields)
 
     def start(self) -> None:
+        self.started = True
         self.emit("start", pid=os.getpid())
         self.phase(0, "start")
 
-    def restore(self, step: int, checkpoint: str, digest: str) -> None:
-        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest)
+    def restore(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+        """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
+        file or folder on disk) the event also carries its `content` (checkpoint_content)."""
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        self.last_step, self.last_digest = step, digest
 
     def reject(self, checkpoint: str, reason: str) -> None:
         self.emit("reject", checkpoint=checkpoint, reason=reason)
@@ -126,31 +166,39 @@ class Probe:
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None:
         if type(samples) is not list:  # a tensor or array of ids: JSON needs plain ints
             samples = samples.tolist() if hasattr(samples, "tolist") else [int(s) for s in samples]
+        self.enter(step)
         self.emit("batch", step=step, epoch=epoch, samples=samples)
+        self.advance(step, "data")
 
     def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None:
         """Update `step` is applied. Also tells the watchdog this rank is past it."""
         self.emit("step", step=step, loss=loss, digest=digest, **extra)
+        self.last_step, self.last_digest = max(self.last_step, step), digest
         self.flush()
-        self.phase(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
+        self.advance(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
-    def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool) -> bool:
+    def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool,
+             path: str | Path | None = None) -> bool:
         """Collective: every rank calls it with whether its own part of the checkpoint is
         durably written. Rank 0 emits `save` only when every rank said yes, because a
-        checkpoint with one rank's file missing is not a checkpoint. Returns that answer."""
+        checkpoint with one rank's file missing is not a checkpoint. Returns that answer.
+        With `path`, the event carries the checkpoint's `content` (read by rank 0 once every
+        rank's part is there)."""
         everyone = all_ranks_agree(durable_on_every_rank, self.world_size)
         if everyone and self.rank == 0:
-            self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
         return everyone
 
-    def commit(self, step: int, checkpoint: str, digest: str) -> None:
+    def commit(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
         """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
         is durable now: report it at once, no collective. A rank-0-only writer must use this,
         not `save`: a peer that dies after the write would otherwise leave a durable
-        checkpoint that was never reported, which the next attempt restores anyway."""
-        self.emit("save", step=step, checkpoint=checkpoint, digest=digest)
+        checkpoint that was never reported, which the next attempt restores anyway.
+        With `path`, the event carries the checkpoint's `content`."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
 
-    def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int) -> None:
+    def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int, *,
+                path: str | Path | None = None) -> None:
         """Rank 0, before `restore`: the checkpoint it is about to load is provably committed (e.g.
         checksum-named and atomically renamed into place), but its writer may have died between
         that commit and its `save` event; two durable records cannot be written atomically, so
@@ -158,7 +206,8 @@ class Probe:
         it only with a proof of commit, never to cover up a checkpoint that may be partial."""
         if self.rank != 0 or self.run_dir is None or _announced(self.run_dir, checkpoint, writer_attempt):
             return
-        self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True)
+        self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True,
+                  **_content(path))
 
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
@@ -168,16 +217,156 @@ class Probe:
         if self.rank == 0 and self.run_dir is not None and not os.environ.get(ENV_ATTEMPT):
             self.emit("end", status=status, final_step=final_step)
 
+    # ----- the ten-line helpers (trainer/probekit.py) -------------------------------------
+
+    def seed(self, seed: int) -> None:
+        """Seed python, numpy and torch at once (before building the data and the model): an
+        uninterrupted run must repeat itself exactly, or no restart can be judged against it."""
+        seed_everything(seed)
+        self.emit("seed", seed=seed)
+
+    def path(self, name: str) -> str:
+        """Where a checkpoint named `name` should live: under the harness (or with a run dir),
+        `RUN_DIR/checkpoints/name`, so every attempt finds it and no two runs share it; on its
+        own, `name` unchanged."""
+        if self.run_dir is None:
+            return name
+        folder = self.run_dir / "checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder / name)
+
+    def loader(self, loader: Any, *, epochs: int | None = None, total_steps: int | None = None,
+               batches_per_update: int = 1) -> Any:
+        """The script's own DataLoader, noting the sample ids of every batch it yields (for the
+        next `update`). With `epochs` (or `total_steps`), rank 0 also writes run.json's dataset
+        fields from it: dataset size, global batch (batch size x world size x
+        batches_per_update), drop_last, total updates."""
+        if batches_per_update < 1:
+            raise ProbeError(f"batches_per_update={batches_per_update} must be >= 1 (batches drawn per update)")
+        self.drawn = deque(maxlen=batches_per_update)
+        self.updates_per_epoch = max(len(loader) // batches_per_update, 1) if hasattr(loader, "__len__") else None
+        tracked = TrackedLoader(loader, lambda ids, epoch: self.drawn.append((ids, epoch)))
+        if self.enabled and (epochs is not None or total_steps is not None):
+            self.write_run_json(**run_fields(loader, self.world_size, batches_per_update, epochs, total_steps))
+        return tracked
+
+    def track(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """The model and optimizer whose state the helpers digest (or pass them to each call)."""
+        self.tracked = (model, optimizer)
+
+    def update(self, step: int | None = None, *, model: torch.nn.Module | None = None,
+               optimizer: torch.optim.Optimizer | None = None, epoch: int | None = None,
+               samples: Sequence[int] | None = None, enabled: bool = True) -> Update:
+        """`with probe.update(...):` around one optimizer update (forward, backward, step). On
+        entry: progress, the update's fault points, and `batch` with the ids the tracked loader
+        yielded since the last update (or `samples`); on a clean exit: `step` with the global
+        mean of the loss given to `probe.loss` and the digest of the model and optimizer.
+        `step` defaults to the update after the last one restored or completed;
+        `enabled=False` makes it a no-op (an evaluation batch in the same loop)."""
+        number = self.last_step + 1 if step is None else step
+        on = enabled and self.enabled
+        if on:
+            self._ensure_started()
+        return Update(self, number, epoch, samples, lambda: self._digest(model, optimizer), on)
+
+    def loss(self, value: Any) -> None:
+        """This rank's loss of the update in progress (a tensor or a number): the update's
+        `step` carries its mean over ranks. Outside an update it is ignored."""
+        if self.current is not None:
+            self.current.loss = value
+
+    @contextmanager
+    def checkpoint(self, path: str | Path, step: int | None = None) -> Iterator[None]:
+        """`with probe.checkpoint(path):` around the script's own save of the whole checkpoint
+        (one rank writes it): its file operations are crash points under the harness; after
+        it the file (or folder) is fsynced and reported (`commit`) with its content digest.
+        `step` defaults to the last completed update."""
+        if not self.enabled:
+            yield
+            return
+        self._ensure_started()
+        number = self.last_step if step is None else step
+        digest = self.last_digest if number == self.last_step and self.last_digest else self._digest(None, None)
+        target = Path(path)
+        with self.saving(number, target.parent):
+            yield
+        _fsync_tree(target)
+        self.commit(number, target.name, digest, path=target)
+
+    def restored(self, path: str | Path, step: int, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
+        """After the script loaded its checkpoint at `path`: `restore` with the update the script
+        believes it holds (`step`), the digest of the loaded state, and the file's content, by
+        which the judge finds the save that wrote those bytes."""
+        if not self.enabled:
+            return
+        self._ensure_started()
+        self.restore(step, Path(path).name, self._digest(model, optimizer), path=path)
+
+    def take_samples(self, step: int, samples: Sequence[int] | None,
+                     epoch: int | None) -> tuple[list[int] | None, int]:
+        """The ids of update `step`, beginning now: given, or drawn from the tracked loader since
+        the last update (None: nothing to report); and its epoch: given, else the sampler's
+        (DistributedSampler.set_epoch), else counted in updates of the loader's length."""
+        drawn = list(self.drawn)
+        self.drawn.clear()
+        if epoch is None:
+            epoch = drawn[-1][1] if drawn else None
+        if epoch is None:
+            epoch = (step - 1) // self.updates_per_epoch if self.updates_per_epoch else 0
+        if samples is not None:
+            return list(samples), epoch
+        return ([i for ids, _ in drawn for i in ids] if drawn else None), epoch
+
+    def _ensure_started(self) -> None:
+        if not self.started:
+            self.start()
+
+    def _digest(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
+        model = model if model is not None else self.tracked[0]
+        optimizer = optimizer if optimizer is not None else self.tracked[1]
+        if model is None:
+            raise ProbeError("the probe has no model to digest: pass model= and optimizer= to this call, "
+                             "or call probe.track(model, optimizer) once")
+        return state_digest(model, optimizer)
+
     # ----- watchdog and faults ------------------------------------------------------------
 
     def phase(self, step: int, name: str) -> None:
         """Progress for the watchdog: this rank is in phase `name` of update `step`
-        (trainer/progress.py BOARD_PHASES)."""
+        (trainer/progress.py BOARD_PHASES). Published as given, even backwards."""
+        self.position = (step, PHASE_INDEX[name])
         if self.progress is not None:
             self.progress.publish(step, name)
 
+    def advance(self, step: int, name: str) -> None:
+        """Progress implied by a call (a point, `batch`, `step`): published only when it is
+        further than what this rank published already, so a late `step` event (HF logs the
+        loss after the update) never moves the watchdog's view back."""
+        if (step, PHASE_INDEX[name]) > self.position:
+            self.phase(step, name)
+
+    def enter(self, step: int) -> None:
+        """This rank starts update `step` (once per update): progress first, then the
+        `step_start` fault point, where the rank also waits for a harness signal planned at
+        this step. So a signal at step k lands before update k's first collective, for any
+        trainer that calls `point("step_start", k)`, `batch(k, ...)` or `update(k)`."""
+        if step <= self.entered:
+            return
+        self.entered = step
+        self.advance(step, "start")
+        self.hooks.point(fp.STEP_START, step)
+
     def point(self, name: str, step: int, **ctx: Any) -> None:
-        """A named in-rank fault point (trainer/hooks.py names them)."""
+        """A named in-rank fault point (trainer/hooks.py names them). A loop point is progress
+        too, and a later update's point enters that update first (its `step_start`)."""
+        if name == fp.STEP_START and step > self.entered:
+            self.enter(step)
+            return
+        if name in POINT_PHASES and step > self.entered:
+            self.enter(step)
+        if name in POINT_PHASES:
+            self.advance(step, POINT_PHASES[name])
         self.hooks.point(name, step, **ctx)
 
     def saving(self, step: int, root: str | Path) -> ContextManager[Any]:
@@ -189,6 +378,18 @@ class Probe:
         scope = getattr(self.hooks, "saving", None)
         return scope(step, Path(root)) if scope is not None else nullcontext()
 
+    def finish(self) -> None:
+        """At interpreter exit (registered by `from_env`): the script's own code is over, so this
+        rank is only exiting ("done": the watchdog calls no slow teardown a hang), every
+        buffered event is written, and unreachable objects (a DDP model) are collected."""
+        if self.progress is not None:
+            self.phase(max(self.position[0], self.last_step, 0), "done")
+        self.close()
+        # A DDP model the script let go of is still held by reference cycles, and with it the
+        # gloo process group; freed only in interpreter teardown, gloo's threads die running and
+        # the rank aborts (-6) now and then. Collected here, the interpreter is still whole.
+        gc.collect()
+
     def flush(self) -> None:
         if self.events is not None:
             self.events.flush()
@@ -198,7 +399,10 @@ class Probe:
             self.events.close()
         if self.progress is not None:
             self.progress.close()
-        self.events = self.progress = None
+        if self.stacks is not None:  # the previous handler (chained, or none) comes back
+            faulthandler.unregister(signal.SIGUSR1)
+            self.stacks.close()
+        self.events = self.progress = self.stacks = None
 
     def __enter__(self) -> Probe:
         return self
@@ -215,6 +419,64 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ProbeError(f"{name}={raw!r} is not an integer; set it to a rank count or unset it") from None
+
+
+def checkpoint_content(path: str | Path) -> str:
+    """sha256 (hex) of a checkpoint as it is on disk: one file's bytes, or for a folder every
+    regular file's path relative to it and bytes, in sorted path order. Symlinks are never
+    followed (a link is not the checkpoint's content). Equal bytes give equal content, so a
+    restore is matched to the save that wrote those bytes, whatever the file is called."""
+    root = Path(path)
+    h = hashlib.sha256()
+    if root.is_symlink() or not root.exists():
+        raise ProbeError(f"checkpoint {root} is not a file or folder on disk; pass the path it was saved to")
+    if root.is_file():
+        _hash_file(h, root)
+        return h.hexdigest()
+    files = []
+    for folder, dirs, names in os.walk(root):  # followlinks=False: linked folders are not entered
+        files += [Path(folder) / n for n in names if (Path(folder) / n).is_file() and not (Path(folder) / n).is_symlink()]
+    for file in sorted(files, key=lambda f: f.relative_to(root).as_posix()):
+        rel = file.relative_to(root).as_posix().encode()
+        h.update(len(rel).to_bytes(8, "big") + rel)
+        h.update(file.stat().st_size.to_bytes(8, "big"))
+        _hash_file(h, file)
+    return h.hexdigest()
+
+
+def _hash_file(h: Any, path: Path) -> None:
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Make a checkpoint the script wrote durable: its file(s), then the folder holding it."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    for item in [*files, path.parent]:
+        fd = os.open(item, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _content(path: str | Path | None) -> dict[str, str]:
+    return {} if path is None else {"content": checkpoint_content(path)}
+
+
+def arm_stack_dump(run_dir: Path, attempt: int, rank: int) -> IO[str]:
+    """SIGUSR1 writes every thread's Python stack into the rank's stack file (the watchdog's
+    dump on a hang, as harness/rank.py arms it for the reference trainer). A handler the
+    script installed before is chained, so it still runs; one installed later replaces this."""
+    path = RunDir(run_dir).rank_stacks(attempt, rank, os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")
+    previous = signal.getsignal(signal.SIGUSR1)
+    # chain=True re-raises into the previous handler: into SIG_DFL that would kill the rank.
+    chain = previous not in (signal.SIG_DFL, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True, chain=chain)
+    return handle
 
 
 def _announced(run_dir: Path, checkpoint: str, attempt: int) -> bool:

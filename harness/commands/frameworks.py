@@ -38,12 +38,14 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, Row, cmd_launcher, rows_json,
-                                               run_table, scripts_missing, table_validity)
+    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, Row,
+                                               cmd_launcher, rows_json, run_table, scripts_missing, table_validity)
+    from trainwreck.harness.torchft_rows import SCENARIOS as REPLICA_SCENARIOS
     from trainwreck.harness.report.casebook import render_casebook
 
-    frameworks = pick(args.frameworks, list(FRAMEWORKS), "--frameworks")
-    scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP], "--scenarios")
+    frameworks = pick(args.frameworks, [*FRAMEWORKS, REPLICA_FRAMEWORK], "--frameworks")
+    scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP, *(s for s in REPLICA_SCENARIOS if s not in SCENARIOS)],
+                     "--scenarios")
     missing = scripts_missing()
     if missing is not None:
         raise InputError(missing)

@@ -35,6 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
                                       "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+    parser.add_argument("--fresh-golden", action="store_true",
+                        help="--cmd: rebuild the command's golden run even when a cached one matches its key "
+                             "(the command, the files it names and imports, torch and trainwreck versions)")
     parser.add_argument("--ckpt-dir", default="checkpoints",
                         help="--cmd: the command's checkpoint directory, relative to the run directory "
                              "(corrupt faults damage its newest entry; default checkpoints)")
@@ -43,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.cmd is not None:
         return main_cmd(args)
+    if args.fresh_golden:
+        raise InputError("--fresh-golden applies to --cmd only: the reference trainer's golden key already "
+                         "covers its config and source; leave it out")
     scenario = build_scenario(args)
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = spec_for(scenario, out, launcher=args.launcher)
@@ -122,6 +128,6 @@ def main_cmd(args: argparse.Namespace) -> int:
                    # record; the built-in scenarios' few seconds are for the warm reference.
                    hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
                    run_dir=out, keep=True)
-    judged = run_judged(spec)
+    judged = run_judged(spec, fresh_golden=args.fresh_golden)
     print_result(judged, args.json)
     return judged.exit_code

@@ -52,6 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="--power-loss: judge at most N of the explored states, "
                                                   "spread evenly (default: all; 4 for a framework writer)")
     parser.add_argument("--seed", type=int, default=0, help="--power-loss: the seed of the state sampling (default 0)")
+    parser.add_argument("--cmd", help="your own training command (it wraps its save in probe.saving): crash that "
+                                      "save at every file operation its golden run recorded, e.g. --cmd "
+                                      "'python train.py'")
 
 
 def parse_points(text: str | None) -> list[tuple[int, str]] | None:
@@ -90,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
     from trainwreck.trainer.entry import trainer_class
 
     dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
+    if args.cmd is not None:
+        return command_main(args)
     if args.writer in FRAMEWORKS and not args.power_loss:
         return framework_main(args)
     try:
@@ -130,6 +135,37 @@ def framework_main(args: argparse.Namespace) -> int:
                          "at every file operation the golden run recorded; leave it out")
     out = args.out or Path("trainwreck-out") / f"sweep-{args.writer}-{time.strftime('%Y%m%d-%H%M%S')}"
     return frameworks.main(argparse.Namespace(out=out, json=args.json, frameworks=args.writer, scenarios=EVERY_OP))
+
+
+def command_main(args: argparse.Namespace) -> int:
+    """`--cmd`: the user's own save, crashed at every file operation it recorded: the frameworks
+    table's crash-every-op rows for one more "framework", the command (one code path)."""
+    from trainwreck.harness.frameworks import Row, rows_json, run_command_sweep, table_validity
+    from trainwreck.harness.report.casebook import render_casebook
+
+    refused = [flag for flag, given in (("--writer", args.writer != "reference"), ("--power-loss", args.power_loss),
+                                        ("--points", args.points is not None),
+                                        ("--parallelism", args.parallelism != "ddp")) if given]
+    if refused or not args.cmd.strip():
+        what = (f"{refused[0]} does not apply to --cmd: the command's own save is crashed at every file operation "
+                "its golden run recorded; leave it out") if refused else "--cmd is empty; give e.g. --cmd 'python train.py'"
+        raise InputError(what)
+    out = args.out or Path("trainwreck-out") / f"sweep-cmd-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def progress(row: Row) -> None:
+        if not args.json:
+            why = f"invalid: {', '.join(row.invalid)}" if row.invalid else row.reason
+            print(f"{verdict_word(row.valid):<8} {row.scenario:<32} {why}", flush=True)
+
+    rows = run_command_sweep(args.cmd, out, progress=progress)
+    reports = [Path(r.report).parent.parent for r in rows if r.report]
+    casebook = render_casebook(out, reports, "trainwreck sweep --cmd") if reports else None
+    if args.json:
+        print(json.dumps(rows_json(rows), indent=1))
+    else:
+        print(f"\n{verdict_word(table_validity(rows))}: {len(rows)} run(s)" + (f"; casebook: {casebook}" if casebook else ""))
+    return exit_code(table_validity(rows))
 
 
 def finish(args: argparse.Namespace, result, started: float, out: Path) -> int:  # type: ignore[no-untyped-def]

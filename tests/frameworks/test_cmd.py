@@ -1,4 +1,4 @@
-"""`trainwreck run --cmd`: a plain torchrun DDP script (tests/frameworks/scripts/plain_ddp.py)
+"""`trainwreck run --cmd`: a plain torchrun DDP script (trainer/frameworks/examples/plain_ddp.py)
 judged like the reference trainer, and commands that break the contract judged "unknown"."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from trainwreck.harness.cmd import Command
 from trainwreck.harness.runner import run_judged
 from trainwreck.harness.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN
+from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events
 
-PLAIN = Path(__file__).parent / "scripts" / "plain_ddp.py"
+PLAIN = EXAMPLES / "plain_ddp.py"
 PYTHON = sys.executable
 # Kill tests run long enough that a kill at step 8 lands mid-run: the harness polls progress,
 # and the tiny script runs a dozen updates between two polls on an idle machine.
@@ -44,15 +45,41 @@ def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_ju
     plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
     judged = run_judged(cmd_spec(LONG, tmp_path / "run", plan), golden_cache=golden_cache)
     events = list(iter_events(judged.record.run_dir))
-    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
+    (fault,) = [e for e in events if e["kind"] == "fault"]
+    # On time: the probe shows update 8's start and waits there, so the signal lands before
+    # update 8's first collective (it landed at 11 when only `step` published progress).
+    assert fault["fault_id"] == "k1" and "(ranks were at steps {1: 8})" in fault["detail"], fault
     assert {"attempt": 0, "rank": 1, "code": -9}.items() <= next(
         e for e in events if e["kind"] == "exit" and e["rank"] == 1 and e["attempt"] == 0).items()
+    assert max(e["step"] for e in events if e["kind"] == "step" and e["attempt"] == 0) == 7
     restores = [e for e in events if e["kind"] == "restore"]
-    # The kill lands at step 8 or a little later (the harness polls): the resume point is
-    # whatever attempt 0 saved last, at least step 6, and not its final state.
     newest = max(e["step"] for e in events if e["kind"] == "save" and e["attempt"] == 0)
-    assert 6 <= newest < 60
+    assert newest == 6
     assert sorted((e["attempt"], e["rank"], e["step"]) for e in restores) == [(1, 0, newest), (1, 1, newest)]
+    # Known by content: each restore names the bytes of the save it loaded.
+    saved = {e["checkpoint"]: e["content"] for e in events if e["kind"] == "save"}
+    assert all(len(e["content"]) == 64 and e["content"] == saved[e["checkpoint"]] for e in restores)
+    assert judged.judgement.valid is True, judged.judgement.to_json()
+
+
+def test_a_hung_command_rank_is_the_one_suspect_and_every_rank_leaves_its_stack(
+        tmp_path: Path, golden_cache: Path) -> None:
+    """The probe arms the watchdog's SIGUSR1 dump in a --cmd rank and shows each rank's update,
+    so the hung rank is behind the one waiting for it inside the update's collective. (30 s, the
+    --cmd default: a fresh rank imports torch._dynamo for its optimizer between two publishes,
+    and at a load average of 31 15 s was not enough.)"""
+    plan = [{"id": "h1", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]
+    spec = JobSpec(target=Command(f"{PYTHON} {PLAIN}"), world_sizes=(2, 2), plan=plan, hang_timeout_s=30.0,
+                   run_dir=tmp_path / "run", keep=True)
+    judged = run_judged(spec, golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["h1"]
+    (hang,) = [e for e in events if e["kind"] == "hang"]
+    assert (hang["ranks"], hang["waiting"], hang["last_step"]) == ([1], [0], 5), hang
+    assert sorted(Path(s).name.split("-")[1] for s in hang["stacks"]) == ["r000", "r001"]
+    hung = (judged.record.run_dir / next(s for s in hang["stacks"] if "-r001-" in s)).read_text()
+    assert "in _hang" in hung and "plain_ddp.py" in hung
+    assert not [e for e in events if e["kind"] == "exit" and e.get("code") == -10]  # nobody died of SIGUSR1
     assert judged.judgement.valid is True, judged.judgement.to_json()
 
 

@@ -51,15 +51,15 @@ def test_an_unknown_scenario_name_is_bad_input_naming_the_choices():
         command.pick("nope", list(table.SCENARIOS), "--scenarios")
 
 
-def test_without_the_example_trainers_as_from_a_wheel_the_command_exits_2_with_the_reason(monkeypatch, tmp_path,
-                                                                                          capsys):
+def test_with_the_example_trainers_missing_from_the_install_the_command_exits_2_with_the_reason(monkeypatch, tmp_path,
+                                                                                               capsys):
     monkeypatch.setattr(table, "SCRIPTS", tmp_path / "not-installed")
     args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks="torchrun", scenarios="golden")
     from trainwreck.harness.cli import run_command
 
     assert run_command("frameworks", command, args) == 2  # the one exit path: the command raises
     err = capsys.readouterr().err
-    assert "ship with the repository, not the wheel" in err and "git checkout" in err
+    assert "missing from the installed package" in err and "reinstall" in err
     assert not (tmp_path / "out").exists()
 
 

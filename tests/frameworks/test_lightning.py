@@ -1,6 +1,6 @@
 """The Lightning adapter, judged: 2 ranks, CPU gloo, a tiny model, offline.
 
-Every run is a real `trainwreck run --cmd` job of tests/frameworks/scripts/lightning_train.py
+Every run is a real `trainwreck run --cmd` job of trainer/frameworks/examples/lightning_train.py
 (the frameworks table's launcher), judged by the unchanged invariants against the golden run.
 Each test asserts that its planned fault fired, from the run's own `fault` events, and that the
 verdict agrees with what the run's own events show."""

@@ -186,3 +186,185 @@ def test_a_malformed_hooks_name_is_refused_with_the_fix(tmp_path: Path, monkeypa
     monkeypatch.setenv("TRAINWRECK_HOOKS", "no-colon")
     with pytest.raises(ProbeError, match="must look like 'package.module:function'"):
         Probe.from_env()
+
+
+def harness_env(monkeypatch: pytest.MonkeyPatch, run: Path, rank: int = 0, world: int = 1) -> None:
+    monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(run))
+    monkeypatch.setenv("TRAINWRECK_ATTEMPT", "0")
+    monkeypatch.delenv("TRAINWRECK_HOOKS", raising=False)
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+
+
+def board(run: Path) -> tuple[int, str]:
+    entry = read_progress(RunDir(run).rank_progress(0, 0))
+    assert entry is not None
+    return entry.step, entry.phase
+
+
+def test_every_fault_point_and_batch_is_progress_for_the_watchdog_and_it_never_goes_back(tmp_path: Path) -> None:
+    """What lets a harness signal at step k land at k: the rank shows k at update k's start."""
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.start()
+        probe.point("step_start", 3)
+        assert board(tmp_path) == (3, "start")
+        probe.batch(3, 0, [1])
+        assert board(tmp_path) == (3, "data")
+        probe.step(3, 0.5, "d")
+        probe.batch(4, 0, [2])  # no step_start call: the batch enters update 4 by itself
+        assert board(tmp_path) == (4, "data") and probe.entered == 4
+        probe.step(3, 0.5, "d")  # a late step event (HF logs after the update) does not move it back
+        assert board(tmp_path) == (4, "data")
+
+
+def test_a_batch_without_a_step_start_point_still_fires_the_step_start_faults(tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+
+    class Recorder:
+        def point(self, name: str, step: int, **ctx: Any) -> None:
+            calls.append((name, step))
+
+    with Probe(tmp_path, rank=0, world_size=1, hooks=Recorder()) as probe:  # type: ignore[arg-type]
+        probe.batch(1, 0, [0])
+        probe.point("step_start", 1)  # a script that calls both: the point still reaches its hooks
+        probe.point("after_backward", 2)  # a later update's point enters that update first
+    assert calls == [("step_start", 1), ("step_start", 1), ("step_start", 2), ("after_backward", 2)]
+
+
+def test_under_the_harness_sigusr1_dumps_the_stacks_and_still_runs_the_scripts_own_handler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        harness_env(monkeypatch, tmp_path)
+        probe = Probe.from_env()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        probe.close()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    (dump,) = RunDir(tmp_path).attempt_stacks(0)
+    assert dump.name == f"a000-r000-p{os.getpid()}.txt"
+    assert "test_under_the_harness_sigusr1_dumps_the_stacks" in dump.read_text()
+    assert seen == [signal.SIGUSR1]
+
+
+def test_the_watchdog_leaves_a_rank_without_a_dump_handler_alive(tmp_path: Path) -> None:
+    """A command that hangs before building its probe has no SIGUSR1 handler: the signal would kill it."""
+    import subprocess
+    import sys
+
+    from trainwreck.harness.watchdog import dump_stacks
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert dump_stacks(tmp_path, 0, {0: proc.pid}, 0.2) == []
+        os.kill(proc.pid, 18)  # SIGCONT: dump_stacks leaves the attempt stopped, as for a hang
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_checkpoint_content_is_the_bytes_on_disk_whatever_the_name(tmp_path: Path) -> None:
+    from trainwreck.trainer.probe import checkpoint_content
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "sub").mkdir()
+    (tmp_path / "a" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "a" / "sub" / "opt.pt").write_bytes(b"moments")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "model.pt").write_bytes(b"weights")
+    (tmp_path / "b" / "sub").mkdir()
+    (tmp_path / "b" / "sub" / "opt.pt").write_bytes(b"moments")
+    (tmp_path / "outside.pt").write_bytes(b"not part of it")
+    os.symlink(tmp_path / "outside.pt", tmp_path / "b" / "link.pt")  # never followed out of the checkpoint
+    assert checkpoint_content(tmp_path / "a") == checkpoint_content(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "opt.pt").write_bytes(b"moments!")
+    assert checkpoint_content(tmp_path / "a") != checkpoint_content(tmp_path / "b")
+    (tmp_path / "b" / "sub" / "opt.pt").rename(tmp_path / "b" / "sub" / "other.pt")  # same bytes, other path
+    assert checkpoint_content(tmp_path / "a") != checkpoint_content(tmp_path / "b")
+    (tmp_path / "one.pt").write_bytes(b"weights")
+    assert checkpoint_content(tmp_path / "one.pt") == __import__("hashlib").sha256(b"weights").hexdigest()
+    with pytest.raises(ProbeError, match="not a file or folder on disk"):
+        checkpoint_content(tmp_path / "missing.pt")
+
+
+def test_save_commit_and_restore_carry_the_content_when_given_the_path_and_not_otherwise(tmp_path: Path) -> None:
+    from trainwreck.trainer.probe import checkpoint_content
+
+    ckpt = tmp_path / "snapshot.pt"
+    ckpt.write_bytes(b"state after update 4")
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        probe.commit(4, "snapshot.pt", "d4", path=ckpt)
+        probe.save(4, "snapshot.pt", "d4", durable_on_every_rank=True, path=ckpt)
+        probe.restore(4, "snapshot.pt", "d4", path=ckpt)
+        probe.commit(5, "snapshot.pt", "d5")  # the existing call, unchanged
+    events = events_of(tmp_path / "run")
+    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 3 + [None]
+
+
+def test_the_helpers_write_what_a_hand_instrumented_loop_would_without_touching_the_loop(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainwreck.trainer.probe import checkpoint_content
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(8, 3), torch.randn(8, 1))
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        loader = probe.loader(DataLoader(data, batch_size=2, shuffle=True), epochs=2)
+        assert len(loader) == 4 and loader.dataset is data
+        next(iter(loader))  # a script peeking at one batch (the DDP tutorial prints its size): not an update
+        seen = []
+        for epoch in range(2):
+            for x, y in loader:
+                with probe.update(model=model, optimizer=opt):
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward(), opt.step(), opt.zero_grad()
+                    probe.loss(loss)
+                seen.append((probe.last_step, loss.item(), [int(i) for i in (x[:, :1] == data.tensors[0][:, :1].T)
+                                                            .nonzero()[:, 1]]))
+        with probe.checkpoint(tmp_path / "snapshot.pt"):
+            torch.save(model.state_dict(), tmp_path / "snapshot.pt")
+        probe.restored(tmp_path / "snapshot.pt", 8, model, opt)
+    spec = read_run_json(tmp_path / "run")
+    assert (spec["dataset_size"], spec["global_batch"], spec["drop_last"], spec["total_steps"]) == (8, 2, False, 8)
+    events = events_of(tmp_path / "run")
+    batches = [(e["step"], e["epoch"], e["samples"]) for e in events if e["kind"] == "batch"]
+    assert [(s, ids) for s, _, ids in batches] == [(s, ids) for s, _, ids in seen]  # the ids of the batch each update used
+    assert [epoch for _, epoch, _ in batches] == [0] * 4 + [1] * 4 and list(range(1, 9)) == [s for s, _, _ in batches]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert [(e["step"], e["loss"]) for e in steps] == [(s, pytest.approx(loss)) for s, loss, _ in seen]
+    (save,) = [e for e in events if e["kind"] == "save"]
+    (restore,) = [e for e in events if e["kind"] == "restore"]
+    assert (save["step"], save["digest"], save["content"]) == (8, steps[-1]["digest"], checkpoint_content(tmp_path / "snapshot.pt"))
+    assert (restore["step"], restore["content"], restore["digest"]) == (8, save["content"], state_digest(model, opt))
+    assert [e["kind"] for e in events][0] == "start"
+
+
+def test_an_update_that_raises_writes_no_step_and_a_disabled_one_writes_nothing(tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 1)
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        with pytest.raises(RuntimeError, match="diverged"):
+            with probe.update(model=model, samples=[0, 1]):
+                raise RuntimeError("diverged")
+        with probe.update(model=model, enabled=False):
+            probe.loss(1.0)
+        with pytest.raises(ProbeError, match="probe.track"):
+            with probe.update(samples=[2]):
+                pass
+    assert [(e["kind"], e.get("step")) for e in events_of(tmp_path)] == [("start", None), ("batch", 1), ("batch", 1)]
+
+
+def test_at_exit_a_harness_probe_says_done_and_writes_what_it_buffered(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog ignores a "done" rank: a script's slow interpreter teardown is no hang."""
+    harness_env(monkeypatch, tmp_path)
+    probe = Probe.from_env()
+    probe.emit("step", step=3, loss=None, digest="d")  # buffered: a `step` waits for the next flush
+    probe.finish()
+    assert board(tmp_path) == (0, "done") and [e["kind"] for e in events_of(tmp_path)] == ["step"]
+    probe.finish()  # twice (the script closed it, then atexit): nothing more

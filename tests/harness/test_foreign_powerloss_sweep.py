@@ -38,7 +38,7 @@ def test_the_framework_writers_command_runs_their_script_under_the_recording_wra
     assert spec.target.kind == COMMAND and spec.world_sizes == (2,)
     words = spec.target.command.split()
     assert words[1:4] == ["-m", "trainwreck.faults.foreign_record", "--record"]
-    assert words[words.index("--") + 1].endswith("tests/frameworks/scripts/accelerate_train.py")
+    assert words[words.index("--") + 1].endswith("trainer/frameworks/examples/accelerate_train.py")
     assert "--record" not in foreign_spec(FOREIGN_WRITERS["accelerate"], Path("/r")).target.command
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.cmd import Command, input_hash
+from trainwreck.harness.cmd import Command
+from trainwreck.harness.cmdkey import cmd_golden_key
 from trainwreck.harness.rundir import run_json
 from trainwreck.harness.spec import JobSpec, SpecError
 from trainwreck.harness.targets import Reference, golden_key
@@ -57,7 +58,7 @@ def test_a_planted_defect_is_judged_against_the_reference_trainers_golden_run() 
 
 def test_a_commands_golden_run_is_keyed_by_its_command_and_first_world_size() -> None:
     spec = JobSpec(target=Command("python t.py"), world_sizes=(4, 2))
-    assert spec.target.golden_name(spec) == f"cmd-{input_hash('python t.py @4')}"
+    assert spec.target.golden_name(spec) == f"cmd-{cmd_golden_key('python t.py', 4)}"
     golden = spec.target.golden_spec(spec, Path("/g"))
     assert golden.world_sizes == (4,) and golden.plan == [] and golden.max_restarts == 0
     assert golden.target == spec.target and golden.run_dir == Path("/g")

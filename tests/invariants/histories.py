@@ -103,6 +103,7 @@ class HistoryBuilder:
         restore_digest: str | None = None,
         rejects: tuple[str, ...] = (),
         reject_ranks: tuple[int, ...] = (0,),
+        restore_content: str | None = None,
     ) -> "Attempt":
         """Start the next attempt: start events, rank 0's rejects, every rank's restore."""
         att = Attempt(self, len(self.attempts), world_size)
@@ -115,8 +116,9 @@ class HistoryBuilder:
                 att.emit(rank, "reject", checkpoint=name, reason="verification failed")
         if restore is not None:
             step = restore_step if restore_step is not None else self.saved_step(restore)
+            known = {"content": restore_content} if restore_content is not None else {}
             for rank in range(world_size):
-                att.emit(rank, "restore", step=step, checkpoint=restore, digest=restore_digest or digest(step))
+                att.emit(rank, "restore", step=step, checkpoint=restore, digest=restore_digest or digest(step), **known)
             att.position = step
         return att
 
@@ -198,9 +200,11 @@ class Attempt:
                 self.save(step, state=digests(step))
         return self
 
-    def save(self, step: int, *, name: str | None = None, state: str | None = None) -> str:
+    def save(self, step: int, *, name: str | None = None, state: str | None = None, content: str | None = None) -> str:
+        """Rank 0 commits; `content` (optional in the format) identifies the checkpoint's bytes."""
         name = name or f"step-{step:08d}"
-        self.emit(0, "save", step=step, checkpoint=name, digest=state or digest(step))
+        known = {"content": content} if content is not None else {}
+        self.emit(0, "save", step=step, checkpoint=name, digest=state or digest(step), **known)
         return name
 
     def prune(self, name: str) -> None:

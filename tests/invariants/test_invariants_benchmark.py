@@ -18,7 +18,7 @@ from trainwreck.invariants.history import History
 def test_bench_checker_reports_events_rate_cpu_and_peak_memory():
     result = bench_checker(steps=200, ranks=2, batch_per_rank=2)
     assert set(result) == {"checker_events", "checker_seconds", "checker_events_per_s", "checker_cpu_seconds",
-                           "checker_events_per_cpu_s", "checker_peak_rss_mb"}
+                           "checker_events_per_cpu_s", "checker_peak_rss_mb", "checker_worker_peak_rss_mb"}
     assert result["checker_events"] > 800
     assert result["checker_peak_rss_mb"] > 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from histories import HistoryBuilder
 
-from trainwreck.invariants import InputError, load_history
+from trainwreck.invariants import InputError, judge, load_history
 from trainwreck.invariants import loader
 
 
@@ -23,7 +23,7 @@ def test_torn_last_line_is_skipped_with_a_note(builder):
     b.raw_line(b.attempts[0].file(1), '{"kind": "step", "t": 1001.5, "attem')
     history = b.load()
     assert any("torn last line" in note and "r001" in note for note in history.notes)
-    assert history.logs[(0, 1)].steps == [1, 2, 3, 4]
+    assert list(history.logs[(0, 1)].steps) == [1, 2, 3, 4]
 
 
 def test_last_line_cut_inside_a_utf8_character_is_a_torn_line(builder):
@@ -114,7 +114,7 @@ def test_every_jsonl_file_is_read_whatever_its_name(builder):
     b.write_event("my-trainer.jsonl", "step", attempt=0, rank=0, world_size=1, step=1, loss=1.0, digest="d1")
     b.write_event("zz.jsonl", "end", status="completed", final_step=1)
     history = b.load()
-    assert history.logs[(0, 0)].steps == [1]
+    assert list(history.logs[(0, 0)].steps) == [1]
     assert [ev["kind"] for ev in history.events] == ["end"]
 
 
@@ -152,7 +152,7 @@ def test_a_file_mixing_ranks_takes_the_reference_path(builder):
         b.write_event("one.jsonl", "step", attempt=0, rank=rank, world_size=2, step=1, loss=1.0, digest="d")
     history = b.load()
     assert sorted(history.logs) == [(0, 0), (0, 1)]
-    assert history.logs[(0, 1)].ids == [1]
+    assert list(history.logs[(0, 1)].ids) == [1]
 
 
 def test_repeated_step_events_are_set_aside(builder):
@@ -160,5 +160,28 @@ def test_repeated_step_events_are_set_aside(builder):
     att = b.attempt(1).train(2)
     att.emit(0, "step", step=2, loss=1.0, digest="other")
     history = b.load()
-    assert history.logs[(0, 0)].steps == [1, 2]
+    assert list(history.logs[(0, 0)].steps) == [1, 2]
     assert [(a, s, r, d) for a, s, r, _, d, _ in history.duplicate_steps] == [(0, 2, 0, "other")]
+
+
+def test_parallel_loading_builds_the_history_the_sequential_loop_builds(tmp_path, builder, monkeypatch):
+    from trainwreck.benchmarks.checker import write_run
+    write_run(str(tmp_path / "big"), 300, 4, 2)
+    b = builder(total_steps=6, faults=[{"id": "k1", "kind": "kill"}])
+    b.attempt(2).train(5, save_every=2).crash(1, "k1")
+    b.attempt(4, restore="step-00000004").train(6)
+    b.raw_line(b.attempts[1].file(3), '{"kind": "step", "t": 9')  # a torn line
+    b.end()
+    for run_dir in (tmp_path / "big", b.write()):
+        sequential = load_history(run_dir)
+        monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
+        monkeypatch.setattr(loader, "_may_fork", lambda: True)
+        used, real = [], loader._load_parallel
+        monkeypatch.setattr(loader, "_load_parallel", lambda *a: used.append(real(*a)) or used[-1])
+        parallel = load_history(run_dir)
+        monkeypatch.undo()
+        assert used == [True], "the files were not parsed by the workers"
+        assert parallel.notes == sequential.notes and parallel.event_count == sequential.event_count
+        assert list(parallel.logs) == list(sequential.logs) and parallel.logs == sequential.logs
+        assert parallel.events == sequential.events
+        assert judge(parallel).to_json() == judge(sequential).to_json()

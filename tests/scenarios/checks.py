@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.invariants.readers import assert_readers_agree
+
 
 def fired_fault_ids(run_dir: Path) -> set[str]:
     """Fault ids with a `fault` event anywhere in the run (a torn last line is skipped)."""
@@ -35,3 +37,4 @@ def assert_valid(judged: Any, threatened: tuple[str, ...] = ()) -> None:
     assert judged.judgement.valid is True, "; ".join(
         f"{n}: {v.summary}" for n, v in judged.judgement.verdicts.items() if v.valid is not True)
     assert judged.record.outcome == "completed"
+    assert_readers_agree(judged.record.run_dir)  # the streaming checker judges the suite's runs as the reference does

@@ -57,9 +57,38 @@ def test_the_async_writer_persists_the_snapshot_not_what_training_did_to_the_ten
     weights = torch.zeros(1000)
     writer = AsyncCheckpointer(store)
     writer.submit(4, {"model.pt": Payload({"w": weights})}, META)
+    writer.before_update()  # as the trainer does before its optimizer step
     weights.add_(1.0)  # the next update, in place, while the persist may still run
     writer.wait()
     assert torch.equal(_saved_model(store)["w"], torch.zeros(1000))
+
+
+class GatedSnapshot(AsyncCheckpointer):
+    """Holds the background copy until the test opens the gate."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        super().__init__(store)
+        self.gate, self.copying = threading.Event(), threading.Event()
+
+    def take_snapshot(self, files: dict[str, Any]) -> dict[str, Any]:
+        self.copying.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().take_snapshot(files)
+
+
+def test_submit_returns_before_the_copy_and_the_optimizer_step_waits_for_it(tmp_path: Path) -> None:
+    writer = GatedSnapshot(make_store(tmp_path))
+    writer.submit(4, {"model.pt": Payload({"w": torch.zeros(1000)})}, META)  # returns: the copy is gated
+    assert writer.copying.wait(30)
+    update = threading.Thread(target=writer.before_update)
+    update.start()
+    update.join(0.2)
+    assert update.is_alive(), "the optimizer step went ahead of the snapshot"
+    writer.gate.set()
+    update.join(30)
+    assert not update.is_alive()
+    writer.wait()
+    assert torch.equal(_saved_model(writer.store)["w"], torch.zeros(1000))
 
 
 def test_the_planted_no_snapshot_writer_persists_the_mutated_tensors(tmp_path: Path) -> None:

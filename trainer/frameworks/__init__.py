@@ -5,9 +5,14 @@ package itself imports torch only: the sample-id tracking the adapters share."""
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import torch
+
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+"""The example training scripts users copy (installed with the package): public torchrun scripts
+instrumented with the probe, and one example trainer per framework adapter."""
 
 FETCHED: deque[int] = deque()
 """Sample ids this process fetched, oldest first (one process trains one rank)."""

@@ -62,8 +62,9 @@ class TrainwreckLoop:
         """accelerator.load_state (the newest automatic checkpoint when input_dir is None), then the
         `restore` event; returns (step, epoch) to continue from."""
         self.accelerator.load_state(str(input_dir) if input_dir is not None else None)
-        name = Path(input_dir).name if input_dir is not None else _newest(self.accelerator)
-        self.probe.restore(self.progress.step, name, self.digest(model, optimizer))
+        folder = Path(input_dir) if input_dir is not None else (
+            Path(self.accelerator.project_dir) / "checkpoints" / _newest(self.accelerator))
+        self.probe.restore(self.progress.step, folder.name, self.digest(model, optimizer), path=folder)
         return self.progress.step, self.progress.epoch
 
     def digest(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:
@@ -86,7 +87,7 @@ class TrainwreckLoop:
         with self.probe.saving(step, root):
             where = Path(self.accelerator.save_state(str(output_dir) if output_dir is not None else None))
         mine = _durable_part(where, self.accelerator.process_index, self.accelerator.is_main_process)
-        self.probe.save(step, where.name, self.digest(model, optimizer), durable_on_every_rank=mine)
+        self.probe.save(step, where.name, self.digest(model, optimizer), durable_on_every_rank=mine, path=where)
         return where
 
 

@@ -113,7 +113,8 @@ class _Callback(TrainerCallback):
         probe.start()
         if state.global_step > 0:  # the Trainer already loaded model, optimizer and trainer state
             self.digest = state_digest(model, optimizer)
-            probe.restore(state.global_step, f"checkpoint-{state.global_step}", self.digest)
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            probe.restore(state.global_step, folder.name, self.digest, path=folder if folder.is_dir() else None)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.probe.point("step_start", state.global_step + 1)
@@ -150,7 +151,7 @@ class _Callback(TrainerCallback):
         name = f"checkpoint-{state.global_step}"
         folder = Path(args.output_dir) / name
         mine = folder / (f"rng_state_{args.process_index}.pth" if args.world_size > 1 else "rng_state.pth")
-        self.probe.save(state.global_step, name, self.digest, durable_on_every_rank=mine.is_file())
+        self.probe.save(state.global_step, name, self.digest, durable_on_every_rank=mine.is_file(), path=folder)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.unlogged is not None:

@@ -61,7 +61,7 @@ class TrainwreckCheckpointIO(TorchCheckpointIO):
         _fsync(target)
         # One writer, so no collective: a peer dying now must not leave a durable checkpoint
         # unreported (the next attempt would restore it anyway).
-        self.probe.commit(step, target.name, self.digests.popleft() if self.digests else "")
+        self.probe.commit(step, target.name, self.digests.popleft() if self.digests else "", path=target)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         super().remove_checkpoint(path)
@@ -94,7 +94,8 @@ class TrainwreckCallback(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.ckpt_path:
-            self.probe.restore(trainer.global_step, Path(trainer.ckpt_path).name, _digest(pl_module, trainer))
+            self.probe.restore(trainer.global_step, Path(trainer.ckpt_path).name, _digest(pl_module, trainer),
+                               path=trainer.ckpt_path if Path(trainer.ckpt_path).exists() else None)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         io = self._io(trainer)

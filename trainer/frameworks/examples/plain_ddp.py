@@ -45,8 +45,8 @@ for path in sorted(ckpts.glob("ckpt-*.pt"), reverse=True):    # newest first; a 
     state = torch.load(io.BytesIO(data), weights_only=True)
     model.load_state_dict(state["model"]), opt.load_state_dict(state["opt"])
     done = state["step"]
-    probe.recover(done, path.name, state["digest"], state["attempt"])   # its writer may have died before 8.
-    probe.restore(done, path.name, state_digest(model, opt))   # 5.
+    probe.recover(done, path.name, state["digest"], state["attempt"], path=path)   # its writer may have died before 8.
+    probe.restore(done, path.name, state_digest(model, opt), path=path)   # 5.
     break
 
 
@@ -83,7 +83,7 @@ for step in range(done + 1, T + 1):
         if rank == 0:                                          # rank 0 writes all of it
             with probe.saving(step, ckpts):                    # its file operations are crash points
                 name = write_checkpoint(step, digest)
-            probe.commit(step, name, digest)                   # 8. only now, durable: `save`
+            probe.commit(step, name, digest, path=ckpts / name)  # 8. only now, durable: `save`
 probe.phase(T, "done"), probe.end(T)                           # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 # DDP holds the process group through reference cycles: freed only at interpreter teardown,

@@ -1,0 +1,136 @@
+"""torchft under the replica-group harness: real jobs of trainer/frameworks/torchft_train.py,
+judged from their own events. Skipped without the extra (pip install 'trainwreck[torchft]')."""
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+pytest.importorskip("torchft")
+
+from trainwreck.harness.replicas import ReplicaJob, run_replica_job  # noqa: E402
+from trainwreck.harness.torchft_rows import SCRIPT, judge_replica_run  # noqa: E402
+from trainwreck.trainer.progress import read_progress  # noqa: E402
+from trainwreck.trainer.rundir import RunDir, iter_events  # noqa: E402
+from tests.harness.conftest import assert_no_leftover_processes  # noqa: E402
+from tests.harness.test_loopback import non_loopback  # noqa: E402
+
+SCAN_AT_STEP = 3
+LONG_STEPS, LONG_STEP_S = "60", "0.3"
+"""Kill rows: the survivor must still be training when the restarted group is back (a restart
+took 4-22 s on the shared machine), or that group finds no peer and starts over alone."""
+SCAN_DEADLINE_S = 120.0
+
+
+def job(run_dir: Path, steps: int, *args: str, **fields: Any) -> ReplicaJob:
+    command = shlex.join([sys.executable, "-m", SCRIPT, "--steps", str(steps), *args])
+    return ReplicaJob(command=command, run_dir=run_dir, total_steps=steps, **fields)
+
+
+def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in iter_events(run_dir) if e["kind"] == kind]
+
+
+def own_listeners(proc: psutil.Process) -> set[tuple[str, int]]:
+    """The listening TCP sockets of one process (not its children)."""
+    try:
+        conns = getattr(proc, "net_connections", proc.connections)(kind="inet")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return set()
+    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+
+
+class LiveScanner(threading.Thread):
+    """Once every rank has committed SCAN_AT_STEP updates, lists the listening sockets of this
+    process's whole tree (the harness's stores, the lighthouse, every rank's servers)."""
+
+    def __init__(self, run_dir: Path, world_size: int) -> None:
+        super().__init__(daemon=True)
+        self.run_dir, self.world_size = run_dir, world_size
+        self.found: dict[int, set[tuple[str, int]]] | None = None
+
+    def run(self) -> None:
+        deadline = time.monotonic() + SCAN_DEADLINE_S
+        while time.monotonic() < deadline:
+            boards = [read_progress(RunDir(self.run_dir).rank_progress(0, r)) for r in range(self.world_size)]
+            if all(b is not None and b.step >= SCAN_AT_STEP for b in boards):
+                me = psutil.Process()
+                self.found = {p.pid: own_listeners(p) for p in [me, *me.children(recursive=True)]}
+                return
+            time.sleep(0.05)  # polling the ranks' real progress
+
+
+def test_a_torchft_golden_run_listens_on_loopback_only_and_is_judged_valid(tmp_path: Path) -> None:
+    run_dir = tmp_path / "golden"
+    scanner = LiveScanner(run_dir, world_size=2)
+    scanner.start()
+    record = run_replica_job(job(run_dir, 12, "--step-seconds", "0.2"))
+    scanner.join()
+    assert scanner.found is not None, "the ranks never reached the scan step"
+    everything = set().union(*scanner.found.values())
+    assert not non_loopback(everything), f"listening beyond loopback: {sorted(everything)}"
+    rank_pids = {e["pid"] for e in events(run_dir, "start")}
+    for pid in rank_pids:  # the Manager's server and the heal server, each on 127.0.0.1
+        assert len(scanner.found.get(pid, set())) >= 2, scanner.found
+    assert record.status == "completed" and record.final_step == 12
+    judgement, figures = judge_replica_run(run_dir)
+    assert judgement.valid is True, judgement.to_json()
+    assert {e["replica_group"] for e in events(run_dir, "step")} == {0, 1}
+    assert figures["replayed"] == figures["dropped"] == 0 and figures["uncommitted_steps"] == 0
+    assert_no_leftover_processes()  # ranks, lighthouse: all reaped
+
+
+@pytest.mark.slow
+def test_a_group_killed_between_steps_heals_from_its_peer_and_the_survivor_trains_alone(tmp_path: Path) -> None:
+    run_dir = tmp_path / "kill"
+    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
+    record = run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, plan=plan))
+    assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
+    assert record.group_starts == {0: 1, 1: 2}
+    judgement, figures = judge_replica_run(run_dir)
+    assert judgement.valid is True, judgement.to_json()
+    heals = events(run_dir, "heal")
+    assert [h["replica_group"] for h in heals] == [1] and heals[0]["step"] >= 9
+    assert figures["replayed"] > 0  # the restarted group replays its shard: measured, not failed
+    assert_no_leftover_processes()
+
+
+@pytest.mark.slow
+def test_a_heal_that_skips_the_optimizer_state_is_caught_by_continuity(tmp_path: Path) -> None:
+    run_dir = tmp_path / "model-only"
+    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
+    run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--heal-model-only", plan=plan))
+    assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
+    judgement, _ = judge_replica_run(run_dir)
+    assert judgement.verdicts["continuity"].valid is False
+    assert judgement.verdicts["continuity"].counts["bad_heals"] == 1
+
+
+@pytest.mark.slow
+def test_survivors_that_wait_for_a_group_that_never_returns_fail_progress(tmp_path: Path) -> None:
+    run_dir = tmp_path / "min2"
+    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 5},)
+    run_replica_job(job(run_dir, 20, "--min-replicas", "2", "--step-seconds", "0.1", plan=plan, lost_groups=(1,), hang_timeout_s=20.0))
+    assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
+    judgement, figures = judge_replica_run(run_dir)
+    assert judgement.verdicts["progress"].valid is False
+    # it went on quorum after quorum, never committing, until the watchdog stopped it
+    assert figures["stall_s"][0] > 9.0 and figures["steps_alone"] == [0]
+    assert [e["kind"] for e in events(run_dir, "hang")] == ["hang"]
+
+
+@pytest.mark.slow
+def test_a_job_claiming_exactly_once_with_torchfts_sampler_is_invalid_after_a_restart(tmp_path: Path) -> None:
+    run_dir = tmp_path / "claim"
+    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
+    run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--claim-exactly-once", plan=plan))
+    assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
+    judgement, _ = judge_replica_run(run_dir)
+    assert judgement.verdicts["coverage"].valid is False
+    assert "claims exactly-once" in judgement.verdicts["coverage"].summary

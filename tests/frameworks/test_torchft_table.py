@@ -1,0 +1,31 @@
+"""torchft's rows in `trainwreck frameworks` without torchft installed: unknown, saying how to install it."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.harness import frameworks
+from trainwreck.harness.commands import frameworks as command
+
+
+def test_without_torchft_its_rows_are_unknown_with_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == "torchft" else real(name, *args)
+
+    monkeypatch.setattr(frameworks.importlib.util, "find_spec", find_spec)
+    args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks="torchft",
+                              scenarios="golden,kill-lighthouse")
+    assert command.main(args) == 2
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["framework"], r["scenario"], r["valid"]) for r in rows] == [
+        ("torchft", "golden", "unknown"), ("torchft", "kill-lighthouse", "unknown")]
+    assert all("pip install 'trainwreck[torchft]'" in r["reason"] for r in rows)
+
