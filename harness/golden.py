@@ -18,6 +18,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -96,6 +97,23 @@ def golden_for(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = False
     _write_manifest(scratch)
     if fresh:
         discard(final)
+    _publish(scratch, final)
+    return final
+
+
+def adopt(unpack: Callable[[Path], None], cache_dir: Path, key: str) -> Path:
+    """The cache entry `key`, installed from a golden run built elsewhere (another node of
+    a Ray campaign) unless an intact one is already here: `unpack(scratch)` writes its
+    files, which must match their own manifest, and it is published like a local build."""
+    final = cache_dir / key
+    if _intact(final):
+        return final
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    scratch = cache_dir / _build_name(key)
+    unpack(scratch)
+    if not _intact(scratch):
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise RuntimeError(f"the golden run {key} received from another node does not match its manifest")
     _publish(scratch, final)
     return final
 

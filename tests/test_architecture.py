@@ -31,7 +31,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                    "harness.spec", "harness.rundir", "harness.restarts", "harness.torchrun", "harness.supervisor",
                    "harness.replicas")),
     ("run-and-judge", ("harness.golden", "harness.runner")),
-    ("suites", ("harness.defects", "harness.chaos", "harness.sweep", "harness.handbook", "harness.frameworks",
+    ("suites", ("harness.defects", "harness.chaos", "harness.engines", "harness.rayengine", "harness.campaign", "harness.sweep", "harness.handbook", "harness.frameworks",
                 "harness.torchft_rows", "harness.restart_compare")),
     ("front ends", ("harness.cli", "harness.commands", "harness.pytest_plugin")),
 )
@@ -53,7 +53,8 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.torchft_adapter": {"torchft"},
     "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
-    "faults.foreign_record": {"safetensors"},  # wraps serialize_file when installed, as faults.foreign does
+    "faults.foreign_record": {"safetensors"},
+    "harness.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
 
 

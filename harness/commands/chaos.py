@@ -1,8 +1,12 @@
-"""trainwreck chaos [--budget 10m] [--seed S] [--out DIR]: random plans until the budget is spent.
+"""trainwreck chaos [--budget 10m] [--seed S] [--out DIR] [--engine local|ray [--address A]] [--resume OUT]:
+random plans until the budget is spent.
 
 One run directory per plan under --out, a progress line per run, a summary at the
-end (and a casebook when harness.report is installed). Exit 0 all valid, 1 any
-invalid, 2 any unknown and none invalid.
+end (and a casebook when harness.report is installed). The engine decides where
+plans run (harness/engines.py: this process by default, a Ray cluster with
+`--engine ray`); the campaign (harness/campaign.py) is the same on either, and
+`--resume OUT` continues one without rerunning its finished plans. Exit 0 all
+valid, 1 any invalid, 2 any unknown and none invalid.
 """
 from __future__ import annotations
 
@@ -10,21 +14,24 @@ import argparse
 import random
 import sys
 import time
-import traceback
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from trainwreck.harness.chaos import ChaosCase, parse_duration, stream_cases
+from trainwreck.harness.campaign import Campaign, CampaignSpec, finished_outcomes, read_ledger, write_ledger
+from trainwreck.harness.chaos import ChaosCase, parse_duration
+from trainwreck.harness.engines import ENGINES, EngineOptions, Outcome, open_engine
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
+from trainwreck.harness.report.casebook import node_label
 from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir
 
+__all__ = ["ChaosCase", "Outcome", "configure", "exit_code", "main"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", default="10m", help="wall-clock budget: 90s, 10m, 1h (default 10m)")
+    parser.add_argument("--plans", type=int, help="stop after this many plans of the stream (default: the budget decides)")
     parser.add_argument("--seed", type=int, help="seed of the plan stream (default: random, printed)")
     parser.add_argument("--out", type=Path, help="directory for the run directories "
                                                  "(default ./trainwreck-out/chaos-TIMESTAMP)")
@@ -32,16 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"how ranks start (default {DEFAULT_LAUNCHER}): {launcher_help(launcher_names(REFERENCE))}")
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
                         help="process-group backend (default auto)")
-
-
-@dataclass
-class Outcome:
-    index: int
-    case: ChaosCase
-    run_dir: Path
-    valid: object
-    reproduce: str
-    seconds: float
+    parser.add_argument("--engine", default="local", choices=tuple(ENGINES),
+                        help="where plans run: local (this process, default) or ray (a Ray cluster; the [ray] extra)")
+    parser.add_argument("--address", help="--engine ray: the cluster to join (HOST:PORT, ray://HOST:PORT, auto; "
+                                           "default $RAY_ADDRESS, else a local instance on loopback)")
+    parser.add_argument("--cpus-per-rank", type=float, default=1.0,
+                        help="--engine ray: CPUs a plan reserves per rank, at most one whole node (default 1)")
+    parser.add_argument("--resume", type=Path, metavar="OUT",
+                        help="continue the campaign in OUT (its seed, launcher and backend); finished plans are kept")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -49,45 +54,46 @@ def main(args: argparse.Namespace) -> int:
         budget_s = parse_duration(args.budget)
     except ValueError as exc:
         raise InputError(f"--budget: {exc}") from None
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    out = args.out or Path("trainwreck-out") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"chaos: seed {seed}, budget {args.budget}, runs under {out}", flush=True)
-    deadline = time.monotonic() + budget_s
-    outcomes: list[Outcome] = []
-
-    def consume(case: ChaosCase) -> None:
-        outcomes.append(run_one(len(outcomes) + 1, case, out, args.launcher, args.backend))
-        report_progress(outcomes[-1], deadline)
-
-    stream_cases(seed, lambda: time.monotonic() < deadline, consume)
-    print_summary(outcomes, seed, args.budget)
-    write_casebook(out, outcomes, seed)
+    if getattr(args, "plans", None) is not None and args.plans < 1:
+        raise InputError(f"--plans {args.plans} must be at least 1 (or left out: the budget decides)")
+    out, spec, finished = campaign_dir(args)
+    engine = open_engine(getattr(args, "engine", "local"),
+                         EngineOptions(getattr(args, "address", None), getattr(args, "cpus_per_rank", 1.0)))
+    try:
+        write_ledger(out, spec)
+        print(f"chaos: seed {spec.seed}, budget {args.budget}, runs under {out}", flush=True)
+        if engine.name != "local" or finished:
+            print(f"chaos: {engine.describe()}" + (f"; resuming, {len(finished)} plan(s) already judged"
+                                                    if finished else ""), flush=True)
+        deadline = time.monotonic() + budget_s
+        campaign = Campaign(engine, out, spec, lambda outcome: report_progress(outcome, deadline))
+        outcomes = campaign.run(budget_s, getattr(args, "plans", None), finished)
+    finally:
+        engine.close()
+    print_summary(outcomes, spec.seed, args.budget)
+    write_casebook(out, outcomes, spec.seed)
     return exit_code(outcomes)
 
 
-def run_one(index: int, case: ChaosCase, out: Path, launcher: str, backend: str) -> Outcome:
-    from trainwreck.harness.runner import run_judged, verdict_lines
-
-    run_dir = out / f"plan-{index:04d}"
-    started = time.monotonic()
-    reproduce = case.reproduce(launcher, backend)
-    try:
-        judged = run_judged(case.spec(run_dir, launcher, backend))
-        valid = judged.judgement.valid
-        if valid is not True:
-            (run_dir / "chaos-failure.txt").write_text("\n".join(verdict_lines(judged.judgement) + [f"reproduce: {reproduce}"]) + "\n")
-    except Exception:  # noqa: BLE001 - a harness error is this run's "unknown", not the end of the chaos run
-        valid = "unknown"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "chaos-error.txt").write_text(traceback.format_exc())
-    return Outcome(index, case, run_dir, valid, reproduce, time.monotonic() - started)
+def campaign_dir(args: argparse.Namespace) -> tuple[Path, CampaignSpec, dict[int, Outcome]]:
+    """A new campaign's directory and spec, or a resumed one's with the plans it already judged."""
+    resume = getattr(args, "resume", None)
+    if resume is None:
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+        out = args.out or Path("trainwreck-out") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
+        return out, CampaignSpec(seed, args.launcher, args.backend), {}
+    if args.out is not None or args.seed is not None:
+        raise InputError(f"--resume {resume}: a resumed campaign keeps its own directory and seed; "
+                         "drop --out and --seed")
+    spec = read_ledger(resume)
+    return resume, spec, finished_outcomes(resume)
 
 
 def report_progress(outcome: Outcome, deadline: float) -> None:
     word = verdict_word(outcome.valid)
     left = max(0.0, deadline - time.monotonic())
-    print(f"[{outcome.index:4d}] {word:<8} {outcome.seconds:5.1f}s  {left:6.0f}s left  {outcome.case.describe()}",
+    where = f"on {node_label(outcome.node)}  " if outcome.node.get("engine", "local") != "local" else ""
+    print(f"[{outcome.index:4d}] {word:<8} {outcome.seconds:5.1f}s  {left:6.0f}s left  {where}{outcome.case.describe()}",
           flush=True)
     if outcome.valid is not True:
         print(f"       run directory: {outcome.run_dir}\n       reproduce: {outcome.reproduce}", flush=True)
@@ -98,6 +104,9 @@ def print_summary(outcomes: list[Outcome], seed: int, budget: str) -> None:
     kinds = Counter(f["kind"] for o in outcomes for f in o.case.plan)
     print(f"\nchaos summary: {len(outcomes)} plan(s) in {budget} (seed {seed}): "
           f"{counts['VALID']} valid, {counts['INVALID']} invalid, {counts['UNKNOWN']} unknown")
+    nodes = Counter(node_label(o.node) for o in outcomes if o.node.get("engine", "local") != "local")
+    if nodes:
+        print("plans per node: " + ", ".join(f"{label} x{n}" for label, n in sorted(nodes.items())))
     if kinds:
         print("fault kinds exercised: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
     for o in outcomes:

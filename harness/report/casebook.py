@@ -2,7 +2,10 @@
 
 Each row is a case: its verdict, what happened in one sentence, and a link to its
 report. Above the table, the interview questions the cases answer, each linking
-to the runs that answer it, so the casebook reads as a study guide too.
+to the runs that answer it, so the casebook reads as a study guide too. When the
+runs came from a cluster (run.json's "node", written by harness/engines.py), a
+line counts the cases and their verdicts per node, so a node that judges
+differently from the others shows.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from trainwreck.harness.report.html import CSS
 from trainwreck.harness.report.model import NotARun
 from trainwreck.invariants.verdict import compose, verdict_word, word_validity
 from trainwreck.trainer.files import EVENTS_LIMIT, read_json
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.rundir import RunDir, read_run_json
 
 INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
 
@@ -66,6 +69,39 @@ def _tally(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, int]:
     return tally
 
 
+def node_label(node: dict[str, Any]) -> str:
+    """How a run.json "node" is named: a Ray node by its id's head and address, a host by its name."""
+    if node.get("engine") == "ray" and node.get("id"):
+        return f"{str(node['id'])[:8]} ({node.get('ip', '?')})"
+    return str(node.get("host") or node.get("id") or "unknown node")
+
+
+def _node_of(run_dir: Path) -> dict[str, Any]:
+    try:
+        node = read_run_json(run_dir).get("node")
+    except Exception:  # noqa: BLE001 - an unreadable run.json is already an UNKNOWN row
+        return {}
+    return node if isinstance(node, dict) else {}
+
+
+def per_node(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Node label -> verdict word -> cases; empty when every run ran on this one host (nothing to compare)."""
+    counts: dict[str, dict[str, int]] = {}
+    engines = set()
+    for run_dir, case in cases:
+        node = _node_of(run_dir)
+        if node:
+            engines.add(node.get("engine"))
+            tally = counts.setdefault(node_label(node), {"VALID": 0, "INVALID": 0, "UNKNOWN": 0})
+            tally[verdict_word(case.get("valid"))] += 1
+    return counts if len(counts) > 1 or engines - {"local"} else {}
+
+
+def _per_node_line(cases: list[tuple[Path, dict[str, Any]]]) -> str:
+    return "; ".join(f"{label}: {sum(t.values())} run(s), " + ", ".join(f"{n} {w.lower()}" for w, n in t.items() if n)
+                     for label, t in per_node(cases).items())
+
+
 def _questions(cases: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[int]]:
     """Interview question -> the indices of the cases that answer it, in first-seen order."""
     found: dict[str, list[int]] = {}
@@ -97,7 +133,9 @@ def casebook_html(out_dir: Path, cases: list[tuple[Path, dict[str, Any]]], title
             "height:11px;margin-right:2px;padding:0;border-radius:2px}}td.num{{white-space:nowrap}}</style></head>\n"
             f'<body><main data-verdict="{_overall(tally)}"><header><span class="badge {_overall(tally)}">'
             f"{_overall(tally)}</span><h1>{escape(title)}</h1><p class=\"headline {_overall(tally)}\">{len(cases)} "
-            f"run(s): {escape(summary)}.</p></header>\n"
+            f"run(s): {escape(summary)}.</p>"
+            + (f'<p class="small" id="nodes">Per node: {escape(_per_node_line(cases))}.</p>' if per_node(cases) else "")
+            + "</header>\n"
             + (f"<h2>Questions these cases answer</h2><ul>{questions}</ul>" if questions else "")
             + "<h2>Cases</h2><table><thead><tr><th>#</th><th>run</th><th>verdict</th><th>invariants</th>"
               "<th>what happened</th><th class=num>attempts</th><th class=num>wall</th></tr></thead><tbody>"
@@ -131,6 +169,8 @@ def casebook_markdown(out_dir: Path, cases: list[tuple[Path, dict[str, Any]]], t
     tally = _tally(cases)
     out = [f"# {title}: {_overall(tally)}", "",
            f"{len(cases)} run(s): " + ", ".join(f"{n} {w.lower()}" for w, n in tally.items() if n) + ".", ""]
+    if per_node(cases):
+        out += [f"Per node: {_per_node_line(cases)}.", ""]
     questions = _questions(cases)
     if questions:
         out += ["## Questions these cases answer", ""]
