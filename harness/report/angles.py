@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from trainwreck.faults.plan import KIND_TOPICS  # fault kind -> its topics, declared by each kind (Kind.topics)
 from trainwreck.invariants.verdict import verdict_word
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
@@ -27,14 +28,6 @@ QUESTIONS: dict[str, str] = {
 ADAM_BYTES_PER_PARAM = 12
 """fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank."""
 
-# Fault kinds (faults/plan.py) -> the topics they raise.
-KIND_TOPICS: dict[str, tuple[str, ...]] = {
-    "kill": ("resume", "frequency"), "signal": ("resume", "frequency"), "node_loss": ("world", "resume"),
-    "hang": ("hang",), "straggler": ("hang",), "comm_delay": ("hang",), "storage_stall": ("hang", "frequency"),
-    "storage_throttle": ("frequency", "hang"), "comm_fail": ("resume",), "nan_grad": ("silent",),
-    "skip_collective": ("silent",), "storage_error": ("silent", "frequency"), "torn_write": ("silent",),
-    "crash_op": ("silent",), "corrupt": ("silent",),
-}
 # Invariants -> the topic that explains them, and what their violation costs in production.
 INVARIANT_TOPICS: dict[str, str] = {
     "coverage": "resume", "continuity": "resume", "atomicity": "silent", "replicas": "silent",
