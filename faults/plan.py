@@ -189,7 +189,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("foreign_crash", FOREIGN,
           "SIGKILL before/after the `op_index`-th file operation of a framework's save at `step`, or tear it",
           ("atomicity", "continuity", "coverage"), rank=_rank(False, 0),
-          injector="foreign:ForeignSave", strategy="foreign_crashes", topics=("silent",), command=True,
+          injector="foreign:ForeignSave", strategy="foreign_crashes", topics=("resume",), command=True,
           no_chaos="it fires only inside a framework's own save (a --cmd job); chaos runs the reference trainer",
           step=_step(doc="the framework's save after this update (the adapter says which saves exist)"),
           op_index=Field(INT, required=True, minimum=0,

@@ -36,12 +36,14 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     size = history.spec["dataset_size"]
     counts = {"lineage_steps": sum(s.last - s.first + 1 for s in lineage.segments), "epochs": len(epochs)}
     duplicated = outside_total = uncovered = 0
+    twice_by_epoch: dict[int, int] = {}
     ordered = sorted(epochs)
     for n, epoch in enumerate(ordered):
         seen, (used, lowest, highest) = epochs[epoch]
         if used != len(seen):
             twice, line = _where_twice(history, lineage, epoch)
             duplicated += twice
+            twice_by_epoch[epoch] = twice
             evidence.add(line)
         outside = sorted(x for x in seen if x < 0 or x >= size) if lowest < 0 or highest >= size else []
         if outside:
@@ -60,7 +62,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     if redo:
         counts["redo_steps"] = redo
     if evidence:
-        return Verdict(NAME, False, _violation_summary(duplicated, outside_total, uncovered, mismatched, evidence), counts, evidence.listing())
+        return Verdict(NAME, False, _violation_summary(twice_by_epoch, outside_total, uncovered, mismatched, evidence), counts, evidence.listing())
     reasons = ([] if lineage.complete else lineage.problems) + missing
     if reasons:
         return Verdict(NAME, UNKNOWN, f"coverage cannot be shown: {reasons[0]}", counts, reasons[:10])
@@ -222,10 +224,14 @@ def _diff(ours: list[int], theirs: list[int]) -> str:
     return "; ".join(detail) or "same ids, different multiplicity"
 
 
-def _violation_summary(dup: int, out: int, unc: int, mism: int, evidence: Evidence) -> str:
+def _violation_summary(twice: dict[int, int], out: int, unc: int, mism: int, evidence: Evidence) -> str:
+    """The count of repeats is of (epoch, id) pairs: an id repeated in two epochs counts twice, so
+    it can exceed the dataset's size; the summary says so, with each epoch's share."""
     parts = []
-    if dup:
-        parts.append(f"{dup} id(s) used twice within an epoch")
+    if twice:
+        dup = sum(twice.values())
+        split = ", ".join(f"epoch {e}: {n}" for e, n in sorted(twice.items()))
+        parts.append(f"{dup} (epoch, id) pair(s) used twice within an epoch ({split})")
     if out:
         parts.append(f"{out} id(s) outside the dataset")
     if unc:

@@ -2,8 +2,9 @@
 
 Each topic is triggered by what the run contains (the fault kinds of its plan, its
 restarts, its world sizes, its hangs) or by an invariant it threatened or broke, and
-its answer quotes figures from the report, so a reader can explain the case out loud
-with evidence instead of folklore.
+its answer is a list of claims (harness/report/claims.py): each sentence quotes figures
+from the report and presumes the verdicts and facts it states, so an answer can never say
+"matches the golden run" under an INVALID continuity verdict.
 """
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import math
 from typing import Any, Callable
 
 from trainwreck.faults.plan import KIND_TOPICS  # fault kind -> its topics, declared by each kind (Kind.topics)
+from trainwreck.harness.report.claims import F, Claims, Presume, fact, verdict
 from trainwreck.invariants.verdict import verdict_word
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
-"""torch.distributed's default collective timeout for gloo (30 minutes)."""
+"""torch.distributed's default collective timeout for gloo (30 minutes): a configured default, not a measurement."""
+MTBF_ASSUMED_S = 3600.0
+"""The mean time between failures every Young/Daly sum here assumes (reports and handbook alike): one failure
+an hour for the whole job. An assumption, stated wherever it is used, never a measurement."""
 
 QUESTIONS: dict[str, str] = {
     "resume": "How do you know a resumed run is the same run?",
@@ -26,28 +31,18 @@ QUESTIONS: dict[str, str] = {
     "async": "Why not checkpoint asynchronously, and what does a crash during the background write lose?",
 }
 ADAM_BYTES_PER_PARAM = 12
-"""fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank."""
+"""fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank; gradients add 4 more."""
 
-# Invariants -> the topic that explains them, and what their violation costs in production.
+# Invariants -> the topic that explains them.
 INVARIANT_TOPICS: dict[str, str] = {
     "coverage": "resume", "continuity": "resume", "atomicity": "silent", "replicas": "silent",
     "hang": "hang", "progress": "frequency",
 }
-VIOLATION_COST: dict[str, str] = {
-    "coverage": "samples were trained twice or never: the model silently saw a different data "
-                "distribution, and no loss curve shows it",
-    "continuity": "the resumed model is not the one that was saved (weights, optimizer moments or "
-                  "schedule drifted); training goes on without an error",
-    "atomicity": "a checkpoint that was not (or no longer) intact was loaded, or an intact newer one "
-                 "was skipped and its work thrown away",
-    "hang": "a hung rank went unnoticed, or the watchdog blamed the wrong rank or a healthy job",
-    "replicas": "DDP replicas diverged: each rank now trains its own model while the job looks healthy",
-    "progress": "the job did not finish within its restart budget",
-}
 
 
-def interview_angles(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The topics this run speaks to, the scenario's own question first, each answered from the report."""
+def interview_angles(report: dict[str, Any], say: Claims | None = None) -> list[dict[str, Any]]:
+    """The topics this run speaks to, the scenario's own question first, each answered by claims."""
+    say = say if say is not None else Claims(report)
     triggers = _triggers(report)
     order = list(triggers)
     scenario_topic = _topic_of_question((report.get("scenario") or {}).get("question", ""))
@@ -56,14 +51,16 @@ def interview_angles(report: dict[str, Any]) -> list[dict[str, Any]]:
         order.insert(0, scenario_topic)
     angles = []
     for topic in order:
-        answer = ANSWERS[topic](report)
+        say.section = f"angle:{topic}"
+        ANSWERS[topic](say, report)
+        answer = say.text(say.section)
         if answer:
             question = QUESTIONS[topic]
             if topic == "hang" and not report["hangs"]:  # nothing hung: the case is telling slow from stuck
                 question = "How do you tell a straggler from a hang?"
             angles.append({"topic": topic, "question": question, "answer": answer,
                            "raised_by": sorted(triggers[topic])})
-    angles.extend(_violations(report))
+    angles.extend(_violations(say, report))
     return angles
 
 
@@ -109,175 +106,228 @@ def _topic_of_question(question: str) -> str | None:
 # ----- answers --------------------------------------------------------------------------
 
 
-def _verdict(report: dict[str, Any], name: str) -> dict[str, Any]:
-    return report["verdicts"].get(name) or {}
+def _but(say: Claims, report: dict[str, Any], *names: str) -> None:
+    """A sentence for each named verdict that did not hold: an answer never ends on a pass it did not get."""
+    for name in names:
+        if name in report["verdicts"]:
+            say(f"but.{name}", "But {name} is {word}: {summary}.", Presume(f"verdicts.{name}.valid", "!=", True),
+                name=name, word=_word(report, name), summary=F(f"verdicts.{name}.summary"))
 
 
-def _counts(report: dict[str, Any], name: str) -> dict[str, Any]:
-    return _verdict(report, name).get("counts") or {}
+def _word(report: dict[str, Any], name: str) -> str:
+    return verdict_word((report["verdicts"].get(name) or {}).get("valid"))
 
 
-def _but(report: dict[str, Any], *names: str) -> str:
-    """A clause naming the verdicts that did not hold; empty when they all did."""
-    bad = [f"{n} is {verdict_word(_verdict(report, n).get('valid'))}: {_verdict(report, n).get('summary', '')}"
-           for n in names if n in report["verdicts"] and _verdict(report, n).get("valid") is not True]
-    return (" But " + "; ".join(bad) + ".") if bad else ""
-
-
-def _answer_resume(report: dict[str, Any]) -> str:
-    restores = [a for a in report["attempts"] if a["restored"]]
+def _answer_resume(say: Claims, report: dict[str, Any]) -> None:
+    restores = [i for i, a in enumerate(report["attempts"]) if a["restored"]]
     if not restores:
-        return ""
-    first = restores[0]
-    saves = {s["checkpoint"]: s for s in report["saves"] if s["attempt"] < first["attempt"]}
-    save = saves.get(first["restored"]["checkpoint"])
-    out = [f"Attempt {first['attempt']} restored {first['restored']['checkpoint']} (step {first['restored']['step']})"
-           + (f", saved by attempt {save['attempt']} at +{save['t_s']:.2f} s" if save else "") + "."]
-    cont = _counts(report, "continuity")
-    if cont:
-        out.append(f"Proof one, the state: {cont.get('restores_checked', 0)} restore digest(s) were compared with "
-                   f"the digest their save recorded, and {cont.get('saves_checked', 0)} save(s) with the step they hold.")
-        if cont.get("golden_steps_checked"):
-            out.append(f"Each of the {cont['golden_steps_checked']} lineage steps matches an uninterrupted golden run of "
-                       "the same spec (digests where the world sizes match, losses within tolerance where not).")
-    cov = _counts(report, "coverage")
-    if cov:
-        totals = report["totals"]
-        out.append(f"Proof two, the data: along the lineage ({cov.get('lineage_steps', 0)} steps, "
-                   f"{cov.get('epochs', 0)} epoch(s)) {cov.get('duplicated_ids', 0)} sample id(s) were used twice and "
-                   f"{cov.get('ids_not_covered', 0)} missed; the {totals['redo_steps']} redone step(s) "
-                   f"({totals['samples_redone']} samples) outside it are cost, not error.")
-    out.append("A loss curve that looks continuous proves neither: digests and sample ids do.")
-    return " ".join(out) + _but(report, "continuity", "coverage")
+        return
+    i = restores[0]
+    first = report["attempts"][i]
+    save = next((j for j, s in enumerate(report["saves"]) if s["attempt"] < first["attempt"]
+                 and s["checkpoint"] == first["restored"]["checkpoint"]), None)
+    at = f"attempts.{i}"
+    if save is not None:
+        say("resume.restored", "Attempt {a} restored {ckpt} (step {step}), saved by attempt {by} at +{t:.2f} s.",
+            a=F(f"{at}.attempt"), ckpt=F(f"{at}.restored.checkpoint"), step=F(f"{at}.restored.step"),
+            by=F(f"saves.{save}.attempt"), t=F(f"saves.{save}.t_s"))
+    else:
+        say("resume.restored", "Attempt {a} restored {ckpt} (step {step}).", a=F(f"{at}.attempt"),
+            ckpt=F(f"{at}.restored.checkpoint"), step=F(f"{at}.restored.step"))
+    if report["verdicts"].get("continuity", {}).get("counts"):
+        say("resume.state", "Proof one, the state: {r} restore digest(s) were compared with the digest their save "
+            "recorded ({m} equal), and {s} save(s) with the step they hold.",
+            r=F("verdicts.continuity.counts.restores_checked"), m=F("facts.restores.matched"),
+            s=F("verdicts.continuity.counts.saves_checked"))
+        say("resume.golden", "Each of the {n} lineage steps matches an uninterrupted golden run of the same spec "
+            "(digests where the world sizes match, losses within tolerance where not).", verdict("continuity"),
+            fact("verdicts.continuity.counts.golden_steps_checked", ">", 0),
+            n=F("verdicts.continuity.counts.golden_steps_checked"))
+        say("resume.golden_broken", "Against an uninterrupted golden run of the same spec, {v} of the {n} lineage "
+            "steps differ, the first at lineage step {step}.", verdict("continuity", False),
+            fact("facts.continuity.first_kind", "in", ["golden_digest", "golden_loss"]),
+            v=F("verdicts.continuity.counts.violations"), n=F("verdicts.continuity.counts.golden_steps_checked"),
+            step=F("facts.continuity.first_step"))
+    if report["verdicts"].get("coverage", {}).get("counts"):
+        say("resume.data", "Proof two, the data: along the lineage ({l} steps, {e} epoch(s)) {d} (epoch, id) "
+            "pair(s) were used twice and {u} id(s) of a completed epoch missed.",
+            l=F("verdicts.coverage.counts.lineage_steps"), e=F("verdicts.coverage.counts.epochs"),
+            d=F("verdicts.coverage.counts.duplicated_ids"), u=F("verdicts.coverage.counts.ids_not_covered"))
+        _pairs(say)
+        say("resume.redo", "The {r} redone step(s) ({s} samples) outside the lineage are cost, not error.",
+            fact("totals.redo_steps", ">", 0), r=F("totals.redo_steps"), s=F("totals.samples_redone"))
+    say("resume.moral", "A loss curve that looks continuous proves neither: digests and sample ids do.")
+    _but(say, report, "continuity", "coverage")
 
 
-def _answer_silent(report: dict[str, Any]) -> str:
+def _pairs(say: Claims) -> None:
+    """What a count of repeated ids counts: (epoch, id) pairs, so it can exceed the dataset's size."""
+    say("counts.pairs", "An id counts once per epoch it repeats in ({split}), so the count of pairs can exceed "
+        "the {size} ids of the dataset.", fact("verdicts.coverage.counts.duplicated_ids", ">", 0),
+        fact("facts.coverage.twice_epochs", ">", 0),
+        split=F("facts.coverage.twice_split"), size=F("spec.dataset_size"))
+
+
+def _answer_silent(say: Claims, report: dict[str, Any]) -> None:
     committed = len({(s["attempt"], s["checkpoint"]) for s in report["saves"]})
-    damaged = [f for f in report["faults"] if f["checkpoint"]]
-    rejected = sorted({c for a in report["attempts"] for c in a["rejected"]})
+    damaged = sorted({str(f["checkpoint"]) for f in report["faults"] if f["checkpoint"]})
     missed = report["missed_saves"]
-    out = ["The dangerous one is a checkpoint that looks fine and is not: a torn or half-renamed save that a "
-           "restart loads without an error, or replicas that drift apart while the loss still falls."]
-    out.append(f"Here {committed} save(s) committed, {len(missed)} due save(s) never committed"
-               + (f" (step {', '.join(str(m['step']) for m in missed[:4])})" if missed else "")
-               + f", {len(damaged)} checkpoint(s) damaged by faults"
-               + (f" ({', '.join(sorted({str(f['checkpoint']) for f in damaged})[:4])})" if damaged else "")
-               + f", {len(rejected)} rejected on verification"
-               + (f" ({', '.join(rejected[:4])})" if rejected else "") + ".")
-    out += _writer_hit(report)
-    atom = _verdict(report, "atomicity")
-    if atom:
-        out.append(f"atomicity: {atom.get('summary', '')}.")
-    reps = _counts(report, "replicas")
-    if reps and any(f.get("kind") in ("nan_grad", "skip_collective") for f in report["plan"]):
-        out.append(f"replicas: {_verdict(report, 'replicas').get('summary', '')}.")
-    out.append("The defence is a commit protocol (write to a temp name, fsync, rename, then record) and a "
-               "verification on load that rejects what does not match its manifest.")
-    return " ".join(out) + _but(report, "atomicity", "replicas")
+    say("silent.danger", "The dangerous one is a checkpoint that looks fine and is not: a torn or half-renamed save "
+        "that a restart loads without an error, or replicas that drift apart while the loss still falls.")
+    say("silent.tally", "Here {c} save(s) committed, {m} due save(s) never committed{which}, {d} checkpoint(s) "
+        "damaged by faults{dnames}, {r} rejected on verification{rnames}.",
+        c=committed, m=len(missed), which=f" (step {', '.join(str(x['step']) for x in missed[:4])})" if missed else "",
+        d=len(damaged), dnames=f" ({', '.join(damaged[:4])})" if damaged else "",
+        r=len(report["facts"]["rejects"]),
+        rnames=f" ({', '.join(str(r['checkpoint']) for r in report['facts']['rejects'][:4])})"
+        if report["facts"]["rejects"] else "")
+    for i, _ in enumerate(report["facts"]["rejects"][:4]):
+        say("silent.reject", "Attempt {a} rejected {ckpt} on load: {reason}.", a=F(f"facts.rejects.{i}.attempt"),
+            ckpt=F(f"facts.rejects.{i}.checkpoint"), reason=F(f"facts.rejects.{i}.reason"))
+    _writer_hit(say, report)
+    if "atomicity" in report["verdicts"]:
+        say("silent.atomicity", "atomicity: {summary}.", verdict("atomicity"), summary=F("verdicts.atomicity.summary"))
+    if report["verdicts"].get("replicas", {}).get("counts") and any(
+            f.get("kind") in ("nan_grad", "skip_collective") for f in report["plan"]):
+        say("silent.replicas", "replicas: {summary}.", verdict("replicas"), summary=F("verdicts.replicas.summary"))
+    say("silent.defence", "The defence is a commit protocol (write to a temp name, fsync, rename, then record) and "
+        "a verification on load that rejects what does not match its manifest.")
+    _but(say, report, "atomicity", "replicas")
 
 
-def _writer_hit(report: dict[str, Any]) -> list[str]:
+def _writer_hit(say: Claims, report: dict[str, Any]) -> None:
     """When a fault hit rank 0, the only checkpoint writer: how close to its last commit, and what came back."""
-    out = []
-    for row in report["recovery"]:
+    for i, row in enumerate(report["recovery"]):
         fault = next((f for f in report["faults"] if f["id"] == str(row["fault_id"])), None)
         if fault is None or 0 not in fault["ranks"]:
             continue
-        age = f"{row['checkpoint_age_s']:.2f} s after it committed {row['checkpoint']}" if row["checkpoint"] else \
-            "before it committed any checkpoint"
-        back = f"the restart loaded {row['restored']['checkpoint']}" if row["restored"] else "no restart followed"
-        out.append(f"Fault {fault['id']} hit rank 0, the checkpoint writer, {age}; {back}.")
-    return out
+        r = f"recovery.{i}"
+        age = ("{age:.2f} s after it committed {ckpt}" if row["checkpoint"] and row["checkpoint_age_s"] is not None
+               else "before it committed any checkpoint")
+        back = "the restart loaded {back}" if row["restored"] else "no restart followed"
+        say("silent.writer", "Fault {fid} hit rank 0, the checkpoint writer, " + age + "; " + back + ".",
+            fid=fault["id"], age=row["checkpoint_age_s"], ckpt=F(f"{r}.checkpoint"),
+            back=(row["restored"] or {}).get("checkpoint"))
 
 
-def _answer_world(report: dict[str, Any]) -> str:
-    sizes = [(a["attempt"], a["world_size"], a.get("rank_batch")) for a in report["attempts"] if a["world_size"]]
-    if len({w for _, w, _ in sizes}) < 2:
-        return ""
-    story = ", ".join(f"attempt {a} ran on {w} rank(s)" + (f" ({b} samples each per step)" if b else "")
-                      for a, w, b in sizes)
-    out = [f"{story[0].upper()}{story[1:]}; the global batch stayed {report['spec'].get('global_batch')} samples."]
-    out.append("What breaks: a sampler that shards by rank resumes at the wrong offset (samples skipped or "
-               "repeated), per-rank state (RNG, data-loader position) has no owner on the new ranks, and "
-               "digests can no longer match bit for bit because the gradient all-reduce sums in another order.")
-    cov, cont = _verdict(report, "coverage"), _verdict(report, "continuity")
-    if cov:
-        out.append(f"coverage: {cov.get('summary', '')}.")
-    if cont:
-        out.append(f"continuity: {cont.get('summary', '')} (losses compared within a tolerance across world sizes).")
-    return " ".join(out) + _but(report, "coverage", "continuity")
+def _answer_world(say: Claims, report: dict[str, Any]) -> None:
+    sizes = [(i, a) for i, a in enumerate(report["attempts"]) if a["world_size"]]
+    if len({a["world_size"] for _, a in sizes}) < 2:
+        return
+    for i, a in sizes:
+        say("world.attempt", "Attempt {a} ran on {w} rank(s)" + (" ({b} samples each per update)." if a.get("rank_batch")
+            else "."), a=F(f"attempts.{i}.attempt"), w=F(f"attempts.{i}.world_size"),
+            **({"b": F(f"attempts.{i}.rank_batch")} if a.get("rank_batch") else {}))
+    say("world.batch", "The global batch was configured as {g} samples.", g=F("spec.global_batch"))
+    say("world.breaks", "What breaks: a sampler that shards by rank resumes at the wrong offset (samples skipped or "
+        "repeated), per-rank state (RNG, data-loader position) has no owner on the new ranks, and digests can no "
+        "longer match bit for bit because the gradient all-reduce sums in another order.")
+    for name in ("coverage", "continuity"):
+        if name in report["verdicts"]:
+            say(f"world.{name}", name + ": {summary}.", verdict(name), summary=F(f"verdicts.{name}.summary"))
+    _but(say, report, "coverage", "continuity")
 
 
-def _answer_frequency(report: dict[str, Any]) -> str:
+def young_daly(save_s: float, mtbf_s: float = MTBF_ASSUMED_S) -> float:
+    """Young's first-order optimum checkpoint interval, seconds: sqrt(2 * save cost * MTBF)."""
+    return math.sqrt(2 * save_s * mtbf_s)
+
+
+def _answer_frequency(say: Claims, report: dict[str, Any]) -> None:
     phases, spec = report["phases"], report["spec"]
-    save_s, interval = phases["save_seconds"]["mean"], spec.get("ckpt_interval")
-    step_s = phases.get("median_step_s")
-    out = []
-    if save_s is not None and step_s:
-        every = f"every {interval} steps" if interval else "at this rate"
-        share = save_s / (save_s + (interval or 1) * step_s)
-        out.append(f"Saving {every} cost {save_s:.3f} s per save (max {phases['save_seconds']['max']:.3f} s) against "
-                   f"{step_s:.3f} s per step: {share:.0%} of training time.")
-    for row in report["recovery"]:
+    saves = phases["save_seconds"]
+    save_s, step_s, interval = saves.get("interval_mean"), phases.get("median_step_s"), spec.get("ckpt_interval")
+    if save_s is not None and step_s and interval:
+        say("frequency.cost", "Saving every {k} updates (configured) cost {c:.3f} s per save, measured over the {n} "
+            "periodic save(s) (the end-of-run save left out), against {u:.3f} s per update (median): {share:.0%} of "
+            "training time.", k=F("spec.ckpt_interval"), c=F("phases.save_seconds.interval_mean"),
+            n=F("phases.save_seconds.interval_count"), u=F("phases.median_step_s"),
+            share=save_s / (save_s + interval * step_s))
+    for i, row in enumerate(report["recovery"]):
+        r = f"recovery.{i}"
         if not row["progress_at_failure"]:
-            out.append(f"Attempt {row['attempt']} failed before its first update: no work to lose.")
+            say("frequency.nothing_lost", "Attempt {a} failed before its first update: no work to lose.",
+                a=F(f"{r}.attempt"))
             continue
-        age_s = f" / {row['checkpoint_age_s']:.2f} s" if row["checkpoint_age_s"] is not None else ""
-        back = (f"; it was back at step {row['progress_at_failure']} {row['recovered_after_s']:.2f} s after the failure"
-                if row["recovered_after_s"] is not None else "")
+        say("frequency.age", "Attempt {a} failed {k} update(s)" + (" / {s:.2f} s" if row["checkpoint_age_s"] is not None
+            else "") + " after its newest checkpoint ({ckpt}).", a=F(f"{r}.attempt"), k=F(f"{r}.checkpoint_age_steps"),
+            ckpt=row["checkpoint"] or "none: back to step 0",
+            **({"s": F(f"{r}.checkpoint_age_s")} if row["checkpoint_age_s"] is not None else {}))
         restored = row["restored"]
-        went_back = ""
         if row["checkpoint"] and restored and restored["checkpoint"] != row["checkpoint"]:
-            went_back = (f" That checkpoint was not usable, so the restart went back to {restored['checkpoint']} "
-                         f"(step {restored['step']}).")
+            say("frequency.went_back", "That checkpoint was not usable, so the restart went back to {back} (step "
+                "{step}).", back=F(f"{r}.restored.checkpoint"), step=F(f"{r}.restored.step"))
         elif row["checkpoint"] and not restored and row["resumed_after_s"] is not None:
-            went_back = " That checkpoint was not usable, so the restart began from scratch (step 0)."
-        out.append(f"Attempt {row['attempt']} failed {row['checkpoint_age_steps']} step(s){age_s} after its newest "
-                   f"checkpoint ({row['checkpoint'] or 'none: back to step 0'}).{went_back} "
-                   f"{row['steps_redone']} step(s) ({row['samples_redone']} samples) were redone{back}.")
-    if save_s and step_s:
-        mtbf = 3600.0
-        best_s = math.sqrt(2 * save_s * mtbf)
-        out.append(f"Young's rule puts the interval at √(2 × save cost × MTBF): with a failure per hour that is "
-                   f"√(2 × {save_s:.3f} × 3600) ≈ {best_s:.1f} s ≈ {best_s / step_s:,.0f} steps. Saving more often "
-                   "wastes save time; less often, each failure costs half an interval of redo on average.")
-    return " ".join(out) + _but(report, "progress")
+            say("frequency.scratch", "That checkpoint was not usable, so the restart began from scratch (step 0).")
+        say("frequency.redo", "{n} update(s) ({s} samples) were redone" + ("; it was back at update {k} {t:.2f} s "
+            "after the failure." if row["recovered_after_s"] is not None else "."), n=F(f"{r}.steps_redone"),
+            s=F(f"{r}.samples_redone"), **({"k": F(f"{r}.progress_at_failure"), "t": F(f"{r}.recovered_after_s")}
+                                            if row["recovered_after_s"] is not None else {}))
+    if save_s and step_s and interval:
+        best = young_daly(save_s)
+        say("frequency.young", "Young's rule puts the interval at √(2 × save cost × MTBF); assuming (not measuring) "
+            "one failure an hour for the whole job, that is √(2 × {c:.3f} × {mtbf:g}) ≈ {best:.1f} s ≈ {steps:,.0f} "
+            "updates, so this run saves about {ratio:,.0f}× more often than its own optimum.",
+            c=F("phases.save_seconds.interval_mean"), mtbf=MTBF_ASSUMED_S, best=best, steps=best / step_s,
+            ratio=best / step_s / interval)
+        say("frequency.tradeoff", "Saving more often wastes save time; less often, each failure costs half an "
+            "interval of redo on average.")
+    _but(say, report, "progress")
 
 
-def _answer_hang(report: dict[str, Any]) -> str:
-    timeout = float(report["spec"].get("hang_timeout_s") or 0.0)
-    out = []
-    for hang in report["hangs"]:
+def _answer_hang(say: Claims, report: dict[str, Any]) -> None:
+    for i, hang in enumerate(report["hangs"]):
+        h = f"hangs.{i}"
         fault = _hang_fault(report, hang)
-        delay = (hang["t_s"] - fault["t_s"]) if fault and hang["t_s"] is not None else None
-        named = ", ".join(map(str, hang["ranks"])) or "nobody"
-        out.append((f"{delay:.2f} s after {fault['id']} hit rank {fault['rank']}, " if delay is not None else "")
-                   + f"the watchdog named rank(s) {named} as the suspects "
-                   + f"(no progress for {hang['detected_after_s']} s against a {timeout:g} s timeout)"
-                   + (f"; rank(s) {', '.join(map(str, hang['waiting']))} were waiting behind them" if hang["waiting"] else "")
-                   + ".")
+        lead = "{delay:.2f} s after {fid} hit rank {frank}, " if fault and hang["t_s"] is not None else ""
+        extra = {"delay": hang["t_s"] - fault["t_s"], "fid": fault["id"], "frank": fault["rank"]} if lead else {}
+        say("hang.named", lead + "the watchdog named rank(s) {ranks} as the suspects (no progress for {d} s, "
+            "measured, against a configured {timeout:g} s timeout)" + ("; rank(s) {waiting} were waiting behind them."
+                                                                    if hang["waiting"] else "."),
+            ranks=", ".join(map(str, hang["ranks"])) or "nobody", d=F(f"{h}.detected_after_s"),
+            timeout=float(report["spec"].get("hang_timeout_s") or 0.0),
+            **({"waiting": ", ".join(map(str, hang["waiting"]))} if hang["waiting"] else {}), **extra)
         frames = [f"rank {s['rank']} at {s['frame']}" for s in hang["stacks"] if s.get("frame")]
         if frames:
-            out.append(f"Its stack dumps show {'; '.join(frames[:4])}.")
+            say("hang.stacks", "Its stack dumps show {frames}.", frames="; ".join(frames[:4]))
+        for j, stack in enumerate(hang["stacks"]):
+            if stack.get("in_injector"):
+                say("hang.injector", "Rank {r}'s stack sits inside the fault injector ({frame}): that frame is where "
+                    "the planned fault holds the rank, not a bug in training.",
+                    fact(f"{h}.stacks.{j}.in_injector", "==", True), r=F(f"{h}.stacks.{j}.rank"),
+                    frame=F(f"{h}.stacks.{j}.frame"))
+                say("hang.gate", "It is the injector's own wait at the start of the faulted update, where a rank "
+                    "gives the harness time to send its signal: the SIGSTOP found it there.",
+                    fact(f"{h}.stacks.{j}.frame", "contains", "_await_harness"))
         if fault and fault["rank"] not in hang["ranks"]:
-            out.append(f"It did not name rank {fault['rank']}, the one the fault hit.")
+            say("hang.missed", "It did not name rank {r}, the one the fault hit.", r=fault["rank"])
         elif fault and len(hang["ranks"]) > 1:
-            out.append("It names every rank furthest behind: a stuck rank and the ranks blocked with it in the "
-                       "same collective phase look alike from progress alone; the stacks tell them apart.")
-    if out:
-        out.append(f"gloo alone would have waited {GLOO_DEFAULT_TIMEOUT_S:.0f} s (its default collective timeout) "
-                   "and then raised on the waiting ranks, naming nobody.")
-        return " ".join(out) + _but(report, "hang")
+            say("hang.many", "It names every rank furthest behind: a stuck rank and the ranks blocked with it in "
+                "the same collective phase look alike from progress alone; the stacks tell them apart.")
+    if report["hangs"]:
+        say("hang.gloo", "gloo alone would have waited {gloo:.0f} s (torch's default collective timeout, a "
+            "configured value, not measured here) and then raised on the waiting ranks, naming nobody.",
+            gloo=GLOO_DEFAULT_TIMEOUT_S)
+        _but(say, report, "hang")
+        return
+    _straggler(say, report)
+    _but(say, report, "hang")
+
+
+def _straggler(say: Claims, report: dict[str, Any]) -> None:
     phases = report["phases"]
-    if phases["slowest_rank"] is not None:
-        rows = {r["rank"]: r for r in phases["ranks"]}
-        slow = rows[phases["slowest_rank"]]
-        others = _median([r["own_s"] for r in phases["ranks"] if r["rank"] != slow["rank"]])
-        ratio = f" ({slow['own_s'] / others:.1f}× the others' median)" if others else ""
-        out.append(f"No hang was declared: a slow rank keeps changing its progress board, so it is not a hung rank. "
-                   f"Rank {slow['rank']} spent {slow['own_s']:.2f} s in its own phases (data, forward, optimizer)"
-                   f"{ratio}; the others wait for it inside the all-reduce, which is where their time goes.")
-    return " ".join(out) + _but(report, "hang")
+    if phases["slowest_rank"] is None:
+        return
+    i = next(i for i, r in enumerate(phases["ranks"]) if r["rank"] == phases["slowest_rank"])
+    slow = phases["ranks"][i]
+    others = _median([r["own_s"] for r in phases["ranks"] if r["rank"] != slow["rank"]])
+    say("hang.none", "No hang was declared: a slow rank keeps changing its progress board, so it is not a hung "
+        "rank.", fact("hangs", "==", []))
+    say("hang.slowest", "Rank {r} spent {own:.2f} s in its own phases (data, forward, optimizer)"
+        + (" ({ratio:.1f}× the others' median)" if others else "")
+        + "; the others wait for it inside the all-reduce, which is where their time goes.",
+        r=F(f"phases.ranks.{i}.rank"), own=F(f"phases.ranks.{i}.own_s"),
+        **({"ratio": slow["own_s"] / others} if others else {}))
 
 
 def _hang_fault(report: dict[str, Any], hang: dict[str, Any]) -> dict[str, Any] | None:
@@ -297,61 +347,67 @@ def _median(values: list[float]) -> float:
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def _answer_sharding(report: dict[str, Any]) -> str:
+def _answer_sharding(say: Claims, report: dict[str, Any]) -> None:
     state, phases = report.get("state"), report["phases"]
-    out = []
     if state and state["parallelism"] == "fsdp" and state["rank_share"] is not None:
         world = state["world_size"] or len(state["rank_bytes"])
-        out.append(f"Its newest checkpoint, {state['checkpoint']}, holds the model and AdamW state as "
-                   f"{len(state['rank_bytes'])} shard(s), one per rank, of {_bytes(state['rank_bytes'])}: each rank "
-                   f"keeps {state['rank_share']:.1%} of the {state['state_bytes']:,} bytes of all shards together "
-                   f"(1/{world} = {1 / world:.1%}, plus the checkpoint format's own framing). In fp32 AdamW that is {ADAM_BYTES_PER_PARAM} bytes per parameter on a DDP rank and "
-                   f"{ADAM_BYTES_PER_PARAM}/{world} = {ADAM_BYTES_PER_PARAM / world:g} on each of {world} FSDP ranks.")
+        say("sharding.shards", "Its newest checkpoint, {ckpt}, holds the model and AdamW state as {n} shard(s), one "
+            "per rank, of {sizes} bytes: each rank keeps {share:.1%} of the {total:,} bytes of all shards together "
+            "(1/{w} = {even:.1%}, plus the checkpoint format's own framing).", fact("state.parallelism", "==", "fsdp"),
+            ckpt=F("state.checkpoint"), n=len(state["rank_bytes"]), sizes=_bytes(state["rank_bytes"]),
+            share=F("state.rank_share"), total=F("state.state_bytes"), w=world, even=1 / world)
+        say("sharding.bytes", "In fp32 AdamW the state is {b} bytes per parameter on a DDP rank (4 of parameters, "
+            "8 of moments; gradients add 4 more) and {b}/{w} = {per:g} on each of {w} FSDP ranks.",
+            b=ADAM_BYTES_PER_PARAM, w=world, per=ADAM_BYTES_PER_PARAM / world)
     if phases.get("median_step_s") is not None:
-        out.append(f"The price is communication: every forward and backward all-gathers the parameters and "
-                   f"reduce-scatters the gradients; the median update here took {phases['median_step_s']:.3f} s. "
-                   "Move from DDP to FSDP when 12 bytes per parameter, plus gradients and activations, no longer fit "
-                   "one device, not before.")
-    out += _resharded(report)
-    return " ".join(out) + _but(report, "continuity", "coverage")
+        say("sharding.price", "The price is communication: every forward and backward all-gathers the parameters and "
+            "reduce-scatters the gradients; the median update here took {u:.3f} s.", u=F("phases.median_step_s"))
+        say("sharding.when", "Move from DDP to FSDP when the parameters, gradients and optimizer state (16 bytes per "
+            "parameter in fp32 AdamW, and 16 in mixed precision too: 2 + 2 of bf16 weights and gradients, 12 of "
+            "fp32 master weights and moments), plus activations, no longer fit one device, not before.")
+    _resharded(say, report)
+    _but(say, report, "continuity", "coverage")
 
 
-def _resharded(report: dict[str, Any]) -> list[str]:
+def _resharded(say: Claims, report: dict[str, Any]) -> None:
     """Each restore of a checkpoint that a different world size wrote: DCP re-sliced its shards on load."""
     sizes = {a["attempt"]: a["world_size"] for a in report["attempts"]}
     writers = {s["checkpoint"]: s["attempt"] for s in report["saves"]}
-    out = []
-    for att in report["attempts"]:
+    for i, att in enumerate(report["attempts"]):
         restored = att["restored"]
         writer = writers.get(restored["checkpoint"]) if restored else None
         if writer is not None and sizes.get(writer) and att["world_size"] and sizes[writer] != att["world_size"]:
-            out.append(f"Attempt {att['attempt']} on {att['world_size']} rank(s) restored {restored['checkpoint']}, "
-                       f"written as shards by attempt {writer} on {sizes[writer]} rank(s): the shards were re-sliced "
-                       "for the new world size on load, and the global batch stayed "
-                       f"{report['spec'].get('global_batch')} samples.")
-    return out
+            say("sharding.resliced", "Attempt {a} on {w} rank(s) restored {ckpt}, written as shards by attempt {by} "
+                "on {bw} rank(s): the shards were re-sliced for the new world size on load.",
+                a=F(f"attempts.{i}.attempt"), w=F(f"attempts.{i}.world_size"),
+                ckpt=F(f"attempts.{i}.restored.checkpoint"), by=writer, bw=sizes[writer])
 
 
-def _answer_async(report: dict[str, Any]) -> str:
+def _answer_async(say: Claims, report: dict[str, Any]) -> None:
     phases, saves = report["phases"], report["phases"]["save_seconds"]
-    rank0 = next((r for r in phases["ranks"] if r["rank"] == 0), None)
-    out = []
-    if rank0 and rank0.get("checkpoint_steps") and saves["count"]:
+    i = next((i for i, r in enumerate(phases["ranks"]) if r["rank"] == 0), None)
+    if i is not None and phases["ranks"][i].get("checkpoint_steps") and saves["count"]:
+        rank0 = phases["ranks"][i]
         stall, paid = rank0["totals"].get("checkpoint", 0.0), rank0["checkpoint_steps"]
-        out.append(f"The step pays only for a copy of the state into host memory: rank 0 spent {stall:.3f} s in the "
-                   f"checkpoint phase of the {paid} step(s) that saved ({stall / paid:.3f} s each), while writing "
-                   f"and committing each save took {saves['mean']:.3f} s on average in the background.")
-    for row in report["recovery"]:
+        say("async.stall", "The step pays only for a copy of the state into host memory: rank 0 spent {stall:.3f} s "
+            "in the checkpoint phase of the {paid} step(s) that saved ({each:.3f} s each), while writing and "
+            "committing each save took {mean:.3f} s on average in the background.",
+            stall=F(f"phases.ranks.{i}.totals.checkpoint"), paid=F(f"phases.ranks.{i}.checkpoint_steps"),
+            each=stall / paid, mean=F("phases.save_seconds.mean"))
+    for j, row in enumerate(report["recovery"]):
         if row["restored"] is None:
             continue
+        r = f"recovery.{j}"
         newest = row["checkpoint"] or "none"
         which = ("the newest committed checkpoint at the failure" if newest == row["restored"]["checkpoint"]
                  else f"although {newest} was the newest committed checkpoint at the failure")
-        out.append(f"{_capital(row['cause'])}: the save in flight was lost, nothing committed was; the restart "
-                   f"loaded {row['restored']['checkpoint']}, {which}, and redid {row['steps_redone']} update(s).")
-    out.append("Why not always: the host copy doubles the state's memory while it is written, a failure surfaces "
-               "one save later than it happened, and 'saved' must still mean committed, never 'handed to a thread'.")
-    return " ".join(out) + _but(report, "atomicity", "continuity")
+        say("async.lost", "{cause}: the save in flight was lost, nothing committed was; the restart loaded {back}, "
+            "{which}, and redid {n} update(s).", cause=_capital(row["cause"]), back=F(f"{r}.restored.checkpoint"),
+            which=which, n=F(f"{r}.steps_redone"))
+    say("async.why_not", "Why not always: the host copy doubles the state's memory while it is written, a failure "
+        "surfaces one save later than it happened, and 'saved' must still mean committed, never 'handed to a "
+        "thread'.")
+    _but(say, report, "atomicity", "continuity")
 
 
 def _capital(text: str) -> str:
@@ -360,26 +416,60 @@ def _capital(text: str) -> str:
 
 def _bytes(values: list[int]) -> str:
     shown = ", ".join(f"{v:,}" for v in values[:4])
-    return f"{shown}{', ...' if len(values) > 4 else ''} bytes"
+    return f"{shown}{', ...' if len(values) > 4 else ''}"
 
 
-ANSWERS: dict[str, Callable[[dict[str, Any]], str]] = {
+ANSWERS: dict[str, Callable[[Claims, dict[str, Any]], None]] = {
     "resume": _answer_resume, "silent": _answer_silent, "world": _answer_world,
     "frequency": _answer_frequency, "hang": _answer_hang, "sharding": _answer_sharding, "async": _answer_async,
 }
 
 
-def _violations(report: dict[str, Any]) -> list[dict[str, Any]]:
+def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
+    """What this violation costs in production; for continuity, by what its first evidence blames."""
+    bad = verdict(name, False)
+    if name == "continuity":
+        say("cost.continuity.state", "The resumed model is not the one that was saved (weights, optimizer moments or "
+            "schedule drifted); training goes on without an error.", bad,
+            fact("facts.continuity.first_kind", "in", ["restore_digest", "restore_step", "save_digest"]))
+        say("cost.continuity.trajectory", "The run's trajectory left the one an uninterrupted run takes: training "
+            "goes on without an error, on a model no uninterrupted run would have produced.", bad,
+            fact("facts.continuity.first_kind", "not in", ["restore_digest", "restore_step", "save_digest"]))
+        return
+    say(f"cost.{name}", _capital(VIOLATION_COST.get(name, "the run broke an invariant")) + ".", bad)
+
+
+VIOLATION_COST: dict[str, str] = {
+    "coverage": "samples were trained twice or never: the model silently saw a different data "
+                "distribution, and no loss curve shows it",
+    "atomicity": "a checkpoint that was not (or no longer) intact was loaded, or an intact newer one "
+                 "was skipped and its work thrown away",
+    "hang": "a hung rank went unnoticed, or the watchdog blamed the wrong rank or a healthy job",
+    "replicas": "DDP replicas diverged: each rank now trains its own model while the job looks healthy",
+    "progress": "the job did not finish within its restart budget",
+}
+
+
+def _violations(say: Claims, report: dict[str, Any]) -> list[dict[str, Any]]:
     """For each broken invariant: what that failure would cost in production, with its first evidence."""
     out = []
-    for name, verdict in report["verdicts"].items():
-        if verdict.get("valid") is not False:
+    for name, v in report["verdicts"].items():
+        if v.get("valid") is not False:
             continue
-        evidence = (verdict.get("evidence") or [""])[0]
-        cost = VIOLATION_COST.get(name, "the run broke an invariant")
-        out.append({"topic": f"violation:{name}",
-                    "question": f"What does a {name} violation mean in production?",
-                    "answer": f"{cost[0].upper()}{cost[1:]}. Here: {verdict.get('summary', '')}."
-                              + (f" First evidence: {evidence}." if evidence else ""),
-                    "raised_by": [f"invariant {name} violated"]})
+        say.section = f"angle:violation:{name}"
+        _cost(say, report, name)
+        say("violation.here", "Here: {summary}.", verdict(name, False), summary=F(f"verdicts.{name}.summary"))
+        if name == "coverage":
+            _pairs(say)
+        if v.get("evidence"):
+            say("violation.evidence", "First evidence: {first}.", verdict(name, False),
+                first=F(f"verdicts.{name}.evidence.0"))
+        if name == "continuity":
+            say("cause.model_cleared", "The restored model is not to blame: all {m} restore digest(s) equal what "
+                "their saves recorded.", verdict(name, False), fact("facts.restores.checked", ">", 0),
+                fact("facts.restores.mismatched", "==", 0),
+                fact("facts.continuity.first_kind", "not in", ["restore_digest", "restore_step", "save_digest"]),
+                m=F("facts.restores.checked"))
+        out.append({"topic": f"violation:{name}", "question": f"What does a {name} violation mean in production?",
+                    "answer": say.text(say.section), "raised_by": [f"invariant {name} violated"]})
     return out

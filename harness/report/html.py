@@ -84,6 +84,8 @@ def _header(report: dict[str, Any], word: str) -> str:
         lines.append(f'<p class="muted">scenario <strong>{escape(scenario["name"])}</strong>'
                      f'{": " + escape(scenario["summary"]) if scenario.get("summary") else ""}</p>')
     lines.append(f'<p class="headline {word}">{escape(report["headline"])}</p>')
+    if report.get("cause") and not report.get("root_cause"):  # the first screen says why it failed
+        lines.append(f'<p id="cause" class="headline INVALID"><strong>{escape(report["cause"])}</strong></p>')
     if report.get("error"):
         lines.append(f'<p class="headline UNKNOWN">{escape(report["error"])}</p>')
     lines.append(_root_cause(report))
@@ -208,14 +210,15 @@ def fmt(value: Any, unit: str | None) -> str:
 def _recovery(report: dict[str, Any]) -> str:
     rows = report["recovery"]
     if not rows:
-        return ('<section id="recovery"><h2>Recovery</h2><p>No attempt failed: nothing to recover from.</p>'
+        return (f'<section id="recovery"><h2>Recovery</h2><p>{escape(report.get("recovery_text") or "")}</p>'
                 "</section>")
     # One column per failed attempt, one row per figure: the cause is a sentence, not a cell.
     head = "".join(f"<th class=num>attempt {row['attempt']}</th>" for row in rows)
     body = "".join(f"<tr><th>{escape(label)}</th>" + "".join(
         f'<td class="{"" if key == "cause" else "num"}">{escape(fmt(row[key], unit))}</td>' for row in rows)
         + "</tr>" for key, label, unit in RECOVERY_COLUMNS[1:])
-    return ('<section id="recovery"><h2>Recovery</h2><p class="small muted">Times are measured from the failure '
+    return ('<section id="recovery"><h2>Recovery</h2>'
+            f'<p>{escape(report.get("recovery_text") or "")}</p><p class="small muted">Times are measured from the failure '
             "(the fault event, else the hang, else the first rank death). Checkpoint age: updates and seconds since "
             "the newest committed checkpoint when the attempt failed: the work a restart must redo.</p>"
             f'<table class="recovery"><thead><tr><th>failed</th>{head}</tr></thead><tbody>{body}</tbody></table>'

@@ -20,6 +20,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     if scenario:
         out += [f"Scenario **{scenario['name']}**" + (f": {scenario['summary']}" if scenario.get("summary") else ""), ""]
     out += [f"> {report['headline']}", ""]
+    if report.get("cause") and not report.get("root_cause"):
+        out += [f"**{_cell(report['cause'])}**", ""]
     out += _root_cause(report)
     if report.get("error"):
         out += [f"**{report['error']}**", ""]
@@ -82,8 +84,8 @@ def _timeline(report: dict[str, Any]) -> list[str]:
 
 def _recovery(report: dict[str, Any]) -> list[str]:
     if not report["recovery"]:
-        return ["## Recovery", "", "No attempt failed.", ""]
-    out = ["## Recovery", "", "| " + " | ".join(label for _, label, _ in RECOVERY_COLUMNS) + " |",
+        return ["## Recovery", "", report.get("recovery_text") or "", ""]
+    out = ["## Recovery", "", report.get("recovery_text") or "", "", "| " + " | ".join(label for _, label, _ in RECOVERY_COLUMNS) + " |",
            "|" + "---|" * len(RECOVERY_COLUMNS)]
     for row in report["recovery"]:
         out.append("| " + " | ".join(_cell(fmt(row[k], unit)) for k, _, unit in RECOVERY_COLUMNS) + " |")

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.report.angles import interview_angles
+from trainwreck.harness.report.cause import cause_claims
+from trainwreck.harness.report.claims import F, Claims, Presume, fact
+from trainwreck.harness.report.facts import build_facts
 from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.harness.report.rootcause import root_cause
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
@@ -63,7 +66,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "faults": _faults(raw),
         "hangs": _hangs(raw, run_dir),
         "lineage": _lineage_json(lineage),
-        "phases": _phases(raw),
+        "phases": _phases(raw, hung=bool(raw.of_kind("hang"))),
         "loss": _loss(raw),
         "state": _state(run_dir, raw),
         "recovery": _recovery(raw, attempts, lineage),
@@ -73,8 +76,16 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     report["root_cause"] = cause.to_json() if cause is not None else None
     report["scenario"] = _scenario(raw.spec, report.get("reproduce"))
     report["totals"] = _totals(report)
-    report["angles"] = interview_angles(report)
-    report["headline"] = headline(report)
+    report["loss"]["golden"] = _golden_loss(report)
+    report["facts"] = build_facts(report, raw)
+    say = Claims(report)
+    cause_claims(say, report)
+    report["cause"] = say.text("cause") or None
+    report["angles"] = interview_angles(report, say)
+    report["headline"] = headline(report, say)
+    recovery_claims(say, report)
+    report["recovery_text"] = say.text("recovery")
+    report["claims"] = say.to_json()
     return report
 
 
@@ -322,6 +333,8 @@ def _stack(run_dir: Path, rel: str) -> dict[str, Any]:
     ours = [s for s, f in zip(short, frames) if re.search(r"/(trainer|faults)/", f["path"])]
     out["innermost"] = short[0] if short else None
     out["frame"] = ours[0] if ours else out["innermost"]
+    # A rank held by a planned fault stands in the injector's own code (faults/): the fault, not a bug.
+    out["in_injector"] = bool(out["frame"]) and str(out["frame"]).startswith("faults/")
     return out
 
 
@@ -337,7 +350,10 @@ def _lineage_json(lineage: Lineage | None) -> dict[str, Any] | None:
 # ----- phases ---------------------------------------------------------------------------
 
 
-def _phases(raw: RawRun) -> dict[str, Any]:
+def _phases(raw: RawRun, hung: bool = False) -> dict[str, Any]:
+    """Seconds per phase per rank. No rank is called the slowest in a run where a hang was declared: the
+    watchdog names the suspect, and the ranks that waited for it pile up time of their own (a stopped
+    rank reports no phases at all), so own work would point at a waiting rank."""
     per_rank: dict[int, dict[str, float]] = {}
     steps: dict[int, int] = {}
     paid: dict[int, int] = {}
@@ -356,15 +372,21 @@ def _phases(raw: RawRun) -> dict[str, Any]:
                      "mean_step_s": round(sum(totals.values()) / n, 6),
                      "own_s": round(sum(totals.get(p, 0.0) for p in OWN_PHASES), 6)})
     rows = [r for r in rows if r["steps"]]
-    slowest = max(rows, key=lambda r: r["own_s"])["rank"] if len(rows) > 1 else None
+    slowest = max(rows, key=lambda r: r["own_s"])["rank"] if len(rows) > 1 and not hung else None
     saves = [s for s in (ev.get("seconds") for ev in raw.of_kind("save")) if isinstance(s, (int, float))]
+    # The save after the last update also flushes the run's end: a Young/Daly cost quotes the periodic ones.
+    total = raw.spec.get("total_steps")
+    periodic = [ev["seconds"] for ev in raw.of_kind("save") if isinstance(ev.get("seconds"), (int, float))
+                and ev.get("step") != total]
     # The median, not the mean: one hung step (seconds inside an all-reduce) would
     # otherwise pass for the cost of every step.
     work = sorted(w for lane in raw.lanes.values() for w in lane.work)
     return {"phase_names": names, "ranks": rows, "slowest_rank": slowest,
             "median_step_s": round(work[len(work) // 2], 6) if work else None,
             "save_seconds": {"count": len(saves), "mean": _round(sum(saves) / len(saves)) if saves else None,
-                             "max": _round(max(saves)) if saves else None}}
+                             "max": _round(max(saves)) if saves else None,
+                             "interval_count": len(periodic),
+                             "interval_mean": _round(sum(periodic) / len(periodic)) if periodic else None}}
 
 
 # ----- loss and state ------------------------------------------------------------------
@@ -380,6 +402,26 @@ def _loss(raw: RawRun) -> dict[str, Any]:
                 best[step] = (attempt, loss)
     steps = sorted(best)
     return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}
+
+
+def _golden_loss(report: dict[str, Any]) -> dict[str, Any] | None:
+    """Rank 0's loss against the golden run's at the same updates: the final pair and the largest
+    relative gap (what a sentence about "the loss" must say when the run left the golden curve)."""
+    golden = report.get("golden")
+    if not isinstance(golden, str) or not Path(golden).is_dir():
+        return None
+    from trainwreck.harness.report.plots import lineage_losses  # plots imports nothing of the model
+
+    theirs = lineage_losses(Path(golden))
+    ours = dict(zip(report["loss"]["steps"], report["loss"]["values"]))
+    common = sorted(set(ours) & set(theirs))
+    if not common:
+        return None
+    gaps = [((ours[k] - theirs[k]) / max(abs(theirs[k]), 1e-12), k) for k in common]
+    worst = max(gaps, key=lambda g: abs(g[0]))
+    last = common[-1]
+    return {"final_step": last, "final": theirs[last], "final_gap": _round(gaps[-1][0], 4),
+            "max_gap": _round(worst[0], 4), "max_gap_step": worst[1]}
 
 
 MANIFEST_LIMIT = 1 << 20
@@ -550,47 +592,91 @@ SAVE_FAULTS = ("torn_write", "crash_op", "storage_error")
 """Fault kinds that fire inside a checkpoint save (faults/plan.py), not inside an update."""
 
 
-def headline(report: dict[str, Any]) -> str:
-    """What happened, in one sentence a reader can say out loud."""
-    parts = []
-    fired = [f for f in report["faults"] if not f["repeat"]]
-    if fired:
-        parts.append("; ".join(_fault_phrase(f) for f in fired[:3]))
-    else:
-        parts.append("no fault fired")
-    for row in report["recovery"]:
+def headline(report: dict[str, Any], say: Claims | None = None) -> str:
+    """What happened, in one sentence a reader can say out loud: each part a claim (section "summary")."""
+    say = say if say is not None else Claims(report)
+    say.section = "summary"
+    fired = [i for i, f in enumerate(report["faults"]) if not f["repeat"]][:3]
+    faults = [_fault_claim(say, i, report["faults"][i]) for i in fired]
+    say("summary.no_fault", "no fault fired", fact("faults", "==", []))
+    for i, row in enumerate(report["recovery"]):
         restored = row["restored"]
-        where = f"restarted from {restored['checkpoint']} (step {restored['step']})" if restored else \
+        where = "restarted from {ckpt} (step {step})" if restored else \
             ("restarted from scratch" if row["resumed_after_s"] is not None else "did not restart")
-        when = f"after update {row['progress_at_failure']}" if row["progress_at_failure"] else "before its first update"
-        parts.append(f"attempt {row['attempt']} failed {when} and {where}"
-                     + (f"; {row['steps_redone']} update(s) of its work redone" if row["steps_redone"] else ""))
-    totals = report["totals"]
+        when = "after update {k}" if row["progress_at_failure"] else "before its first update"
+        r = f"recovery.{i}"
+        say("summary.attempt", "attempt {a} failed " + when + " and " + where
+            + ("; {n} update(s) of its work redone" if row["steps_redone"] else ""), a=F(f"{r}.attempt"),
+            **({"k": F(f"{r}.progress_at_failure")} if row["progress_at_failure"] else {}),
+            **({"ckpt": F(f"{r}.restored.checkpoint"), "step": F(f"{r}.restored.step")} if restored else {}),
+            **({"n": F(f"{r}.steps_redone")} if row["steps_redone"] else {}))
     final = report["outcome"] or next((a["ended"] for a in reversed(report["attempts"])), "unknown")
-    parts.append(f"{final} at step {totals['final_step']} after {totals['attempts']} attempt(s)")
+    say("summary.end", "{final} at step {step} after {n} attempt(s)", final=final, step=F("totals.final_step"),
+        n=F("totals.attempts"))
     verdicts = report["verdicts"]
     bad = [n for n, v in verdicts.items() if v.get("valid") is False]
     unsure = [n for n, v in verdicts.items() if v.get("valid") not in (True, False)]
-    if bad:
-        parts.append(f"violated: {', '.join(bad)}")
-    elif unsure or report["valid"] != True:  # noqa: E712 - "unknown" is truthy
-        parts.append(f"not judged: {', '.join(unsure) or 'see notes'}")
-    else:
-        parts.append(f"all {len(verdicts)} invariants hold")
+    # "violated: a, b" says the others were not: it presumes every verdict's word, named or not.
+    say("summary.violated", "violated: {names}", Presume("valid", "==", False),
+        *(Presume(f"verdicts.{n}.valid", "==", v.get("valid")) for n, v in verdicts.items()), names=", ".join(bad))
+    say("summary.unjudged", "not judged: {names}", Presume("valid", "not in", [True, False]), *_each(unsure, "unknown"),
+        names=", ".join(unsure) or "see notes")
+    say("summary.all_hold", "all {n} invariants hold", Presume("valid", "==", True), *_each(list(verdicts), True),
+        n=len(verdicts))
+    parts = [c.text for c in say.of("summary") if c.rendered and c not in faults]
+    if faults:  # the faults are one part of the story, one claim each
+        parts.insert(0, "; ".join(c.text for c in faults))
     story = " → ".join(parts) + "."
     cause = report.get("root_cause")
     return f"{_capital(cause['sentence'])}. {story}" if cause else story
+
+
+def _each(names: list[str], valid: Any) -> list[Presume]:
+    """A presumption per named verdict (the summary names them, so it presumes each one's word)."""
+    if valid == "unknown":
+        return [Presume(f"verdicts.{n}.valid", "not in", [True, False]) for n in names]
+    return [Presume(f"verdicts.{n}.valid", "==", valid) for n in names]
+
+
+def recovery_claims(say: Claims, report: dict[str, Any]) -> None:
+    """The recovery section's sentences: nothing to recover from, or what each failure cost."""
+    say.section = "recovery"
+    say("recovery.none", "No attempt failed: nothing to recover from.", fact("recovery", "==", []))
+    for i, row in enumerate(report["recovery"]):
+        r = f"recovery.{i}"
+        say("recovery.row", "Attempt {a} failed at +{t:.3f} s ({cause}), {age} update(s) after its newest checkpoint"
+            + (" ({ckpt})" if row["checkpoint"] else " (none)") + "; it redid {n} update(s).",
+            a=F(f"{r}.attempt"), t=F(f"{r}.failed_s"), cause=F(f"{r}.cause"), age=F(f"{r}.checkpoint_age_steps"),
+            n=F(f"{r}.steps_redone"), **({"ckpt": F(f"{r}.checkpoint")} if row["checkpoint"] else {}))
+        for j, reject in enumerate(report["facts"]["rejects"]):
+            if reject["attempt"] == row["attempt"] + 1:
+                say("recovery.reject", "Attempt {a} rejected {ckpt} on load: {reason}.", a=F(f"facts.rejects.{j}.attempt"),
+                    ckpt=F(f"facts.rejects.{j}.checkpoint"), reason=F(f"facts.rejects.{j}.reason"))
+        if row["resumed_after_s"] is not None:
+            say("recovery.resumed", "Training ran again {s:.3f} s after that failure, measured from its fault, hang or "
+                "first death.", s=F(f"{r}.resumed_after_s"))
 
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _fault_phrase(fault: dict[str, Any]) -> str:
-    who = f"rank {fault['rank']}" if fault["rank"] is not None else \
-        (f"ranks {', '.join(map(str, fault['ranks']))}" if fault["ranks"] else fault.get("checkpoint") or "the job")
-    what = fault["signal"] or fault["kind"]
-    when = f" in update {fault['in_step']}" if fault["in_step"] else ""
-    if fault["kind"] in SAVE_FAULTS and fault["in_step"]:  # they fire inside the save after the last update
-        when = f" during the save after update {fault['in_step'] - 1}"
-    return f"{what} {who}{when} (attempt {fault['attempt']})"
+def _fault_claim(say: Claims, i: int, fault: dict[str, Any]) -> Any:
+    """One fired fault as the headline says it: what, at whom, in which update, in which attempt."""
+    at = f"faults.{i}"
+    facts: dict[str, Any] = {"what": F(f"{at}.signal") if fault["signal"] else F(f"{at}.kind"),
+                             "a": F(f"{at}.attempt")}
+    if fault["rank"] is not None:
+        who, facts["who"] = "rank {who}", F(f"{at}.rank")
+    elif fault["ranks"]:
+        who, facts["who"] = "ranks {who}", ", ".join(map(str, fault["ranks"]))
+    elif fault.get("checkpoint"):
+        who, facts["who"] = "{who}", F(f"{at}.checkpoint")
+    else:
+        who = "the job"
+    when = ""
+    if fault["in_step"] and fault["kind"] in SAVE_FAULTS:  # they fire inside the save after the last update
+        when, facts["before"] = " during the save after update {before}", fault["in_step"] - 1
+    elif fault["in_step"]:
+        when, facts["step"] = " in update {step}", F(f"{at}.in_step")
+    return say("summary.fault", "{what} " + who + when + " (attempt {a})", **facts)

@@ -21,7 +21,9 @@ import pytest
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.defects import Row, get_defect
 from trainwreck.harness.handbook import CHAPTERS, MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
+from trainwreck.harness.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
 from trainwreck.harness.report.plots import coverage_svg, loss_svg
+from trainwreck.harness.report.truth import check_handbook
 
 MIN_CAUGHT = 3
 
@@ -111,7 +113,7 @@ def test_derived_numbers_are_computed_from_quoted_ones(handbook: dict[str, Any])
     chapters = {c["slug"]: c for c in handbook["json"]["chapters"]}
     interval = next(d for d in chapters["interval"]["derived"] if d["label"] == "young_daly_interval_s")
     quoted = {tuple(c["path"]): c["value"] for c in chapters["interval"]["claims"] if c["run"] == "resume"}
-    cost = quoted[("phases", "save_seconds", "mean")]
+    cost = quoted[("phases", "save_seconds", "interval_mean")]
     assert interval["inputs"] == {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}
     assert math.isclose(interval["value"], math.sqrt(2 * cost * MTBF_ASSUMED_S))
     assert fmt(interval["value"]) in chapter_text(handbook["html"], "interval")
@@ -402,3 +404,88 @@ def test_fsdp_and_async_reports_answer_their_interview_angle_with_their_own_numb
     assert f"{kill['phases']['save_seconds']['mean']:.3f} s on average in the background" in answer
     topics = {a["topic"] for a in _report(handbook, "resume")["angles"]}
     assert not topics & {"sharding", "async"}  # a plain DDP run with sync saves raises neither
+
+
+# ----- words as true as the verdicts (issue 23) -------------------------------------------------
+
+
+def plain(handbook: dict[str, Any], slug: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", chapter_text(handbook["html"], slug)))
+
+
+def test_every_sentence_of_the_handbook_and_of_its_runs_reports_is_true(handbook: dict[str, Any]) -> None:
+    assert all(c["sentences"] for c in handbook["json"]["chapters"])
+    assert check_handbook(handbook["out"]) == []
+
+
+def test_the_handbook_check_fails_on_a_sentence_whose_verdict_is_turned_over(handbook: dict[str, Any],
+                                                                               tmp_path: Path) -> None:
+    copy = tmp_path / "hb"
+    shutil.copytree(handbook["out"], copy, ignore=shutil.ignore_patterns("runs"))
+    record = json.loads((copy / "handbook.json").read_text())
+    run = record["runs"]["resume"]
+    verdicts = json.loads((Path(run["run_dir"]) / "verdicts.json").read_text())
+    verdicts["verdicts"]["continuity"]["valid"] = False
+    fake = tmp_path / "resume"
+    shutil.copytree(run["run_dir"], fake, symlinks=True)
+    (fake / "verdicts.json").write_text(json.dumps(verdicts))
+    run["run_dir"] = str(fake)
+    (copy / "handbook.json").write_text(json.dumps(record))
+    problems = check_handbook(copy)
+    assert any(p.startswith("resume: resume.") and "verdicts.continuity.valid == True" in p for p in problems)
+
+
+def test_chapter_1_says_what_the_trainer_reduces_per_parameter_not_bucket_by_bucket(handbook: dict[str, Any]) -> None:
+    text = plain(handbook, "step")
+    assert "all-reduces them one parameter at a time" in text and "trainer/gradsync.py" in text
+
+
+def test_chapter_2_says_where_the_sampler_went_back_not_from_its_start(handbook: dict[str, Any]) -> None:
+    back = _report(handbook, "sampler_not_saved")["facts"]["coverage"]["went_back"]
+    text = plain(handbook, "partition")
+    assert f"sampler went back from epoch {back['from_epoch']} to epoch {back['to_epoch']}" in text
+    assert "from its start" not in text and "(epoch, id) pair(s)" in text
+
+
+def test_chapter_3_names_the_restore_digest_when_that_is_what_caught_the_optimizer(handbook: dict[str, Any]) -> None:
+    report = _report(handbook, "optimizer_not_saved")
+    text = plain(handbook, "state")
+    if report["facts"]["continuity"]["first_kind"] == "restore_digest":
+        assert "caught at the restore itself" in text and "only the steps after the restore" not in text
+    else:
+        assert "only the steps after the restore" in text and "caught at the restore itself" not in text
+
+
+def test_chapter_8_quotes_the_loss_gap_to_the_golden_run_it_used_to_hide(handbook: dict[str, Any]) -> None:
+    gold = _report(handbook, "pad_uneven_shards")["loss"]["golden"]
+    assert gold and gold["max_gap"] != 0
+    text = plain(handbook, "silent")
+    assert f"{fmt(100 * gold['max_gap'])} % away from the golden run's" in text
+    assert "keeps falling" not in text
+
+
+def test_chapter_9_uses_the_periodic_saves_the_reports_mtbf_and_says_how_far_from_optimal(
+        handbook: dict[str, Any]) -> None:
+    assert MTBF_ASSUMED_S == REPORT_MTBF_S == 3600.0
+    report = _report(handbook, "resume")
+    chapter = next(c for c in handbook["json"]["chapters"] if c["slug"] == "interval")
+    ratio = next(d for d in chapter["derived"] if d["label"] == "saves_more_often_than_optimum")
+    steps = math.sqrt(2 * report["phases"]["save_seconds"]["interval_mean"] * 3600) / report["phases"]["median_step_s"]
+    assert math.isclose(ratio["value"], steps / report["spec"]["ckpt_interval"])
+    assert "one failure an hour" in plain(handbook, "interval") and "a day" not in plain(handbook, "interval")
+
+
+def test_chapter_11_counts_the_gradients_and_tells_fp32_from_mixed_precision(handbook: dict[str, Any]) -> None:
+    ddp = _report(handbook, "bytes-ddp")["bytes_per_param"]
+    chapter = next(c for c in handbook["json"]["chapters"] if c["slug"] == "async")
+    held = next(d for d in chapter["derived"] if d["label"] == "ddp_max_params_80gb_billions")
+    assert math.isclose(held["value"], 80 / (ddp["params"] + ddp["grads"] + ddp["optimizer"]))
+    assert "16 with the gradients" in plain(handbook, "async") and "Mixed precision also comes to 16" in plain(
+        handbook, "async")
+
+
+def test_chapter_10_and_12_say_configured_or_measured_and_name_the_slow_rank(handbook: dict[str, Any]) -> None:
+    hang = plain(handbook, "hang")
+    assert "sooner than gloo" not in hang and "not one measured here" in hang
+    slow = _report(handbook, "straggler")["phases"]["slowest_rank"]
+    assert f"the slowest rank, rank {slow}" in plain(handbook, "paging")

@@ -111,7 +111,7 @@ def test_the_slowest_rank_is_the_one_with_the_most_own_work(tmp_path: Path) -> N
     phases = build_report(w.write())["phases"]
     assert phases["slowest_rank"] == 1
     assert [r["steps"] for r in phases["ranks"]] == [8, 8, 8]
-    assert phases["save_seconds"] == {"count": 4, "mean": 0.02, "max": 0.02}
+    assert phases["save_seconds"] == {"count": 4, "mean": 0.02, "max": 0.02, "interval_count": 3, "interval_mean": 0.02}
 
 
 def test_a_save_that_was_due_but_never_committed_is_reported_missed(tmp_path: Path) -> None:

@@ -41,10 +41,9 @@ def test_the_format_check_finds_a_module_that_spells_it(tmp_path: Path) -> None:
 
 
 def test_the_report_and_the_handbook_time_the_phases_the_trainer_declares() -> None:
-    from trainwreck.harness import handbook
-    from trainwreck.harness.report import model, rawlog
+    from trainwreck.harness.report import chapters, model, rawlog
 
-    assert rawlog.TIMED_PHASES == progress.TIMED_PHASES == handbook.PHASES
+    assert rawlog.TIMED_PHASES == progress.TIMED_PHASES == chapters.PHASES
     assert set(model.OWN_PHASES) <= set(progress.TIMED_PHASES)
 
 

@@ -1,0 +1,512 @@
+"""The handbook's chapters: each an interview question, its answer made of claims over the runs' reports.
+
+A chapter is one `Chapter(...)` line in CHAPTERS plus an answer function that returns
+paragraphs of sentences made with `ev.s(template, *presumes)`; numbers enter a template only
+through `ev.q` (a report field) or `ev.derive` (a formula over quoted numbers). A sentence that
+states a verdict or a fact presumes it (`verdict("coverage", False, run="sampler_not_saved")`),
+so the page cannot say what its runs contradict. The runs themselves (case keys) are declared
+in harness/handbook.py.
+"""
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
+from trainwreck.harness.report.claims import fact, verdict
+from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
+from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
+
+PAGE_CKPT_AGE_INTERVALS = 3
+"""Page when the newest checkpoint is older than this many checkpoint intervals' worth of updates."""
+PAGE_SLOWDOWN = 2.0
+"""Page when the slowest rank's mean update takes this many times the run's median update."""
+PAGE_ATTEMPTS = 3
+"""Page when a job needs more attempts than this: it is restarting, not training."""
+ASYNC_QUESTION = "Why not make the training loop asynchronous, and when do you move from DDP to FSDP?"
+PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
+EIGHTY_GB = 80e9
+
+
+def _phase_row(ev: Evidence, run: str, i: int) -> str:
+    parts = ", ".join(f"{p} {ev.q(run, 'phases', 'ranks', i, 'totals', p, unit=' s')}" for p in PHASES)
+    return f"rank {ev.q(run, 'phases', 'ranks', i, 'rank')} over {ev.q(run, 'phases', 'ranks', i, 'steps')} " \
+           f"updates: {parts}"
+
+
+def one_step(ev: Evidence) -> list[Paragraph]:
+    ranks = len(ev.reports["straggler"]["phases"]["ranks"])
+    return [[
+        ev.s("One step is one optimizer update: load a batch (data), forward, backward, an explicit sync, the "
+             "optimizer step, and every few updates a checkpoint."),
+        ev.s("In backward DDP hands the gradients to a communication hook bucket by bucket; the reference trainer's "
+             "hook (<code>trainer/gradsync.py</code>) all-reduces them one parameter at a time, so the order of "
+             "each sum never depends on the bucket layout and digests can match bit for bit."),
+        ev.s(f"The reference trainer, killed mid-epoch and resumed, spent: {_phase_row(ev, 'resume', 0)}."),
+        ev.s(f"Its median update took {ev.q('resume', 'phases', 'median_step_s', unit=' s')}."),
+    ], [
+        ev.s("The synchronization boundary is the gradient all-reduce: no rank can start its optimizer step until "
+             "every rank has contributed."),
+        ev.s("The straggler run shows it by moving the time: "
+             + "; ".join(_phase_row(ev, "straggler", i) for i in range(ranks)) + "."),
+        ev.s("The slow rank's delay shows up in its own phase (data), the others pay it as waiting in backward; "
+             f"that is why the report names rank {ev.q('straggler', 'phases', 'slowest_rank')} from the phases a "
+             "collective cannot stretch (data, forward, optimizer).",
+             fact("phases.slowest_rank", "!=", None, run="straggler")),
+    ]]
+
+
+def partition(ev: Evidence) -> list[Paragraph]:
+    cov = ("verdicts", "coverage", "counts")
+    back = ("facts", "coverage", "went_back")
+    return [[
+        ev.s("The elastic sampler deals each epoch's shuffled ids to ranks by position and checkpoints its "
+             "position, so a resume continues the same permutation."),
+        ev.s("Proof is a count, not an argument: over "
+             f"{ev.q('resume', *cov, 'lineage_steps')} lineage steps and {ev.q('resume', *cov, 'epochs')} epochs "
+             f"the resumed reference run used {ev.q('resume', *cov, 'duplicated_ids')} (epoch, id) pair(s) twice, "
+             f"left {ev.q('resume', *cov, 'ids_not_covered')} id(s) uncovered, and "
+             f"{ev.q('resume', *cov, 'golden_mismatched_steps')} step(s) used a batch other than the uninterrupted "
+             f"golden run's (coverage {ev.q('resume', 'verdicts', 'coverage', 'valid')}).",
+             verdict("coverage", True, run="resume")),
+    ], [
+        ev.s("With the sampler's position left out of the checkpoint (CAUGHT): "
+             f"{ev.q('sampler_not_saved', *cov, 'duplicated_ids')} (epoch, id) pair(s) used twice "
+             f"({ev.q('sampler_not_saved', 'facts', 'coverage', 'twice_split')}; an id counts once per epoch it "
+             f"repeats in) and {ev.q('sampler_not_saved', *cov, 'golden_mismatched_steps')} step(s) whose batch "
+             "differs from the golden run.", verdict("coverage", False, run="sampler_not_saved")),
+        ev.s(f"At update {ev.q('sampler_not_saved', *back, 'step')} the resumed job's sampler went back from epoch "
+             f"{ev.q('sampler_not_saved', *back, 'from_epoch')} to epoch "
+             f"{ev.q('sampler_not_saved', *back, 'to_epoch')}: it replayed samples the run had already trained on.",
+             fact("facts.coverage.went_back", "!=", None, run="sampler_not_saved")),
+        ev.s("In the pictures below each column is one update; red cells are ids seen a second time."),
+    ]]
+
+
+def restart_state(ev: Evidence) -> list[Paragraph]:
+    cont = ("verdicts", "continuity", "counts")
+    out = [
+        ev.s("Everything that decides the next update: model weights, optimizer moments, the LR schedule's "
+             "position, every RNG stream, and the sampler's position."),
+        ev.s(f"The reference run restored {ev.q('resume', *cont, 'restores_checked')} checkpoint(s), each digest "
+             f"equal to what its save recorded, and matched the golden run at "
+             f"{ev.q('resume', *cont, 'golden_steps_checked')} steps with {ev.q('resume', *cont, 'violations')} "
+             "violation(s).", verdict("continuity", True, run="resume")),
+        ev.s("Drop one piece each:"),
+    ]
+    for run in ("optimizer_not_saved", "scheduler_not_saved", "rng_not_restored"):
+        out.append(ev.s(f"<code>{run}</code> (CAUGHT by continuity): {ev.q(run, *cont, 'violations')} "
+                        f"discontinuities; first: {ev.q(run, 'verdicts', 'continuity', 'evidence', 0)}.",
+                        verdict("continuity", False, run=run)))
+    out.append(ev.s("The optimizer's moments are part of the state digest, so a restore without them is caught at "
+                    "the restore itself: its digest differs from the one its save recorded.",
+                    fact("facts.continuity.first_kind", "==", "restore_digest", run="optimizer_not_saved")))
+    out.append(ev.s("A forgotten optimizer state leaves the restore digest equal to its save's here, so only the "
+                    "steps after the restore, compared with the golden run, show it.",
+                    fact("facts.continuity.first_kind", "in", ["golden_digest", "golden_loss"],
+                         run="optimizer_not_saved")))
+    out.append(ev.s("A forgotten schedule or RNG stream is outside the digest: the restore matches its save, and the "
+                    "golden comparison of the steps after it is what catches them (the loss plots mark where).",
+                    fact("facts.continuity.first_kind", "in", ["golden_digest", "golden_loss"],
+                         run="scheduler_not_saved"),
+                    fact("facts.continuity.first_kind", "in", ["golden_digest", "golden_loss"],
+                         run="rng_not_restored")))
+    out.append(ev.s("<code>sampler_not_saved</code> is CAUGHT by coverage: "
+                    f"{ev.q('sampler_not_saved', 'verdicts', 'coverage', 'counts', 'duplicated_ids')} (epoch, id) "
+                    "pairs used twice, while all "
+                    f"{ev.q('sampler_not_saved', 'facts', 'restores', 'matched')} of its restore digests equal their "
+                    "saves: the model was restored exactly, the data position was not.",
+                    verdict("coverage", False, run="sampler_not_saved"),
+                    fact("facts.restores.mismatched", "==", 0, run="sampler_not_saved")))
+    return [out]
+
+
+def health_metric(ev: Evidence) -> list[Paragraph]:
+    hang = ("hangs", 0)
+    return [[
+        ev.s("Forward progress: the newest update every rank has applied, over time. Loss, GPU utilisation and "
+             "heartbeats all look alive while a peer is stopped; progress does not."),
+        ev.s(f"With rank 1 SIGSTOPped (<code>hang-sigstop</code>), no rank got past update "
+             f"{ev.q('hang-sigstop', *hang, 'last_step')}; after {ev.q('hang-sigstop', *hang, 'detected_after_s', unit=' s')} "
+             f"without progress (configured timeout {ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')}) the "
+             f"watchdog named rank(s) {ev.q('hang-sigstop', *hang, 'ranks')} as suspects, rank(s) "
+             f"{ev.q('hang-sigstop', *hang, 'waiting')} as waiting behind them, and restarted."),
+    ], [
+        ev.s(f"The straggler is slow, not broken: it finished at step {ev.q('straggler', 'totals', 'final_step')} "
+             f"in {ev.q('straggler', 'totals', 'attempts')} attempt(s), its hang verdict "
+             f"{ev.q('straggler', 'verdicts', 'hang', 'valid')}: its line bends but never goes flat for a timeout.",
+             verdict("hang", True, run="straggler"), fact("hangs", "==", [], run="straggler")),
+    ]]
+
+
+def resumed_correct(ev: Evidence) -> list[Paragraph]:
+    seg = ev.reports["resume"]["lineage"]["segments"]
+    cont = ("verdicts", "continuity", "counts")
+    return [[
+        ev.s("Compare it with a run that never failed. Every update emits a digest of the model and optimizer "
+             "state."),
+        ev.s(f"The resumed run restored {ev.q('resume', 'lineage', 'segments', len(seg) - 1, 'restored')} and its "
+             f"{ev.q('resume', *cont, 'golden_steps_checked')} lineage steps were checked against the golden run's "
+             f"digests (same world size: bit-identical, not merely close), with {ev.q('resume', *cont, 'violations')} "
+             f"violation(s); continuity {ev.q('resume', 'verdicts', 'continuity', 'valid')}.",
+             verdict("continuity", True, run="resume")),
+        ev.s(f"The {ev.q('resume', 'totals', 'redo_steps')} update(s) redone after the kill are outside the lineage "
+             "and not compared."),
+        ev.s("The loss plot below lies on the golden curve.", verdict("continuity", True, run="resume"),
+             fact("loss.golden.max_gap", "==", 0.0, run="resume")),
+    ]]
+
+
+def world_size(ev: Evidence) -> list[Paragraph]:
+    cov = ("verdicts", "coverage", "counts")
+    fss = "fsdp-shrink-world"
+    return [[
+        ev.s(f"DDP {ev.q('shrink-world', 'attempts', 0, 'world_size')} → "
+             f"{ev.q('shrink-world', 'attempts', 1, 'world_size')}: the effective batch must stay "
+             f"{ev.q('shrink-world', 'spec', 'global_batch')} samples (configured), so each rank's share went from "
+             f"{ev.q('shrink-world', 'attempts', 0, 'rank_batch')} to "
+             f"{ev.q('shrink-world', 'attempts', 1, 'rank_batch')}; the sampler repartitions the rest of the epoch "
+             "by global position, not per-rank position."),
+        ev.s(f"Coverage {ev.q('shrink-world', 'verdicts', 'coverage', 'valid')} with "
+             f"{ev.q('shrink-world', *cov, 'duplicated_ids')} duplicated (epoch, id) pair(s).",
+             verdict("coverage", True, run="shrink-world")),
+    ], [
+        ev.s("<code>world_size_reslices</code> (CAUGHT) keeps per-rank positions and re-slices: "
+             f"{ev.q('world_size_reslices', *cov, 'duplicated_ids')} (epoch, id) pair(s) used twice and "
+             f"{ev.q('world_size_reslices', *cov, 'golden_mismatched_steps')} step(s) off the golden batches.",
+             verdict("coverage", False, run="world_size_reslices")),
+    ], [
+        ev.s("Sharded state: with FSDP every rank holds and saves only its shard, so a checkpoint written by "
+             f"{ev.q(fss, 'attempts', 0, 'world_size')} ranks must be re-sliced to load on "
+             f"{ev.q(fss, 'attempts', 1, 'world_size')}."),
+        ev.s(f"In <code>{fss}</code> attempt 1 restored {ev.q(fss, 'attempts', 1, 'restored', 'checkpoint')}, "
+             "written as shards by the 4-rank attempt, and torch.distributed.checkpoint re-sliced it on load; its "
+             f"{ev.q(fss, 'verdicts', 'continuity', 'counts', 'golden_steps_checked')} lineage steps match the "
+             "4-rank golden run (losses within tolerance, since the reduction order changed), coverage "
+             f"{ev.q(fss, 'verdicts', 'coverage', 'valid')} with {ev.q(fss, *cov, 'duplicated_ids')} duplicated "
+             "(epoch, id) pair(s).", verdict("continuity", True, run=fss), verdict("coverage", True, run=fss)),
+        ev.s(f"Its newest checkpoint, saved on {ev.q(fss, 'state', 'world_size')} ranks, holds "
+             f"{ev.q(fss, 'state', 'rank_bytes')} bytes per rank: on this tiny model the checkpoint format's framing "
+             "outweighs the tensors, so chapter 11 measures the sharding on a bigger one."),
+    ]]
+
+
+def periodic_stall(ev: Evidence) -> list[Paragraph]:
+    saves = ev.reports["slow-disk"]["saves"]
+    worst = max(range(len(saves)), key=lambda i: saves[i]["seconds"] or 0.0)
+    ranks = len(ev.reports["slow-disk"]["phases"]["ranks"])
+    per_rank = "; ".join(f"rank {ev.q('slow-disk', 'phases', 'ranks', i, 'rank')}: checkpoint "
+                         f"{ev.q('slow-disk', 'phases', 'ranks', i, 'totals', 'checkpoint', unit=' s')}, forward "
+                         f"{ev.q('slow-disk', 'phases', 'ranks', i, 'totals', 'forward', unit=' s')}"
+                         for i in range(ranks))
+    return [[
+        ev.s("Find what repeats on the same period."),
+        ev.s(f"Here the storage stalls during one save: the save of step {ev.q('slow-disk', 'saves', worst, 'step')} "
+             f"took {ev.q('slow-disk', 'saves', worst, 'seconds', unit=' s')} against a mean of "
+             f"{ev.q('slow-disk', 'phases', 'save_seconds', 'mean', unit=' s')} over "
+             f"{ev.q('slow-disk', 'phases', 'save_seconds', 'count')} saves (that one included)."),
+        ev.s(f"The per-rank phase breakdown puts the time in checkpoint side work on every rank ({per_rank}), not in "
+             "compute: every rank waits at the save's barrier for the writer."),
+        ev.s("The progress line goes flat at the save and the checkpoint age keeps rising until the save commits."),
+    ]]
+
+
+def silent_duplication(ev: Evidence) -> list[Paragraph]:
+    run = "pad_uneven_shards"
+    gold = ("loss", "golden")
+    return [[
+        ev.s("Silent duplication: padding uneven shards by repeating ids trains on some samples twice per epoch."),
+        ev.s("Nothing crashes, and the loss still falls, by "
+             + ev.derive("pad_loss_drop_percent", 100 * (1 - ev.get(run, "loss", "final") / ev.get(run, "loss", "values", 0)),
+                         "100 * (1 - loss.final / loss.values[0])",
+                         {"first": ev.get(run, "loss", "values", 0), "final": ev.get(run, "loss", "final")}, " %")
+             + " from the first update to the last (the plot), so no alarm on the loss curve would fire.",
+             fact("loss.final", "<", ev.get(run, "loss", "values", 0), run=run)),
+        ev.s("Yet it is not the uninterrupted run's curve: at update "
+             f"{ev.q(run, *gold, 'max_gap_step')} the loss is "
+             + ev.derive("pad_loss_gap_percent", 100 * ev.get(run, *gold, "max_gap"), "100 * loss.golden.max_gap",
+                         {"max_gap": ev.get(run, *gold, "max_gap")}, " %")
+             + " away from the golden run's; only a golden run shows that, and production has none.",
+             fact("loss.golden.max_gap", "!=", 0.0, run=run)),
+        ev.s("Only counting ids shows the cause: <code>pad_uneven_shards</code> (CAUGHT) used "
+             f"{ev.q(run, 'verdicts', 'coverage', 'counts', 'duplicated_ids')} (epoch, id) pair(s) twice within an "
+             f"epoch over {ev.q(run, 'verdicts', 'coverage', 'counts', 'epochs')} epochs (continuity "
+             f"{ev.q(run, 'verdicts', 'continuity', 'valid')} against the golden run).",
+             verdict("coverage", False, run=run)),
+        ev.s("In production there is no golden run: the coverage count is the check you can keep."),
+    ]]
+
+
+def ckpt_interval(ev: Evidence) -> list[Paragraph]:
+    cost = float(ev.get("resume", "phases", "save_seconds", "interval_mean"))
+    step = float(ev.get("resume", "phases", "median_step_s"))
+    every = int(ev.get("resume", "spec", "ckpt_interval"))
+    interval = young_daly(cost, MTBF_ASSUMED_S)
+    steps = ev.derive("young_daly_interval_steps", interval / step, "young_daly_interval_s / step_s",
+                      {"young_daly_interval_s": interval, "step_s": step}, " updates")
+    return [[
+        ev.s("Young/Daly: interval = √(2 · save cost · MTBF)."),
+        ev.s("Measured here, a periodic save costs "
+             f"{ev.q('resume', 'phases', 'save_seconds', 'interval_mean', unit=' s')} (mean of "
+             f"{ev.q('resume', 'phases', 'save_seconds', 'interval_count')} saves; the end-of-run save, which also "
+             "flushes the run's end, is left out) and an update "
+             f"{ev.q('resume', 'phases', 'median_step_s', unit=' s')} (median)."),
+        ev.s(f"Assuming one failure an hour for the whole job (MTBF {fmt(MTBF_ASSUMED_S)} s, an assumption, not a "
+             "measurement, the same one every report's frequency answer makes), the interval is "
+             + ev.derive("young_daly_interval_s", interval, "sqrt(2 * save_cost_s * mtbf_s)",
+                         {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}, " s") + f", about {steps}."),
+        ev.s(f"The run checkpoints every {ev.q('resume', 'spec', 'ckpt_interval')} updates (configured), about "
+             + ev.derive("saves_more_often_than_optimum", interval / step / every,
+                         "young_daly_interval_steps / ckpt_interval",
+                         {"young_daly_interval_steps": interval / step, "ckpt_interval": every}, "×")
+             + " more often than its own optimum: right for a handbook that must show a restore within 16 updates, "
+               "wasteful for a real job."),
+        ev.s(f"So each failure cost little: {ev.q('resume', 'recovery', 0, 'steps_redone')} update(s) "
+             f"({ev.q('resume', 'recovery', 0, 'samples_redone')} samples) redone, the checkpoint "
+             f"{ev.q('resume', 'recovery', 0, 'checkpoint_age_s', unit=' s')} old at the failure."),
+        ev.s("For a real model, measure the save cost with <code>python -m trainwreck.benchmarks.checkpoint</code> "
+             "and redo this sum."),
+    ]]
+
+
+def _suspect_stack(ev: Evidence, run: str) -> str:
+    """Where the first suspect stood, from its stack dump; a rank that never ran Python again may leave none."""
+    hang = ev.reports[run]["hangs"][0]
+    found = [i for i, st in enumerate(hang["stacks"]) if st.get("rank") in hang["ranks"] and st.get("frame")]
+    if not found:
+        return "no stack of a suspect could be dumped"
+    i = found[0]
+    where = (f"rank {ev.q(run, 'hangs', 0, 'stacks', i, 'rank')}'s stack at "
+             f"{ev.q(run, 'hangs', 0, 'stacks', i, 'frame')}")
+    if hang["stacks"][i].get("in_injector"):
+        where += " (inside the fault injector: where the planned fault holds it, not a bug in training)"
+    return where
+
+
+def which_rank_hangs(ev: Evidence) -> list[Paragraph]:
+    return [[
+        ev.s("gloo does not know a peer is stopped: its sockets stay open, so every other rank blocks inside the "
+             f"all-reduce until the process group's timeout ({fmt(GLOO_DEFAULT_TIMEOUT_S)} s by default, a value "
+             "torch configures, not one measured here), and then the error names the collective that timed out on "
+             "the waiting rank, not the rank that stopped."),
+        ev.s("trainwreck's watchdog watches progress files from outside and names the rank furthest behind, after "
+             "its own configured timeout: "
+             f"{ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')} in these runs."),
+    ], [
+        ev.s(f"SIGSTOP on rank 1: rank(s) {ev.q('hang-sigstop', 'hangs', 0, 'ranks')} named after "
+             f"{ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')} without progress (measured), "
+             f"{_suspect_stack(ev, 'hang-sigstop')}."),
+        ev.s("A hang that holds the GIL (no Python thread of the rank runs again, so an in-process watchdog thread "
+             f"cannot help): rank(s) {ev.q('hang-holding-gil', 'hangs', 0, 'ranks')} named after "
+             f"{ev.q('hang-holding-gil', 'hangs', 0, 'detected_after_s', unit=' s')} (measured), "
+             f"{_suspect_stack(ev, 'hang-holding-gil')}."),
+        ev.s("With the watchdog disabled (CAUGHT by the hang invariant): "
+             f"{ev.q('watchdog_disabled', 'verdicts', 'hang', 'summary')}",
+             verdict("hang", False, run="watchdog_disabled")),
+    ]]
+
+
+def _ckpt_phase(ev: Evidence, run: str) -> str:
+    """Rank 0's checkpoint-phase seconds, quoted, then derived per step that paid for a save (the save
+    after the last update is in no step's phases)."""
+    i = next(i for i, r in enumerate(ev.reports[run]["phases"]["ranks"]) if r["rank"] == 0)
+    total = float(ev.get(run, "phases", "ranks", i, "totals", "checkpoint"))
+    saves = ev.get(run, "phases", "ranks", i, "checkpoint_steps")
+    return (f"{ev.q(run, 'phases', 'ranks', i, 'totals', 'checkpoint', unit=' s')} in the checkpoint phase of "
+            f"the {ev.q(run, 'phases', 'ranks', i, 'checkpoint_steps')} steps that saved, "
+            + ev.derive(f"{run}_stall_per_save_s", total / saves, "checkpoint_phase_s / saves",
+                        {"checkpoint_phase_s": total, "saves": saves}, " s") + " per save")
+
+
+def async_checkpoints(ev: Evidence) -> list[Paragraph]:
+    akp = "async-kill-persist"
+    return [[
+        ev.s("Make the checkpoint asynchronous, not the step. A training step ends at the gradient all-reduce: "
+             "every rank must agree on the update before the next one, which is what makes a replica's digest "
+             "comparable at all. A save is different: once the state is copied, nothing in the next update needs "
+             "it on disk."),
+        ev.s(f"The same 2.1 M-parameter job ({ev.q('wide-sync', 'state', 'state_bytes')} bytes of model and AdamW "
+             f"state per checkpoint), saved every {ev.q('wide-sync', 'spec', 'ckpt_interval')} updates: "
+             f"synchronously, rank 0's steps spent {_ckpt_phase(ev, 'wide-sync')}; asynchronously "
+             f"{_ckpt_phase(ev, 'wide-async')} (the copy into host memory), while the background thread took "
+             f"{ev.q('wide-async', 'phases', 'save_seconds', 'mean', unit=' s')} per save to write and commit, "
+             f"against {ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} inside the step."),
+        ev.s("The background write is not free: it competes with the ranks for the same cores (2 here), so it can "
+             "run slower than a synchronous one and stretch the steps beside it; the median update took "
+             f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} with synchronous saves and "
+             f"{ev.q('wide-async', 'phases', 'median_step_s', unit=' s')} with asynchronous ones."),
+        ev.s("The trajectory is the same (continuity "
+             f"{ev.q('wide-async', 'verdicts', 'continuity', 'valid')} against its golden run).",
+             verdict("continuity", True, run="wide-async")),
+    ], [
+        ev.s("What it can lose: <code>async-kill-persist</code> SIGKILLs rank 0 after the first file of the step-8 "
+             "background persist, while training has moved on."),
+        ev.s(f"The restart loaded {ev.q(akp, 'recovery', 0, 'restored', 'checkpoint')}, the newest committed "
+             f"checkpoint ({ev.q(akp, 'recovery', 0, 'checkpoint')}), and redid "
+             f"{ev.q(akp, 'recovery', 0, 'steps_redone')} update(s) ({ev.q(akp, 'recovery', 0, 'samples_redone')} "
+             "samples): the save in flight is lost, nothing committed is (atomicity "
+             f"{ev.q(akp, 'verdicts', 'atomicity', 'valid')}, coverage {ev.q(akp, 'verdicts', 'coverage', 'valid')}).",
+             verdict("atomicity", True, run=akp), verdict("coverage", True, run=akp),
+             fact("recovery.0.restored.checkpoint", "==", ev.get(akp, "recovery", 0, "checkpoint"), run=akp)),
+        ev.s("'Saved' still means committed, never 'handed to a thread'; the price is one more interval of redo "
+             "when the failure lands mid-persist, and a host copy of the state while it is written."),
+    ]]
+
+
+def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
+    per = ("bytes_per_param",)
+    held = sum(float(ev.get("bytes-ddp", *per, k)) for k in ("params", "grads", "optimizer"))
+    gap = _loss_gap(ev.reports["wide-fsdp"]["loss"], ev.reports["wide-sync"]["loss"])
+    within = losses_match(gap["fsdp_loss"], gap["ddp_loss"], DEFAULT_LOSS_TOLERANCE)
+    return [[
+        ev.s("Move to FSDP when the state no longer fits, not before."),
+        ev.s(f"Measured by benchmarks/fsdp.py on the same model ({ev.q('bytes-ddp', 'numel')} parameters, "
+             f"{ev.q('bytes-ddp', 'world_size')} ranks, after a real backward and AdamW step), rank 0 holds under "
+             f"DDP {ev.q('bytes-ddp', *per, 'params')} bytes per parameter of parameters, "
+             f"{ev.q('bytes-ddp', *per, 'grads')} of gradients and {ev.q('bytes-ddp', *per, 'optimizer')} of AdamW "
+             f"moments; under FSDP {ev.q('bytes-fsdp', *per, 'params')}, {ev.q('bytes-fsdp', *per, 'grads')} and "
+             f"{ev.q('bytes-fsdp', *per, 'optimizer')}."),
+        ev.s("That is fp32 training: 4 + 8 = 12 bytes of parameters and moments (what a checkpoint holds), 16 with "
+             "the gradients. Mixed precision also comes to 16 bytes before activations, split differently: 2 of "
+             "bf16 weights, 2 of bf16 gradients, 12 of fp32 master weights and moments."),
+        ev.s("An 80 GB device therefore holds at most "
+             + ev.derive("ddp_max_params_80gb_billions", EIGHTY_GB / held / 1e9,
+                         "80e9 / (params + grads + optimizer bytes per param) / 1e9", {"bytes_per_param": held},
+                         " billion parameters")
+             + " under DDP before a single activation; FSDP divides all three by the world size."),
+        ev.s(f"The checkpoints agree: the FSDP run's newest one holds {ev.q('wide-fsdp', 'state', 'rank_bytes')} "
+             f"bytes per rank against {ev.q('wide-sync', 'state', 'state_bytes')} bytes that every DDP rank holds."),
+    ], [
+        ev.s("The price is communication: every forward and backward all-gathers parameters and reduce-scatters "
+             f"gradients. The benchmark's median step took {ev.q('bytes-ddp', 'step_s', unit=' s')} under DDP and "
+             f"{ev.q('bytes-fsdp', 'step_s', unit=' s')} under FSDP; in the trainwreck runs the median update took "
+             f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} against "
+             f"{ev.q('wide-fsdp', 'phases', 'median_step_s', unit=' s')}, and a save "
+             f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} against "
+             f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')} (every rank writes its shard)."),
+        ev.s(f"Final loss {ev.q('wide-sync', 'loss', 'final')} (DDP) and {ev.q('wide-fsdp', 'loss', 'final')} "
+             f"(FSDP); the largest relative gap over all {len(ev.reports['wide-fsdp']['loss']['steps'])} updates is "
+             + ev.derive("fsdp_vs_ddp_max_loss_gap", gap["gap"], "|fsdp_loss - ddp_loss| / max(1, |ddp_loss|), the "
+                         "largest over the updates", gap, "")
+             + f" (at update {gap['step']}): {'within' if within else 'OUTSIDE'} the tolerance of "
+               f"{fmt(DEFAULT_LOSS_TOLERANCE)} that continuity allows across reduction orders"
+             + (", the same training." if within else ".")),
+    ]]
+
+
+def _loss_gap(run: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
+    """The largest relative loss difference between two runs' report.json `loss` (continuity's rule,
+    invariants.continuity.losses_match), with its step and both losses there."""
+    theirs = dict(zip(base["steps"], base["values"]))
+    gaps = [{"gap": abs(v - theirs[s]) / max(1.0, abs(theirs[s])), "step": s, "fsdp_loss": v, "ddp_loss": theirs[s]}
+            for s, v in zip(run["steps"], run["values"]) if s in theirs]
+    if not gaps:
+        raise KeyError("the two runs share no update with a loss")
+    return max(gaps, key=lambda g: g["gap"])
+
+
+def async_and_fsdp(ev: Evidence) -> list[Paragraph]:
+    return async_checkpoints(ev) + ddp_to_fsdp(ev)
+
+
+def _page(what: str, run: str, detail: str, fire: bool) -> str:
+    return (f"<strong>{escape(what)}</strong> ({escape(run)}): {detail} → "
+            f"<span class=\"page {'yes' if fire else 'no'}\">{'PAGE' if fire else 'no page'}</span>")
+
+
+def _page_no_progress(ev: Evidence) -> str:
+    stalled = ev.get("hang-sigstop", "hangs", 0, "detected_after_s")
+    window = ev.get("hang-sigstop", "spec", "hang_timeout_s")
+    return _page("no forward progress for a window", "hang-sigstop",
+                 f"no update for {ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')}, window "
+                 f"{ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')} (configured)", stalled >= window)
+
+
+def _page_ckpt_age(ev: Evidence) -> str:
+    run = "hang-holding-gil"
+    at_fail, found = ev.get(run, "recovery", 0, "checkpoint_age_s"), ev.get(run, "recovery", 0, "detected_after_s")
+    interval, step = ev.get(run, "spec", "ckpt_interval"), ev.get(run, "phases", "median_step_s")
+    age, limit = at_fail + found, PAGE_CKPT_AGE_INTERVALS * interval * step
+    return _page("checkpoint age over a threshold", run,
+                 f"{ev.q(run, 'recovery', 0, 'checkpoint_age_s', unit=' s')} old at the hang + "
+                 f"{ev.q(run, 'recovery', 0, 'detected_after_s', unit=' s')} until it was found = "
+                 + ev.derive("checkpoint_age_s", age, "checkpoint_age_s + detected_after_s",
+                             {"checkpoint_age_s": at_fail, "detected_after_s": found}, " s")
+                 + f"; threshold {PAGE_CKPT_AGE_INTERVALS} intervals × {ev.q(run, 'spec', 'ckpt_interval')} updates × "
+                 f"{ev.q(run, 'phases', 'median_step_s', unit=' s')} = "
+                 + ev.derive("checkpoint_age_threshold_s", limit, "intervals * ckpt_interval * median_step_s",
+                             {"intervals": PAGE_CKPT_AGE_INTERVALS, "ckpt_interval": interval, "median_step_s": step},
+                             " s"), age > limit)
+
+
+def _page_restart_loop(ev: Evidence, run: str) -> str:
+    outcome, attempts = ev.get(run, "outcome"), ev.get(run, "totals", "attempts")
+    return _page("a restart loop", run,
+                 f"{ev.q(run, 'totals', 'attempts')} attempt(s), ended {ev.q(run, 'outcome')} at step "
+                 f"{ev.q(run, 'totals', 'final_step')} (page on no_progress or more than {PAGE_ATTEMPTS} attempts)",
+                 outcome == "no_progress" or attempts > PAGE_ATTEMPTS)
+
+
+def _page_throughput(ev: Evidence) -> str:
+    phases = ev.reports["straggler"]["phases"]
+    slow = next(i for i, r in enumerate(phases["ranks"]) if r["rank"] == phases["slowest_rank"])
+    mean, median = (ev.get("straggler", "phases", "ranks", slow, "mean_step_s"),
+                    ev.get("straggler", "phases", "median_step_s"))
+    ratio = mean / median
+    return _page("throughput collapse", "straggler",
+                 f"the slowest rank, rank {ev.q('straggler', 'phases', 'slowest_rank')} (the most own work: data, "
+                 f"forward, optimizer), took {ev.q('straggler', 'phases', 'ranks', slow, 'mean_step_s', unit=' s')} "
+                 "per update on average, "
+                 + ev.derive("slowdown", ratio, "mean_step_s / median_step_s",
+                             {"mean_step_s": mean, "median_step_s": median}, "×")
+                 + f" the median update ({ev.q('straggler', 'phases', 'median_step_s', unit=' s')}), threshold "
+                 f"{PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN)
+
+
+def paging(ev: Evidence) -> list[Paragraph]:
+    return [[
+        ev.s("Page on symptoms a human must act on, each a rule over numbers every run already reports. Computed "
+             "on this handbook's runs:"),
+    ], [
+        ev.s(_page_no_progress(ev)), ev.s(_page_ckpt_age(ev)), ev.s(_page_restart_loop(ev, "restart-loop")),
+        ev.s(_page_restart_loop(ev, "resume")), ev.s(_page_throughput(ev)),
+    ], [
+        ev.s("The restart-loop run is the correct trainer killed before update 3 in every attempt, before any "
+             "checkpoint exists: the supervisor stops restarting it, and its INVALID progress verdict is the "
+             "expected one.", verdict("progress", False, run="restart-loop")),
+        ev.s("The resumed run restarted once and finished: one restart is recovery, not a loop.",
+             fact("totals.attempts", "==", 2, run="resume"), fact("outcome", "==", "completed", run="resume")),
+    ]]
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter("step", "What exactly is one training step, and where is its synchronization boundary?",
+            ("resume", "straggler"), one_step, (("straggler", "progress"),)),
+    Chapter("partition", "How is the data partitioned, and how do you prove that a resume neither replays nor "
+            "skips samples?", ("resume", "sampler_not_saved"), partition,
+            (("resume", "coverage"), ("sampler_not_saved", "coverage"))),
+    Chapter("state", "What state must survive a restart?",
+            ("resume", "optimizer_not_saved", "scheduler_not_saved", "rng_not_restored", "sampler_not_saved"),
+            restart_state, (("optimizer_not_saved", "loss"), ("rng_not_restored", "loss"))),
+    Chapter("health", "Which single metric tells you the job is unhealthy?", ("hang-sigstop", "straggler"),
+            health_metric, (("hang-sigstop", "progress"), ("straggler", "progress"))),
+    Chapter("resume", "How do you know a resumed run is correct?", ("resume",), resumed_correct,
+            (("resume", "loss"),)),
+    Chapter("world", "What breaks when the world size changes on resume?",
+            ("shrink-world", "world_size_reslices", "fsdp-shrink-world"),
+            world_size, (("shrink-world", "coverage"), ("world_size_reslices", "coverage"))),
+    Chapter("stall", "How do you debug a job that is slow only every N minutes?", ("slow-disk",), periodic_stall,
+            (("slow-disk", "progress"), ("slow-disk", "ckpt_age"))),
+    Chapter("silent", "What is the most dangerous silent failure?", ("pad_uneven_shards",), silent_duplication,
+            (("pad_uneven_shards", "loss"), ("pad_uneven_shards", "coverage"))),
+    Chapter("interval", "How often should you checkpoint?", ("resume",), ckpt_interval, (("resume", "ckpt_age"),)),
+    Chapter("hang", "Which rank hangs, and why does gloo not tell you?",
+            ("hang-sigstop", "hang-holding-gil", "watchdog_disabled"), which_rank_hangs,
+            (("hang-holding-gil", "progress"),)),
+    Chapter("async", ASYNC_QUESTION,
+            ("wide-sync", "wide-async", "async-kill-persist", "wide-fsdp", "bytes-ddp", "bytes-fsdp"), async_and_fsdp,
+            (("async-kill-persist", "ckpt_age"), ("async-kill-persist", "progress"))),
+    Chapter("paging", "What should page someone?",
+            ("hang-sigstop", "hang-holding-gil", "restart-loop", "resume", "straggler"),
+            paging, (("hang-holding-gil", "ckpt_age"), ("restart-loop", "progress")), list_paragraphs=(1,)),
+)

@@ -1,0 +1,101 @@
+"""Typed facts for the report's claims, read from the verdicts' evidence and the raw events.
+
+The checkers write evidence as lines for people ("attempt 1 rank 0 step 9: epoch went back
+from 1 to 0"). A sentence that explains a verdict needs those as values: which step the
+epoch went back at, whether any restore digest differed from its save, how many (epoch, id)
+pairs each epoch repeated. This module is the one place that reads them, so a claim can
+presume a fact ("facts.restores.mismatched == 0") and the truth test can read it back from
+report.json. A new kind of evidence (a checker's new line, a new field of a verdict) gets a
+reader here and a key in `facts`; docs/REPORTS.md, "Claims", says how.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainwreck.harness.report.rawlog import RawRun
+
+WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back from (\d+) to (\d+)")
+TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;")
+RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): digest \w+ != \w+ recorded by its save")
+RESTORE_STEP = re.compile(r"attempt (\d+) rank (\d+) restored (\S+) as step (\d+), but it was saved at step (\d+)")
+SAVE_DIGEST = re.compile(r"attempt (\d+) saved (\S+) at step (\d+) with digest")
+GOLDEN_DIGEST = re.compile(r"lineage step (\d+) \(attempt (\d+)\): digest \w+ != golden")
+GOLDEN_LOSS = re.compile(r"lineage step (\d+) \(attempt (\d+)\): loss .* vs golden .*beyond tolerance")
+CONTINUITY_KINDS = (("restore_step", RESTORE_STEP), ("restore_digest", RESTORE_DIGEST), ("save_digest", SAVE_DIGEST),
+                    ("golden_digest", GOLDEN_DIGEST), ("golden_loss", GOLDEN_LOSS))
+"""Continuity's evidence, by what it blames: the restored state, a save, or the trajectory after a restore."""
+
+
+def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
+    verdicts = report["verdicts"]
+    bad = [name for name, v in verdicts.items() if v.get("valid") is False]
+    return {
+        "first_violated": bad[0] if bad else None,
+        "restores": restore_digests(raw),
+        "rejects": rejects(raw),
+        "coverage": coverage_facts(verdicts.get("coverage") or {}),
+        "continuity": continuity_facts(verdicts.get("continuity") or {}),
+        # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
+        # jobs' judge adds them): copied as they are, so a claim can presume "facts.verdicts.NAME.FIELD".
+        "verdicts": {name: dict(v["facts"]) for name, v in verdicts.items() if isinstance(v.get("facts"), dict)},
+    }
+
+
+def restore_digests(raw: RawRun) -> dict[str, Any]:
+    """Each restore's digest against the digest its save recorded, straight from the events."""
+    saves = sorted(raw.of_kind("save"), key=lambda ev: ev["t"])
+    checked = mismatched = 0
+    for ev in raw.of_kind("restore"):
+        save = next((s for s in reversed(saves) if s.get("checkpoint") == ev.get("checkpoint") and s["t"] <= ev["t"]),
+                    None)
+        if save is None or ev.get("digest") is None or save.get("digest") is None:
+            continue
+        checked += 1
+        mismatched += ev["digest"] != save["digest"]
+    return {"checked": checked, "mismatched": mismatched, "matched": checked - mismatched}
+
+
+def rejects(raw: RawRun) -> list[dict[str, Any]]:
+    """Checkpoints a restart refused, with the reason its `reject` event gives; one row per checkpoint."""
+    out: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for ev in raw.of_kind("reject"):
+        key = (ev.get("attempt"), ev.get("checkpoint"))
+        out.setdefault(key, {"attempt": ev.get("attempt"), "rank": ev.get("rank"), "checkpoint": ev.get("checkpoint"),
+                             "reason": str(ev.get("reason") or "no reason recorded")})
+    return list(out.values())
+
+
+def _count_intervals(text: str) -> int:
+    total = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        total += int(hi) - int(lo) + 1 if hi else 1
+    return total
+
+
+def coverage_facts(v: dict[str, Any]) -> dict[str, Any]:
+    """Where the sampler went back, and the repeated ids per epoch (the count is of (epoch, id) pairs)."""
+    evidence = [str(e) for e in v.get("evidence") or []]
+    back = next((m for m in map(WENT_BACK.match, evidence) if m), None)
+    twice = {int(m.group(1)): _count_intervals(m.group(2)) + int(m.group(3) or 0)
+             for m in map(TWICE.match, evidence) if m}
+    return {
+        "went_back": ({"attempt": int(back.group(1)), "rank": int(back.group(2)), "step": int(back.group(3)),
+                       "from_epoch": int(back.group(4)), "to_epoch": int(back.group(5))} if back else None),
+        "twice_by_epoch": {str(e): n for e, n in sorted(twice.items())},
+        "twice_split": ", ".join(f"epoch {e}: {n} ids" for e, n in sorted(twice.items())),
+        "twice_epochs": len(twice),
+    }
+
+
+def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
+    """What continuity's first evidence line blames, and at which step."""
+    for line in [str(e) for e in v.get("evidence") or []][:1]:
+        for kind, pattern in CONTINUITY_KINDS:
+            m = pattern.match(line)
+            if m:
+                step = int(m.group(1)) if kind.startswith("golden") else None
+                return {"first_kind": kind, "first_step": step, "first": line}
+        return {"first_kind": "other", "first_step": None, "first": line}
+    return {"first_kind": None, "first_step": None, "first": None}
