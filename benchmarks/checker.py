@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from trainwreck.invariants import judge, load_history
+from trainwreck.invariants import FORMAT, judge, load_history
 from trainwreck.trainer.rundir import RunDir
 
 SAVE_EVERY = 50
@@ -47,7 +47,7 @@ def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int) -> None
     crash_at = steps // 2 + SAVE_EVERY // 2  # attempt 0 dies mid-way between saves
     resume_from = (crash_at // SAVE_EVERY) * SAVE_EVERY
     spec = {
-        "format": "trainwreck-run/1",
+        "format": FORMAT,
         "dataset_size": dataset_size,
         "global_batch": global_batch,
         "drop_last": True,

@@ -25,9 +25,11 @@ from typing import Any, Iterator
 
 from trainwreck.faults.foreign import FOREIGN_KIND, ForeignSave
 from trainwreck.faults.inrank import FaultHooks
+from trainwreck.faults.plan import FOREIGN, IN_RANK, KINDS, command_kinds
 
-CMD_KINDS = ("kill", "hang", FOREIGN_KIND)
-"""The in-rank kinds a --cmd rank fires (the harness's own kinds and `corrupt` come on top)."""
+CMD_KINDS = tuple(k for k in command_kinds() if KINDS[k].where in (IN_RANK, FOREIGN))
+"""The in-rank kinds a --cmd rank fires (declared `command=True` in faults/plan.py; the
+harness's own kinds and `corrupt` come on top)."""
 HOOKS_FACTORY = "trainwreck.faults.cmdrank:build_cmd_hooks"
 """What the harness names in TRAINWRECK_HOOKS for every --cmd rank."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.faults.errors import PlanError
@@ -65,6 +65,18 @@ class Kind:
     comm_hook: bool = False
     """True: it acts inside DDP's gradient communication hook, which FSDP does not have, so
     under parallelism="fsdp" it could never fire (validate_plan refuses it there)."""
+    injector: str = ""
+    """Its implementation, `module:attribute[.method]` (tests/faults/test_kinds.py loads it)."""
+    strategy: str = ""
+    """Its Hypothesis strategy in faults/strategies.py: a function of a `Slot`."""
+    topics: tuple[str, ...] = ()
+    """The interview topics a report raises for it (harness/report/angles.py QUESTIONS keys)."""
+    command: bool = False
+    """True: a `trainwreck run --cmd` job takes it (its probe, or the harness, can reach it)."""
+    chaos: str = ""
+    """What it does to the attempt it fires in, for `trainwreck chaos`: STOP, SLOW or DAMAGE."""
+    no_chaos: str = ""
+    """Why chaos never draws it against the reference trainer (then `chaos` is empty)."""
 
 
 INT, NUM, STR = (int,), (int, float), (str,)
@@ -88,13 +100,21 @@ _EXPECT = Field(STR, choices=("hang",), doc='"hang": the harness must detect a h
 _SECONDS = Field(NUM, required=True, minimum=0, doc="seconds")
 
 
-def _kind(name: str, where: str, doc: str, threatens: tuple[str, ...], hangs: bool = False,
-          comm_hook: bool = False, **fields: Field) -> Kind:
+STOP, SLOW, DAMAGE = "stop", "slow", "damage"
+"""What a fault does to its attempt, for chaos: ends it (a restart follows), slows it, or
+damages the checkpoint store before it starts."""
+
+
+def _kind(name: str, where: str, doc: str, threatens: tuple[str, ...], *, injector: str, strategy: str,
+          topics: tuple[str, ...], chaos: str = "", no_chaos: str = "", command: bool = False,
+          hangs: bool = False, comm_hook: bool = False, **fields: Field) -> Kind:
     common = {"id": Field(STR, required=True), "kind": Field(STR, required=True)}
     if where != HARNESS:
         common["attempt"] = _ATTEMPT
         common["expect"] = _EXPECT
-    return Kind(name, where, {**common, **fields}, doc, threatens, hangs, comm_hook)
+    return Kind(name, where, {**common, **fields}, doc, threatens, hangs, comm_hook,
+                injector=f"trainwreck.faults.{injector}", strategy=f"trainwreck.faults.strategies:{strategy}",
+                topics=topics, command=command, chaos=chaos, no_chaos=no_chaos)
 
 
 STORAGE_OPS = ("read", "write")
@@ -105,52 +125,72 @@ CRASH_WHEN = ("before", "after", "torn")
 KINDS: dict[str, Kind] = {k.name: k for k in (
     # ----- in-rank, at fault points -----------------------------------------------------
     _kind("kill", IN_RANK, "the rank dies at a fault point", ("progress", "continuity", "coverage", "atomicity"),
+          injector="inrank:FaultHooks._kill", strategy="killed_ranks", topics=("resume", "frequency"), chaos=STOP,
+          command=True,
           rank=_rank(), step=_step(), point=_POINT,
           how=Field(STR, default="sigkill", choices=("sigkill", "sigterm", "exit", "exception"),
                     doc="SIGKILL self, SIGTERM self, os._exit(1), or a Python exception")),
     _kind("hang", IN_RANK, "the rank stops making progress forever", ("hang", "progress"), hangs=True,
+          injector="inrank:FaultHooks._hang", strategy="hung_ranks", topics=("hang",), chaos=STOP, command=True,
           rank=_rank(), step=_step(), point=_POINT,
           how=Field(STR, default="event", choices=("event", "gil", "sigstop"),
                     doc="wait on an Event (GIL released), block in C holding the GIL, or SIGSTOP self")),
     _kind("straggler", IN_RANK, "the rank is slower by `seconds` per update from `step` on", ("hang", "progress"),
+          injector="inrank:FaultHooks._straggle", strategy="stragglers", topics=("hang",), chaos=SLOW,
           rank=_rank(), step=_step(), seconds=_SECONDS,
           until=Field(INT, minimum=0, doc="last slow update (default: to the end)")),
     _kind("comm_delay", IN_RANK, "the rank's gradient all-reduce of update `step` starts `seconds` late",
-          ("hang", "replicas", "continuity"), comm_hook=True, rank=_rank(), step=_step(), seconds=_SECONDS),
+          ("hang", "replicas", "continuity"), comm_hook=True, rank=_rank(), step=_step(), seconds=_SECONDS,
+          injector="inrank:FaultHooks._comm_fault", strategy="comm_delays", topics=("hang",), chaos=SLOW),
     _kind("comm_fail", IN_RANK, "the rank's gradient all-reduce of update `step` raises",
-          ("progress", "continuity", "coverage"), comm_hook=True, rank=_rank(), step=_step()),
+          ("progress", "continuity", "coverage"), comm_hook=True, rank=_rank(), step=_step(),
+          injector="inrank:FaultHooks._comm_fault", strategy="comm_failures", topics=("resume",), chaos=STOP),
     _kind("nan_grad", IN_RANK, "one element of the rank's reduced gradient becomes NaN/inf at update `step`",
           ("replicas", "continuity"), rank=_rank(), step=_step(),
+          injector="inrank:FaultHooks._poison_gradient", strategy="nan_grads", topics=("silent",),
+          no_chaos="the reference trainer has no non-finite guard, so a NaN gradient is silent corruption "
+                   "the judge reports as invalid: the chaos property would fail by design",
           value=Field(STR, default="nan", choices=("nan", "inf", "-inf"))),
     _kind("skip_collective", IN_RANK, "the rank skips its gradient all-reduce of update `step` (a desync)",
           ("hang", "progress", "replicas"), hangs=True, comm_hook=True, rank=_rank(), step=_step(),
+          injector="inrank:FaultHooks._comm_fault", strategy="skipped_collectives", topics=("silent",), chaos=STOP,
           then=Field(STR, default="wait", choices=("wait", "continue"),
                      doc="wait: the rank then waits for the missing result (others hang in the all-reduce); "
                          "continue: it goes on to its next collective (gloo aborts on the size mismatch)")),
     # ----- in-rank, through the Storage seam ---------------------------------------------
     _kind("storage_stall", STORAGE, "matching storage ops take `seconds` longer", ("hang", "progress"),
+          injector="storage:FaultyStorage._stall", strategy="storage_stalls", topics=("hang", "frequency"),
+          chaos=SLOW,
           rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
           op=Field(STR, default="write", choices=STORAGE_OPS), seconds=_SECONDS,
           count=Field(INT, default=1, minimum=1, doc="how many ops to stall")),
     _kind("storage_throttle", STORAGE, "matching storage ops run at `bytes_per_s`", ("hang", "progress"),
+          injector="storage:FaultyStorage._throttle", strategy="storage_throttles", topics=("frequency", "hang"),
+          chaos=SLOW,
           rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
           op=Field(STR, default="write", choices=STORAGE_OPS),
           bytes_per_s=Field(NUM, required=True, minimum=1)),
     _kind("storage_error", STORAGE, "the `nth` write from update `step` on raises ENOSPC or EIO",
           ("atomicity", "progress", "continuity"),
+          injector="storage:FaultyStorage._fail_write", strategy="storage_errors", topics=("silent", "frequency"),
+          chaos=STOP,
           rank=_rank(False, 0), step=_step(False, 0, "count writes from update `step` on"),
           errno=Field(STR, default="ENOSPC", choices=WRITE_ERRORS), nth=Field(INT, default=1, minimum=1)),
     _kind("torn_write", STORAGE, "the `nth` write of the save at `step` persists half its bytes, then SIGKILL",
           ("atomicity", "continuity"), rank=_rank(False, 0), step=_step(doc="the update whose save is torn"),
+          injector="storage:FaultyStorage._torn_write", strategy="torn_writes", topics=("silent",), chaos=STOP,
           nth=Field(INT, default=1, minimum=1), file=Field(STR, doc="only writes of this file name count")),
     _kind("crash_op", STORAGE, "SIGKILL before/after the `op_index`-th mutating storage op of the save at `step`",
           ("atomicity", "continuity", "coverage"), rank=_rank(False, 0), step=_step(doc="the update whose save crashes"),
+          injector="storage:FaultyStorage._crash_before", strategy="crashed_ops", topics=("silent",), chaos=STOP,
           op_index=Field(INT, required=True, minimum=0, doc="0-based index among the save's mutating ops"),
           when=Field(STR, default="before", choices=CRASH_WHEN, doc="torn: a write persists half its bytes")),
     # ----- in-rank, inside a framework's own save (faults/foreign.py) -------------------
     _kind("foreign_crash", FOREIGN,
           "SIGKILL before/after the `op_index`-th file operation of a framework's save at `step`, or tear it",
           ("atomicity", "continuity", "coverage"), rank=_rank(False, 0),
+          injector="foreign:ForeignSave", strategy="foreign_crashes", topics=("resume",), command=True,
+          no_chaos="it fires only inside a framework's own save (a --cmd job); chaos runs the reference trainer",
           step=_step(doc="the framework's save after this update (the adapter says which saves exist)"),
           op_index=Field(INT, required=True, minimum=0,
                          doc="0-based index among the save's file operations (open for write, rename, remove, "
@@ -159,6 +199,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                      doc="torn: the written file is cut at a block boundary, then SIGKILL")),
     # ----- between attempts (rank 0 at bind of `attempt`) --------------------------------
     _kind("corrupt", BETWEEN, "damage checkpoint files before `attempt` selects one", ("atomicity", "continuity"),
+          injector="corrupt:apply_corruption", strategy="corruptions_of", topics=("silent",), chaos=DAMAGE,
+          command=True,
           how=Field(STR, required=True, choices=CORRUPTIONS),
           target=Field(STR, default="newest", doc='"newest" committed checkpoint, or a name like step-00000008'),
           file=Field(STR, default="model.pt", doc="the file truncate/flip damage"),
@@ -166,16 +208,47 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           count=Field(INT, default=1, minimum=1, doc="flip: bytes to flip")),
     # ----- the harness's (faults/external.py applies them) -------------------------------
     _kind("signal", HARNESS, "the harness sends a signal to one rank", ("progress", "hang", "atomicity"),
+          injector="external:ExternalFaults", strategy="signals", topics=("resume", "frequency"), chaos=STOP,
+          command=True,
           rank=_rank(), signal=Field(STR, required=True, choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
     _kind("node_loss", HARNESS, "the harness kills a group of ranks at once", ("progress", "atomicity"),
+          injector="external:ExternalFaults", strategy="node_losses", topics=("world", "resume"), chaos=STOP,
+          command=True,
           ranks=Field((list,), required=True, doc="a non-empty list of ranks"),
           signal=Field(STR, default="SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
 )}
 COMM_HOOK_KINDS = tuple(k.name for k in KINDS.values() if k.comm_hook)
+"""The kinds faults/inrank.py applies in DDP's gradient communication hook."""
+
+
+def command_kinds() -> tuple[str, ...]:
+    """The kinds a `trainwreck run --cmd` job takes (its probe's, the harness's and `corrupt`)."""
+    return tuple(k.name for k in KINDS.values() if k.command)
+
+
+class KindAttribute(Mapping[str, Any]):
+    """A live read-only view `{kind name: one attribute of its declaration}`, for the modules
+    that look a kind's attribute up by name (the report's topics): a kind declared later is in it."""
+
+    def __init__(self, attribute: str) -> None:
+        self.attribute = attribute
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(KINDS[name], self.attribute)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(KINDS)
+
+    def __len__(self) -> int:
+        return len(KINDS)
+
+
+KIND_TOPICS = KindAttribute("topics")
+"""Fault kind -> the report's interview topics it raises (harness/report/angles.py reads it)."""
 """The kinds faults/inrank.py applies in DDP's gradient communication hook."""
 # One list of the kinds the harness applies: faults/external.py's, which this table describes.
 assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)

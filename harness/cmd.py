@@ -122,13 +122,11 @@ class Command:
 
 def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
     """Only the faults a foreign trainer's probe can reach; PlanError naming the rest."""
-    from trainwreck.faults.cmdrank import CMD_KINDS
-    from trainwreck.faults.external import EXTERNAL_KINDS
-    from trainwreck.faults.plan import parse_plan
+    from trainwreck.faults.plan import command_kinds, parse_plan
     from trainwreck.harness.cmdfaults import check_corrupt_fault
 
     parse_plan([f for f in plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
-    allowed = (*EXTERNAL_KINDS, "corrupt", *CMD_KINDS)
+    allowed = command_kinds()  # each kind declares whether a command takes it (Kind.command)
     refused = [f"{f.get('id')} ({f.get('kind')})" for f in plan if f.get("kind") not in allowed]
     if refused:
         raise PlanError(f"fault(s) {', '.join(refused)}: a --cmd run takes only {', '.join(allowed)} "

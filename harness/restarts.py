@@ -15,7 +15,7 @@ from trainwreck.faults.external import ExternalFault, ExternalFaults
 from trainwreck.harness.spec import JobSpec
 from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang
 from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.trainer.rundir import RunDir, iter_events, next_attempt
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
 REAP_TIMEOUT_S = 30.0
@@ -57,15 +57,6 @@ def newest_committed_step(run_dir: Path) -> int:
     return max((e["step"] for e in iter_events(run_dir, batches=False) if e.get("kind") == "save"), default=-1)
 
 
-def next_attempt(run_dir: Path) -> int:
-    """The attempt a job starts with: 0 in a fresh run directory, N+1 in one whose harness
-    log already started attempt N (a run resumed from what an earlier job left, e.g. the
-    power-loss sweep's crash states): one attempt loop for both."""
-    started = [e["attempt"] for e in iter_events(run_dir, batches=False)
-               if e.get("kind") == "attempt" and "rank" not in e and isinstance(e.get("attempt"), int)]
-    return max(started, default=-1) + 1
-
-
 def final_step(run_dir: Path, attempt: int) -> int:
     """The last update applied by `attempt` (its restore point when it applied none)."""
     steps = [e["step"] for e in iter_events(run_dir, batches=False)
@@ -93,7 +84,7 @@ class JobSupervisor:
         self.events = EventLog(RunDir(run_dir).harness_events)
         self.faults = ExternalFaults(spec.plan)
         self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
-        self.attempt = next_attempt(run_dir)
+        self.attempt = next_attempt(run_dir)  # a run resumed from what an earlier job left continues after it
         self.hangs = 0
         self.launch_s: list[float | None] = []
 

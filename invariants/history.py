@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
 FORMAT = "trainwreck-run/1"
+# The checker may import nothing of ours, so it names the format itself; trainer/events.py
+# FORMAT is the writer's, and tests/trainer/test_vocabulary.py holds the two equal.
 
 Pos = tuple[float, str, int]  # (t, file, line): where an event was written
 

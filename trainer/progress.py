@@ -23,6 +23,9 @@ from trainwreck.trainer.rundir import RunDir
 # not a rank that hung while the others waited for the save.
 BOARD_PHASES = ("start", "data", "forward", "backward", "sync", "optimizer", "checkpoint", "checkpoint_wait", "done")
 PHASE_INDEX = {name: i for i, name in enumerate(BOARD_PHASES)}
+TIMED_PHASES = BOARD_PHASES[BOARD_PHASES.index("data"):BOARD_PHASES.index("checkpoint") + 1]
+"""The phases a `step` event times (its `phases`), in order (docs/DESIGN.md): the one list
+the report and the handbook read (tests/trainer/test_vocabulary.py holds them to it)."""
 
 _RECORD = struct.Struct("<qqdq")  # step, phase index, unix time, pid
 

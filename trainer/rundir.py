@@ -282,8 +282,17 @@ def refuse_foreign(run_dir: Path) -> None:
 
 
 def next_attempt(run_dir: Path) -> int:
-    """One past the highest attempt with an event file; 0 for a new run directory."""
-    used = [a for name in _listdir(RunDir(run_dir).events) if (a := events_file_attempt(name)) is not None]
+    """One past the highest attempt the run directory records; 0 for a new one.
+
+    An attempt is recorded by a rank's events file (a standalone or torchrun rank writes
+    no harness log) or by the harness's `attempt` event (written before any rank starts, so
+    an attempt whose ranks all died before opening their files still counts). The harness's
+    attempt loop and a standalone rank both ask here, so neither reuses a number."""
+    run = RunDir(run_dir)
+    used = [a for name in _listdir(run.events) if (a := events_file_attempt(name)) is not None]
+    if run.harness_events.is_file():
+        used += [e["attempt"] for e in _read_events_file(run.harness_events, batches=False).events
+                 if e["kind"] == "attempt" and "rank" not in e and isinstance(e.get("attempt"), int)]
     return max(used) + 1 if used else 0
 
 

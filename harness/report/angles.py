@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from trainwreck.faults.plan import KIND_TOPICS  # fault kind -> its topics, declared by each kind (Kind.topics)
 from trainwreck.harness.report.claims import F, Claims, Presume, fact, verdict
 from trainwreck.invariants.verdict import verdict_word
 
@@ -31,15 +32,6 @@ QUESTIONS: dict[str, str] = {
 }
 ADAM_BYTES_PER_PARAM = 12
 """fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank; gradients add 4 more."""
-
-# Fault kinds (faults/plan.py) -> the topics they raise.
-KIND_TOPICS: dict[str, tuple[str, ...]] = {
-    "kill": ("resume", "frequency"), "signal": ("resume", "frequency"), "node_loss": ("world", "resume"),
-    "hang": ("hang",), "straggler": ("hang",), "comm_delay": ("hang",), "storage_stall": ("hang", "frequency"),
-    "storage_throttle": ("frequency", "hang"), "comm_fail": ("resume",), "nan_grad": ("silent",),
-    "skip_collective": ("silent",), "storage_error": ("silent", "frequency"), "torn_write": ("silent",),
-    "crash_op": ("silent",), "corrupt": ("silent",), "foreign_crash": ("resume",),
-}
 
 # Invariants -> the topic that explains them.
 INVARIANT_TOPICS: dict[str, str] = {

@@ -1,0 +1,85 @@
+"""The docs that draw the code are checked against it: DESIGN.md's command-line block
+against harness/cli.py COMMANDS and each command's parser, HARNESS.md's one-screen map
+against the harness's modules, its layers (tests/test_architecture.py) and the launcher
+registry. A command, option, module or launcher added without its doc line fails here."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from pathlib import Path
+
+from tests.test_architecture import HARNESS_LAYERS
+from trainwreck.harness.cli import COMMANDS
+from trainwreck.harness.registry import LAUNCHERS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli_block(design: str) -> dict[str, str]:
+    """DESIGN.md's command-line block, command -> its lines (continuations included)."""
+    block = design.split("## Command-line contract", 1)[1].split("```", 2)[1]
+    groups: dict[str, list[str]] = {}
+    current = None
+    for line in block.splitlines():
+        match = re.match(r"trainwreck (\w+)", line)
+        current = match.group(1) if match else (current if line.startswith(" ") else None)
+        if current is not None:
+            groups.setdefault(current, []).append(line)
+    return {name: "\n".join(lines) for name, lines in groups.items()}
+
+
+def options(name: str) -> list[str]:
+    if name == "check":  # the checkers parse their own arguments (invariants/cli.py)
+        return ["--golden", "--json"]
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[name][0]).configure(parser)
+    return [o for action in parser._actions for o in action.option_strings if o.startswith("--") and o != "--help"]
+
+
+def cli_doc_problems(design: str) -> list[str]:
+    groups = cli_block(design)
+    problems = [f"command {name!r} is missing from DESIGN.md's command-line block" for name in COMMANDS
+                if name not in groups]
+    problems += [f"option {option} of `trainwreck {name}` is missing from its lines in DESIGN.md"
+                 for name in COMMANDS if name in groups for option in options(name) if option not in groups[name]]
+    return problems + [f"DESIGN.md documents `trainwreck {name}`, which harness/cli.py does not have"
+                       for name in groups if name not in COMMANDS]
+
+
+def harness_map(harness_doc: str) -> str:
+    return harness_doc.split("## Who owns what", 1)[1].split("```", 2)[1]
+
+
+def map_problems(drawn: str, root: Path = REPO) -> list[str]:
+    modules = sorted(p.stem for p in (root / "harness").glob("*.py") if p.stem != "__init__")
+    problems = [f"harness/{m}.py is missing from HARNESS.md's map" for m in modules
+                if not re.search(rf"\b{m}\b", drawn)]
+    words = set(re.findall(r"[a-z]+", drawn))  # a layer's name may break across lines ("run-and-" / "judge")
+    problems += [f"layer {layer!r} is missing from HARNESS.md's map" for layer, _ in HARNESS_LAYERS
+                 if not set(re.findall(r"[a-z]+", layer)) <= words]
+    return problems + [f"launcher {name!r} is missing from HARNESS.md's map" for name in LAUNCHERS
+                       if not re.search(rf"\b{name}\b", drawn)]
+
+
+def test_designs_command_line_block_names_every_command_and_option() -> None:
+    assert cli_doc_problems((REPO / "docs" / "DESIGN.md").read_text()) == []
+
+
+def test_the_cli_check_names_a_missing_command_and_a_missing_option() -> None:
+    design = (REPO / "docs" / "DESIGN.md").read_text()
+    without = re.sub(r"\ntrainwreck handbook[^\n]*", "", design).replace("[--limit N]", "")
+    assert cli_doc_problems(without) == [
+        "command 'handbook' is missing from DESIGN.md's command-line block",
+        "option --limit of `trainwreck sweep` is missing from its lines in DESIGN.md"]
+
+
+def test_harness_map_names_every_module_layer_and_launcher() -> None:
+    assert map_problems(harness_map((REPO / "docs" / "HARNESS.md").read_text())) == []
+
+
+def test_the_map_check_names_a_module_the_map_lacks(tmp_path: Path) -> None:
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "newcomer.py").write_text("")
+    drawn = harness_map((REPO / "docs" / "HARNESS.md").read_text())
+    assert map_problems(drawn, tmp_path) == ["harness/newcomer.py is missing from HARNESS.md's map"]
