@@ -57,6 +57,9 @@ class LauncherKind:
     """False: only the reference watchdog (harness/watchdogs.py) can supervise it."""
     fork_server: bool = False
     """True: its ranks fork from this process's fork server (the pytest plugin starts one per worker)."""
+    agent_reaps_ranks: bool = False
+    """True: an agent between the harness and the ranks reaps them, so a rank's own exit code and
+    error reach the harness only through the agent's log (the root-cause finder reads it there)."""
 
     def startup_budget_s(self, hang_timeout_s: float) -> float:
         return max(hang_timeout_s, self.startup_floor_s)
@@ -82,7 +85,7 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
                  factory="trainwreck.harness.launchers:SpawnLauncher", startup_floor_s=SPAWN_STARTUP_S),
     LauncherKind(TORCHRUN, "the real elastic agent; it owns restarts, the world size is fixed",
                  supervisor="trainwreck.harness.torchrun:TorchrunSupervisor", fixed_world_size=True,
-                 startup_floor_s=SPAWN_STARTUP_S, planted_watchdogs=False),
+                 startup_floor_s=SPAWN_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
     LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
                  serves=(COMMAND,), factory="trainwreck.harness.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),

@@ -23,9 +23,6 @@ ALLOWED = {
     "harness/registry.py": NAMES,  # the declarations themselves
     # A framework row named after the plain torchrun script it runs (not a launcher).
     "harness/frameworks.py": {"torchrun"},
-    # Reads the launcher recorded in run.json; owned by the report's engineer this phase
-    # (follow-up: ask harness/registry.py, which sits below the report layer).
-    "harness/report/rootcause.py": {"torchrun"},
 }
 
 
