@@ -16,6 +16,7 @@ from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUME
 from trainwreck.harness.report.claims import Claim, fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
+from trainwreck.trainer.progress import TIMED_PHASES
 
 PAGE_CKPT_AGE_INTERVALS = 3
 """Page when the newest checkpoint is older than this many checkpoint intervals' worth of updates."""
@@ -24,7 +25,7 @@ PAGE_SLOWDOWN = 2.0
 PAGE_ATTEMPTS = 3
 """Page when a job needs more attempts than this: it is restarting, not training."""
 ASYNC_QUESTION = "Why not make the training loop asynchronous, and when do you move from DDP to FSDP?"
-PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
+PHASES = TIMED_PHASES
 EIGHTY_GB = 80e9
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainwreck.trainer.progress import TIMED_PHASES  # noqa: F401 - the report reads it from here
 from trainwreck.trainer.rundir import RunDirError, read_events, read_run_json
 
-TIMED_PHASES = ("data", "forward", "backward", "sync", "optimizer", "checkpoint")
 """The trainer's step phases, in the order they happen (docs/DESIGN.md `step` event)."""
 
 
