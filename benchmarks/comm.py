@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import SPEC
+from trainwreck.benchmarks.fsdp import SPEC, run_ranks
 from trainwreck.trainer.model import MLP
 
 SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -79,23 +77,8 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
 
 
 def measure(world: int) -> dict[str, Any]:
-    """One gloo job on 127.0.0.1, ranks as fresh interpreters (see benchmarks/fsdp.py measure); rank 0's figures."""
-    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    with tempfile.TemporaryDirectory(prefix="trainwreck-comm-bench-") as tmp:
-        out = Path(tmp) / "rank0.json"
-        procs = [subprocess.Popen([sys.executable, "-m", "trainwreck.benchmarks.comm", "--rank", str(r),
-                                   "--world", str(world), "--port", str(store.port), "--out", str(out)])
-                 for r in range(world)]
-        try:
-            codes = [proc.wait(timeout=300) for proc in procs]
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if any(codes) or not out.exists():
-            raise RuntimeError(f"the all-reduce job at world {world} failed: exit codes {codes}")
-        return json.loads(out.read_text())
+    """One gloo job on 127.0.0.1, ranks as fresh interpreters (benchmarks/fsdp.py run_ranks); rank 0's figures."""
+    return run_ranks("trainwreck.benchmarks.comm", world, [], "all-reduce")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -76,19 +76,19 @@ def _rank(rank: int, world: int, port: int, parallelism: str, steps: int, out: P
     dist.destroy_process_group()
 
 
-def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
-    """One gloo job on loopback; rank 0's figures. Every rank is reaped or killed.
+def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, Any]:
+    """`python -m MODULE --rank R --world W --port P --out F ARGS` once per rank, a gloo job on
+    loopback; rank 0's figures (the JSON it writes to F). Every rank is reaped or killed.
 
     Ranks are fresh interpreters, not forks: `python -m trainwreck.benchmarks` has run threaded
     benchmarks (hashing pools, process groups) before this one, and a fork copies whatever lock
     a thread held at that moment (the forked job once deadlocked there, idle). Plain
     subprocesses, not multiprocessing's spawn, which leaves a resource-tracker process behind."""
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    with tempfile.TemporaryDirectory(prefix="trainwreck-fsdp-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
         out = Path(tmp) / "rank0.json"
-        procs = [subprocess.Popen([sys.executable, "-m", "trainwreck.benchmarks.fsdp", "--rank", str(r),
-                                   "--world", str(world), "--port", str(store.port), "--parallelism", parallelism,
-                                   "--steps", str(steps), "--out", str(out)]) for r in range(world)]
+        procs = [subprocess.Popen([sys.executable, "-m", module, "--rank", str(r), "--world", str(world),
+                                   "--port", str(store.port), "--out", str(out), *args]) for r in range(world)]
         try:
             codes = [proc.wait(timeout=300) for proc in procs]
         finally:
@@ -97,8 +97,14 @@ def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
                     proc.kill()
                     proc.wait()
         if any(codes) or not out.exists():
-            raise RuntimeError(f"the {parallelism} job at world {world} failed: exit codes {codes}")
+            raise RuntimeError(f"the {what} job at world {world} failed: exit codes {codes}")
         return json.loads(out.read_text())
+
+
+def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:
+    """One FSDP or DDP job (run_ranks); rank 0's figures."""
+    return run_ranks("trainwreck.benchmarks.fsdp", world, ["--parallelism", parallelism, "--steps", str(steps)],
+                     parallelism)
 
 
 def bench_fsdp(steps: int = 6) -> dict[str, Any]:
