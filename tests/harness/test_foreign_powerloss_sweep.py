@@ -5,7 +5,6 @@ script resumed from it through `trainwreck run --cmd`'s launcher, judged by ever
 Each resume imports the framework on 2 ranks (5-10 s each here): the runs are `slow`."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import CrashState, OpLog, issued_state, states_at
 from trainwreck.harness.registry import COMMAND
-from trainwreck.harness.commands import sweep as sweep_command
 from trainwreck.harness.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
                                       observe_foreign)
 
@@ -22,12 +20,10 @@ def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(FOREIGN_WRITERS, "lightning",
                         ForeignWriter("lightning", "trainwreck_no_such_framework", "lightning", "lightning_train.py", ()))
-    args = argparse.Namespace(writer="lightning", power_loss=True, points=None, limit=None, seed=0, json=False,
-                              parallelism="ddp",
-                              out=tmp_path / "out")
-    from trainwreck.harness.cli import run_command
+    from trainwreck.harness.cli import main
 
-    assert run_command("sweep", sweep_command, args) == 2  # the one exit path: the command raises
+    # Through the real parser (every option's default), then the one exit path: the command raises.
+    assert main(["sweep", "--power-loss", "--writer", "lightning", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'trainwreck[lightning]'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists(), "nothing may start before the check"
