@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.spec import JobSpec
-from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, write_json_atomic
+from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, make_subdirs, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""
@@ -85,8 +85,7 @@ def create_run_dir(spec: JobSpec, resume: bool = False) -> Path:
                 f"run directory {path} is not writable ({exc.strerror}); "
                 "pick another --out or fix its permissions") from None
     paths = RunDir(path)
-    for name in RunDir.SUBDIRS:
-        (path / name).mkdir(exist_ok=True)
+    make_subdirs(path)
     write_json_atomic(paths.run_json, run_json(spec))
     return path
 

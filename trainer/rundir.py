@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -269,6 +270,20 @@ def foreign_leftovers(run_dir: Path) -> list[str]:
         return []
     return [p.name for p in (paths.checkpoints, paths.events) if os.path.lexists(p)
             and (p.is_symlink() or not p.is_dir() or any(p.iterdir()))]
+
+
+def make_subdirs(run_dir: Path) -> None:
+    """Create the run directory's folders (RunDir.SUBDIRS), refusing one that is a symlink or
+    not a directory: a resumed run writes its events, checkpoints and logs into them, and a
+    planted `events -> /elsewhere` would carry those writes out of the run directory."""
+    for name in RunDir.SUBDIRS:
+        path = Path(run_dir) / name
+        if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+            mode = path.lstat().st_mode
+            what = "a symlink" if path.is_symlink() else "a file" if stat.S_ISREG(mode) else files.kind_of(mode)
+            raise RunDirError(f"{path} is {what}, not a folder; a run directory's {name}/ must be a plain "
+                              "folder inside it: remove it or pick another --out")
+        path.mkdir(exist_ok=True)
 
 
 def refuse_foreign(run_dir: Path) -> None:
