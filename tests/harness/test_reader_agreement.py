@@ -35,7 +35,10 @@ the loader places it in the attempt running at its time (invariants/loader.py)."
 
 
 def _canonical(event: dict[str, Any]) -> str:
-    kept = {k: v for k, v in event.items() if k not in ("_src", "_pos", DERIVED.get(event["kind"]))}
+    # A field written as JSON null means the field is absent (docs/DESIGN.md): the strict
+    # loader drops it, the forgiving reader keeps the None; both say the same thing.
+    kept = {k: v for k, v in event.items()
+            if k not in ("_src", "_pos", DERIVED.get(event["kind"])) and v is not None}
     kept["t"] = float(kept["t"])
     return json.dumps(kept, sort_keys=True)
 
