@@ -52,7 +52,8 @@ def test_two_torchrun_agents_on_loopback_run_the_job_like_two_hosts(tmp_path: Pa
         for node in range(2):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
-                   "--max-restarts", "0", "-m", "trainwreck.harness.rank", "--run-dir", str(run), "--standalone"]
+                   "--max-restarts", "0", "--log-dir", str(run / "logs" / f"torchelastic{node}"),
+                   "-m", "trainwreck.harness.rank", "--run-dir", str(run), "--standalone"]
             agents.append(subprocess.Popen(cmd, env=torchrun_env(), start_new_session=True,
                                            stdout=open(run / "logs" / f"agent{node}.log", "wb"),
                                            stderr=subprocess.STDOUT))

@@ -51,7 +51,9 @@ def test_resuming_with_another_configuration_is_refused_and_keeps_the_run(tmp_pa
 
 def test_torchrun_with_two_cpu_ranks_writes_a_run_that_judges_valid(tmp_path: Path) -> None:
     run_dir = tmp_path / "torchrun"
-    result = run(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "trainwreck.trainer",
+    # --log-dir: the agent's torchelastic_* folder goes under tmp_path, not the shared temp directory.
+    result = run(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                 "--log-dir", str(tmp_path / "torchelastic"), "-m", "trainwreck.trainer",
                  "--run-dir", str(run_dir), "--total-steps", "20")
     assert result.returncode == 0, result.stderr[-2000:]
     check = run(sys.executable, "-m", "trainwreck.invariants", str(run_dir), "--json")
@@ -95,7 +97,7 @@ def test_a_second_torchrun_invocation_continues_the_attempt_numbers_on_every_ran
     run_dir = tmp_path / "torchrun"
     for _ in range(2):
         result = run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                     "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "8")
+                     "--log-dir", str(tmp_path / "torchelastic"), "-m", "trainwreck.trainer", "--run-dir", str(run_dir), "--tiny", "--total-steps", "8")
         assert result.returncode == 0, result.stderr[-2000:]
     assert attempts_logged(run_dir) == {0: {0, 1}, 1: {0, 1}}
     assert judge(run_dir)["valid"] is True
