@@ -11,9 +11,13 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from trainwreck.invariants.verdict import exit_code, verdict_word
 from trainwreck.trainer.config import InputError
+
+if TYPE_CHECKING:
+    from trainwreck.harness.frameworks import Row
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,10 +42,9 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, Row,
-                                               cmd_launcher, rows_json, run_table, scripts_missing, table_validity)
+    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, cmd_launcher,
+                                               run_table, scripts_missing)
     from trainwreck.harness.torchft_rows import SCENARIOS as REPLICA_SCENARIOS
-    from trainwreck.harness.report.casebook import render_casebook
 
     frameworks = pick(args.frameworks, [*FRAMEWORKS, REPLICA_FRAMEWORK], "--frameworks")
     scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP, *(s for s in REPLICA_SCENARIOS if s not in SCENARIOS)],
@@ -50,17 +53,30 @@ def main(args: argparse.Namespace) -> int:
     if missing is not None:
         raise InputError(missing)
     out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
+    return publish_rows(args.json, out, "trainwreck frameworks",
+                        lambda progress: run_table(out, cmd_launcher, frameworks, scenarios, progress),
+                        lambda row: f"{row.framework:<11} {row.scenario:<28}")
+
+
+def publish_rows(as_json: bool, out: Path, title: str, run: Callable[[Callable[[Row], None]], list[Row]],
+                 label: Callable[[Row], str]) -> int:
+    """Run a table of framework rows into OUT with a progress line per row (unless --json), then
+    its casebook and the JSON list or the one-line summary; the exit code per DESIGN. Shared by
+    `trainwreck frameworks` and `trainwreck sweep --cmd` (one more "framework": the command)."""
+    from trainwreck.harness.frameworks import rows_json, table_validity
+    from trainwreck.harness.report.casebook import render_casebook
+
     out.mkdir(parents=True, exist_ok=True)
 
     def progress(row: Row) -> None:
-        if not args.json:
+        if not as_json:
             why = f"invalid: {', '.join(row.invalid)}" if row.invalid else row.reason
-            print(f"{verdict_word(row.valid):<8} {row.framework:<11} {row.scenario:<28} {why}", flush=True)
+            print(f"{verdict_word(row.valid):<8} {label(row)} {why}", flush=True)
 
-    rows = run_table(out, cmd_launcher, frameworks, scenarios, progress)
+    rows = run(progress)
     reports = [Path(r.report).parent.parent for r in rows if r.report]
-    casebook = render_casebook(out, reports, "trainwreck frameworks") if reports else None
-    if args.json:
+    casebook = render_casebook(out, reports, title) if reports else None
+    if as_json:
         print(json.dumps(rows_json(rows), indent=1))
     else:
         print(f"\n{verdict_word(table_validity(rows))}: {len(rows)} run(s)"

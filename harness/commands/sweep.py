@@ -140,8 +140,8 @@ def framework_main(args: argparse.Namespace) -> int:
 def command_main(args: argparse.Namespace) -> int:
     """`--cmd`: the user's own save, crashed at every file operation it recorded: the frameworks
     table's crash-every-op rows for one more "framework", the command (one code path)."""
-    from trainwreck.harness.frameworks import Row, rows_json, run_command_sweep, table_validity
-    from trainwreck.harness.report.casebook import render_casebook
+    from trainwreck.harness.commands.frameworks import publish_rows
+    from trainwreck.harness.frameworks import run_command_sweep
 
     refused = [flag for flag, given in (("--writer", args.writer != "reference"), ("--power-loss", args.power_loss),
                                         ("--points", args.points is not None),
@@ -151,21 +151,9 @@ def command_main(args: argparse.Namespace) -> int:
                 "its golden run recorded; leave it out") if refused else "--cmd is empty; give e.g. --cmd 'python train.py'"
         raise InputError(what)
     out = args.out or Path("trainwreck-out") / f"sweep-cmd-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-
-    def progress(row: Row) -> None:
-        if not args.json:
-            why = f"invalid: {', '.join(row.invalid)}" if row.invalid else row.reason
-            print(f"{verdict_word(row.valid):<8} {row.scenario:<32} {why}", flush=True)
-
-    rows = run_command_sweep(args.cmd, out, progress=progress)
-    reports = [Path(r.report).parent.parent for r in rows if r.report]
-    casebook = render_casebook(out, reports, "trainwreck sweep --cmd") if reports else None
-    if args.json:
-        print(json.dumps(rows_json(rows), indent=1))
-    else:
-        print(f"\n{verdict_word(table_validity(rows))}: {len(rows)} run(s)" + (f"; casebook: {casebook}" if casebook else ""))
-    return exit_code(table_validity(rows))
+    return publish_rows(args.json, out, "trainwreck sweep --cmd",
+                        lambda progress: run_command_sweep(args.cmd, out, progress=progress),
+                        lambda row: f"{row.scenario:<32}")
 
 
 def finish(args: argparse.Namespace, result, started: float, out: Path) -> int:  # type: ignore[no-untyped-def]
