@@ -13,17 +13,17 @@ import signal
 import traceback
 import uuid
 from dataclasses import dataclass, replace
-from multiprocessing.connection import wait
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 
 import trainwreck.trainer.entry  # noqa: F401  forked ranks inherit DDP's lazy imports already done
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.launch import RankContext
+from trainwreck.trainer.launch import RankContext, loopback_store
 from trainwreck.trainer.rundir import run_json_fields, write_json_atomic
 
 CRASH_CODE = 17
@@ -49,10 +49,14 @@ def write_run_json(run_dir: Path, cfg: TrainConfig, world_sizes: list[int]) -> N
     write_json_atomic(run_dir / "run.json", run_json_fields(cfg, world_sizes))
 
 
-def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks) -> None:
+def _child(ctx: RankContext, cfg: TrainConfig, hooks: Hooks, port_pipe: Connection) -> None:
     from trainwreck.trainer.entry import run_rank
 
     try:
+        # The store's port arrives once every rank is forked (see run_attempt); EOF means the
+        # test process is gone, and the rank has nothing to join.
+        ctx = replace(ctx, store_port=port_pipe.recv())
+        port_pipe.close()
         run_rank(ctx, cfg, hooks)
     except BaseException:
         traceback.print_exc()
@@ -67,23 +71,35 @@ def run_attempt(run_dir: Path, cfg: TrainConfig, world_size: int, attempt: int,
         # A forked child cannot use CUDA once this (pytest) process has touched it, as the GPU
         # tests in the same worker do: these trainer-level tests run the CPU path on every host.
         cfg = replace(cfg, device="cpu")
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
     # On a GPU host this process has likely initialised the CUDA driver (asking whether
     # CUDA is available is enough), and a child forked from it cannot run even a CPU
     # optimizer step ("CUDA error: initialization error"): fork from a clean server there.
     fork = multiprocessing.get_context("forkserver" if torch.cuda.is_available() else "fork")
     prefix = f"{uuid.uuid4().hex}/{attempt}"  # one fresh namespace shared by the attempt's ranks
-    procs = []
+    # Every rank is forked before the TCPStore exists. Forked while the store's server thread
+    # was serving the first ranks' connections, a later rank could inherit a lock that thread
+    # held and never reach the rendezvous: CI saw ranks 2 and 3 of a 4-rank attempt silent for
+    # the whole 60 s store timeout while ranks 0 and 1 waited for them.
+    procs, pipes = [], []
     for rank in range(world_size):
         ctx = RankContext(run_dir=run_dir, rank=rank, world_size=world_size, attempt=attempt,
-                          store_host="127.0.0.1", store_port=store.port,
+                          store_host="127.0.0.1", store_port=None,
                           store_prefix=prefix, pg_timeout_s=60)
-        proc = fork.Process(target=_child, args=(ctx, cfg, hooks()), daemon=True)
+        theirs, ours = fork.Pipe(duplex=False)
+        proc = fork.Process(target=_child, args=(ctx, cfg, hooks(), theirs), daemon=True)
         proc.start()
+        theirs.close()
         procs.append(proc)
+        pipes.append(ours)
+    store = None
     try:
+        store = loopback_store(0, world_size, timedelta(seconds=timeout_s))  # 127.0.0.1 only
+        for pipe in pipes:
+            pipe.send(store.port)
         _supervise(procs, timeout_s)
     finally:
+        for pipe in pipes:
+            pipe.close()
         for proc in procs:
             if proc.exitcode is None:
                 os.kill(proc.pid, signal.SIGKILL)
