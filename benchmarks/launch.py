@@ -17,13 +17,13 @@ import time
 from typing import Any, Iterable
 from unittest import mock
 
-from trainwreck.harness import supervisor
-from trainwreck.harness.watchdog import Hang, Watchdog
+from trainwreck.harness.supervise import supervisor
+from trainwreck.harness.supervise.watchdog import Hang, Watchdog
 
-from trainwreck.harness.launchers import fork_server
+from trainwreck.harness.launch.launchers import fork_server
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, TORCHRUN, WARM, get_launcher, launcher_names
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 
 

@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.runner import run_judged, spec_for
-from trainwreck.harness.scenarios import get_scenario
+from trainwreck.harness.judge.runner import run_judged, spec_for
+from trainwreck.harness.supervise.scenarios import get_scenario
 from trainwreck.trainer.rundir import iter_events
 from trainwreck.invariants import load_history
 

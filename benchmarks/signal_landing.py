@@ -18,9 +18,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from trainwreck.harness.cmd import Command
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.rundir import iter_events
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "trainer" / "frameworks" / "examples" / "ddp_tutorial"

@@ -2,7 +2,7 @@
 
 A user's trainer is not the reference trainer: the harness cannot reach its storage or its
 gradient hook, only what its adapter calls through the probe. So a --cmd rank takes exactly
-the kinds below; the job spec refuses every other in-rank kind (harness/spec.py), naming it.
+the kinds below; the job spec refuses every other in-rank kind (harness/supervise/spec.py), naming it.
 
 - ``kill`` and ``hang`` at the fault points the adapter calls (``probe.point``): every adapter
   here calls ``step_start``; Lightning's also ``after_backward``. A point the trainer never
@@ -10,9 +10,9 @@ the kinds below; the job spec refuses every other in-rank kind (harness/spec.py)
 - ``foreign_crash`` inside the framework's own save, through ``probe.saving(step, root)``
   (faults/foreign.py counts the save's file operations).
 
-The harness names this factory in the rank's environment (harness/launchers.py ``cmd_env``),
+The harness names this factory in the rank's environment (harness/launch/launchers.py ``cmd_env``),
 and the probe resolves it by name, so the trainer package never imports faults/. ``corrupt``
-is the harness's own between attempts (harness/cmdfaults.py), so the ranks leave it alone.
+is the harness's own between attempts (harness/launch/cmdfaults.py), so the ranks leave it alone.
 
 Every save's file operations are also recorded as a ``save_ops`` event (an extension kind the
 judge ignores): the frameworks table turns the golden run's into one run per crash point.

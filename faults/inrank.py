@@ -1,6 +1,6 @@
 """In-rank fault injection: the ``Hooks`` the harness builds in every rank from the plan.
 
-    hooks = build_hooks(plan)    # harness/rank.py does this in every rank
+    hooks = build_hooks(plan)    # harness/launch/rank.py does this in every rank
     # trainer: hooks.bind(...); ddp.register_comm_hook(None, hooks.wrap_comm_hook(reduce)); hooks.wrap_storage(storage); hooks.point(...)
 
 At ``bind`` the hooks keep only the faults of this rank and this attempt (so redo

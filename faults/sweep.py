@@ -1,6 +1,6 @@
 """The crash-point sweep's fault side: record every storage operation of one checkpoint
 save, and turn each operation into crash points (before it, after it, and torn for a write).
-Running and judging each crash point is the harness's job (harness/sweep.py), through the
+Running and judging each crash point is the harness's job (harness/suites/sweep.py), through the
 same run-and-judge path as every other run.
 
 1. Record: replay the job's saves in-process, with the writer's own ``CheckpointStore``,

@@ -130,7 +130,7 @@ def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Sett
                                 "must be a positive integer")
     budget_s = None
     if values[CHAOS_BUDGET]:
-        from trainwreck.harness.chaos import parse_duration
+        from trainwreck.harness.suites.chaos import parse_duration
 
         try:
             budget_s = parse_duration(values[CHAOS_BUDGET])
@@ -231,7 +231,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def describe_run(judged: Any) -> str:
     """A failure section: verdicts, run directory, report, and the reproducing command."""
-    from trainwreck.harness.runner import failure_section
+    from trainwreck.harness.judge.runner import failure_section
 
     return failure_section(judged, render_report_if_available(judged.record.run_dir))
 
@@ -257,7 +257,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # reaps it before pytest's own exit, so nothing outlives the session.
     import sys
 
-    launchers = sys.modules.get("trainwreck.harness.launchers")
+    launchers = sys.modules.get("trainwreck.harness.launch.launchers")
     if launchers is not None:
         launchers.shutdown_fork_server()
 
@@ -274,7 +274,7 @@ def trainwreck_settings(request: pytest.FixtureRequest) -> Settings:
 @pytest.fixture(scope="session")
 def warm_launcher() -> Iterator[Any]:
     """This process's fork server (one per xdist worker), started once, closed at the end."""
-    from trainwreck.harness import launchers
+    from trainwreck.harness.launch import launchers
 
     server = launchers.fork_server()
     try:
@@ -287,9 +287,9 @@ def warm_launcher() -> Iterator[Any]:
 def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where golden runs are cached: $TRAINWRECK_GOLDEN_CACHE, else one directory per session.
 
-    xdist workers share it (their base temp directories are siblings); harness.golden
+    xdist workers share it (their base temp directories are siblings); harness.judge.golden
     builds each entry in a scratch directory and renames it, so racing workers are safe."""
-    from trainwreck.harness.golden import CACHE_ENV
+    from trainwreck.harness.judge.golden import CACHE_ENV
 
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
@@ -320,8 +320,8 @@ def _clean_up(request: pytest.FixtureRequest, settings: Settings, run_dirs: list
 def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: Settings,
                  golden_cache: Path) -> Iterator[Callable[..., Any]]:
     """run_scenario(scenario or name, **Scenario field changes) -> JudgedRun (run and judged)."""
-    from trainwreck.harness.runner import run_judged, spec_for
-    from trainwreck.harness.scenarios import Scenario, get_scenario
+    from trainwreck.harness.judge.runner import run_judged, spec_for
+    from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
 
     settings = trainwreck_settings
     if get_launcher(settings.launcher).fork_server:
@@ -359,9 +359,9 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
     import shlex
 
     from trainwreck.faults.plan import PlanError
-    from trainwreck.harness.cmd import Command
-    from trainwreck.harness.runner import run_judged
-    from trainwreck.harness.spec import JobSpec, SpecError
+    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.judge.runner import run_judged
+    from trainwreck.harness.supervise.spec import JobSpec, SpecError
 
     settings = trainwreck_settings
     run_dirs: list[Path] = []
@@ -401,7 +401,7 @@ class Chaos:
     def check(self) -> Any:
         import time
 
-        from trainwreck.harness.chaos import CaseRunner, chaos_settings, check_property
+        from trainwreck.harness.suites.chaos import CaseRunner, chaos_settings, check_property
 
         runner = CaseRunner(self.out, self.golden_cache, self.settings.launcher, self.settings.backend,
                             keep=self.settings.keep_runs == "all")

@@ -5,7 +5,7 @@ launcher, `torchrun` swapped the whole supervisor, `cmd` needed its own golden r
 each launcher is one `LauncherKind` that says what the rest of the harness asks of it:
 what starts an attempt (`factory`) or the whole job (`supervisor`), its startup budget,
 whether the world size may change between attempts, which job targets it serves
-(harness/targets.py), and its one-line help. `JobSpec` validates against it, `run_job`
+(harness/supervise/targets.py), and its one-line help. `JobSpec` validates against it, `run_job`
 dispatches on it, the pytest plugin and every command's `--launcher` choices read it.
 
 Implementations are named as `module:attribute` (as `JobSpec.entry` is) and loaded only
@@ -26,8 +26,8 @@ from trainwreck.trainer.errors import InputError
 WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
 REFERENCE, COMMAND = "reference", "command"
-"""The job targets a launcher can serve (`Target.kind` in harness/targets.py)."""
-ATTEMPT_LOOP = "trainwreck.harness.supervisor:Supervisor"
+"""The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""
+ATTEMPT_LOOP = "trainwreck.harness.supervise.supervisor:Supervisor"
 """The harness's own attempt loop: it starts every attempt through the launcher's factory."""
 
 
@@ -54,7 +54,7 @@ class LauncherKind:
     startup_floor_s: float = 0.0
     """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
     planted_watchdogs: bool = True
-    """False: only the reference watchdog (harness/watchdogs.py) can supervise it."""
+    """False: only the reference watchdog (harness/supervise/watchdogs.py) can supervise it."""
     fork_server: bool = False
     """True: its ranks fork from this process's fork server (the pytest plugin starts one per worker)."""
     agent_reaps_ranks: bool = False
@@ -68,7 +68,7 @@ class LauncherKind:
         return load(self.supervisor)
 
     def attempt_launcher(self, spec: Any) -> Any:
-        """The per-attempt launcher of `spec` (harness/launchers.py `Launcher`)."""
+        """The per-attempt launcher of `spec` (harness/launch/launchers.py `Launcher`)."""
         if self.factory is None:
             raise TypeError(f"launcher {self.name!r} starts its attempts itself ({self.supervisor}); "
                             "it has no per-attempt launcher")
@@ -80,14 +80,14 @@ SPAWN_STARTUP_S = 120.0
 
 LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(WARM, "forked from a fork server that already imported torch (default; fast)",
-                 factory="trainwreck.harness.launchers:WarmLauncher", fork_server=True),
+                 factory="trainwreck.harness.launch.launchers:WarmLauncher", fork_server=True),
     LauncherKind(SPAWN, "fresh interpreters, nothing shared (slow; what a new process really does)",
-                 factory="trainwreck.harness.launchers:SpawnLauncher", startup_floor_s=SPAWN_STARTUP_S),
+                 factory="trainwreck.harness.launch.launchers:SpawnLauncher", startup_floor_s=SPAWN_STARTUP_S),
     LauncherKind(TORCHRUN, "the real elastic agent; it owns restarts, the world size is fixed",
-                 supervisor="trainwreck.harness.torchrun:TorchrunSupervisor", fixed_world_size=True,
+                 supervisor="trainwreck.harness.supervise.torchrun:TorchrunSupervisor", fixed_world_size=True,
                  startup_floor_s=SPAWN_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
     LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
-                 serves=(COMMAND,), factory="trainwreck.harness.launchers:CmdLauncher",
+                 serves=(COMMAND,), factory="trainwreck.harness.launch.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),
 )}
 DEFAULT_LAUNCHER = WARM

@@ -72,7 +72,7 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "attempt": (),
     "save_ops": (),
     "seed": (),  # the probe's one-call seeding (trainer/probe.py Probe.seed): which seed a rank used
-    "leftover": (),  # a process that outlived its attempt and was ended by the harness (harness/supervisor.py)
+    "leftover": (),  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
 }
 _DENSE = frozenset(["step", "batch"])
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is

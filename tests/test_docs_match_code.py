@@ -52,9 +52,11 @@ def harness_map(harness_doc: str) -> str:
 
 
 def map_problems(drawn: str, root: Path = REPO) -> list[str]:
-    modules = sorted(p.stem for p in (root / "harness").glob("*.py") if p.stem != "__init__")
-    problems = [f"harness/{m}.py is missing from HARNESS.md's map" for m in modules
-                if not re.search(rf"\b{m}\b", drawn)]
+    modules = sorted(p.relative_to(root / "harness") for p in (root / "harness").glob("*/*.py")
+                     if p.stem != "__init__" and p.parent.name not in ("commands", "report"))
+    modules += sorted(p.relative_to(root / "harness") for p in (root / "harness").glob("*.py") if p.stem != "__init__")
+    problems = [f"harness/{m} is missing from HARNESS.md's map" for m in modules
+                if not re.search(rf"\b{m.stem}\b", drawn)]
     words = set(re.findall(r"[a-z]+", drawn))  # a layer's name may break across lines ("run-and-" / "judge")
     problems += [f"layer {layer!r} is missing from HARNESS.md's map" for layer, _ in HARNESS_LAYERS
                  if not set(re.findall(r"[a-z]+", layer)) <= words]

@@ -1,7 +1,7 @@
 """Planted defects: deliberately wrong trainer components, selected by TrainConfig.variant.
 
 Each is a named alternative implementation (a subclass overriding one piece), never an
-`if` in the reference path. The self-tests (harness/defects.py, `trainwreck defects`)
+`if` in the reference path. The self-tests (harness/suites/defects.py, `trainwreck defects`)
 require the invariant named for a defect to judge a run of it invalid while the
 reference trainer passes the same scenario. Every one is a bug real trainers shipped.
 """

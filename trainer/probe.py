@@ -467,7 +467,7 @@ def _content(path: str | Path | None) -> dict[str, str]:
 
 def arm_stack_dump(run_dir: Path, attempt: int, rank: int) -> IO[str]:
     """SIGUSR1 writes every thread's Python stack into the rank's stack file (the watchdog's
-    dump on a hang, as harness/rank.py arms it for the reference trainer). A handler the
+    dump on a hang, as harness/launch/rank.py arms it for the reference trainer). A handler the
     script installed before is chained, so it still runs; one installed later replaces this."""
     path = RunDir(run_dir).rank_stacks(attempt, rank, os.getpid())
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@ random plans until the budget is spent.
 
 One run directory per plan under --out, a progress line per run, a summary at the
 end (and a casebook when harness.report is installed). The engine decides where
-plans run (harness/engines.py: this process by default, a Ray cluster with
-`--engine ray`); the campaign (harness/campaign.py) is the same on either, and
+plans run (harness/suites/engines.py: this process by default, a Ray cluster with
+`--engine ray`); the campaign (harness/suites/campaign.py) is the same on either, and
 `--resume OUT` continues one without rerunning its finished plans. Exit 0 all
 valid, 1 any invalid, 2 any unknown and none invalid.
 """
@@ -17,9 +17,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from trainwreck.harness.campaign import Campaign, CampaignSpec, finished_outcomes, read_ledger, write_ledger
-from trainwreck.harness.chaos import ChaosCase, parse_duration
-from trainwreck.harness.engines import ENGINES, EngineOptions, Outcome, open_engine
+from trainwreck.harness.suites.campaign import Campaign, CampaignSpec, finished_outcomes, read_ledger, write_ledger
+from trainwreck.harness.suites.chaos import ChaosCase, parse_duration
+from trainwreck.harness.suites.engines import ENGINES, EngineOptions, Outcome, open_engine
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.harness.report.casebook import node_label
 from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainwreck.harness.defects import DEFECTS, Defect, Row, defect_names, get_defect, run_table, table_exit_code
+from trainwreck.harness.suites.defects import DEFECTS, Defect, Row, defect_names, get_defect, run_table, table_exit_code
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 
 

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from trainwreck.harness.report import NotARun, render_casebook, render_report
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
-from trainwreck.harness.scenarios import get_scenario, scenario_names
+from trainwreck.harness.supervise.scenarios import get_scenario, scenario_names
 from trainwreck.trainer.rundir import RunDir
 
 DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0", "corrupt-newest", "straggler")
@@ -73,7 +73,7 @@ def run_demo(names: list[str], out: Path) -> int:
 def run_one(name: str, run_dir: Path) -> tuple[str, str]:
     """Run and judge one scenario; (verdict, where its report is). A crash of the harness is UNKNOWN."""
     # Imported here: the harness pulls in the fork server and torch's launch machinery.
-    from trainwreck.harness.runner import run_judged, spec_for
+    from trainwreck.harness.judge.runner import run_judged, spec_for
 
     try:
         judged = run_judged(spec_for(get_scenario(name), run_dir), name)

@@ -1,6 +1,6 @@
 """trainwreck frameworks [--json] [--out DIR] [--frameworks A,B] [--scenarios A,B]: judge real trainers.
 
-Frameworks x scenarios (harness/frameworks.py): each a real `trainwreck run --cmd` job, judged by every invariant against the
+Frameworks x scenarios (harness/suites/frameworks.py): each a real `trainwreck run --cmd` job, judged by every invariant against the
 framework's golden run, a report per run, and a casebook (OUT/index.html). A framework whose extra
 is not installed gets rows saying how to install it, valid "unknown". Exit per DESIGN: 0 every
 row valid, 1 a row invalid, 2 a row not judged (and none invalid) or bad input.
@@ -17,7 +17,7 @@ from trainwreck.invariants.verdict import exit_code, verdict_word
 from trainwreck.trainer.config import InputError
 
 if TYPE_CHECKING:
-    from trainwreck.harness.frameworks import Row
+    from trainwreck.harness.suites.frameworks import Row
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +42,9 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, cmd_launcher,
+    from trainwreck.harness.suites.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, cmd_launcher,
                                                run_table, scripts_missing)
-    from trainwreck.harness.torchft_rows import SCENARIOS as REPLICA_SCENARIOS
+    from trainwreck.harness.suites.torchft_rows import SCENARIOS as REPLICA_SCENARIOS
 
     frameworks = pick(args.frameworks, [*FRAMEWORKS, REPLICA_FRAMEWORK], "--frameworks")
     scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP, *(s for s in REPLICA_SCENARIOS if s not in SCENARIOS)],
@@ -63,7 +63,7 @@ def publish_rows(as_json: bool, out: Path, title: str, run: Callable[[Callable[[
     """Run a table of framework rows into OUT with a progress line per row (unless --json), then
     its casebook and the JSON list or the one-line summary; the exit code per DESIGN. Shared by
     `trainwreck frameworks` and `trainwreck sweep --cmd` (one more "framework": the command)."""
-    from trainwreck.harness.frameworks import rows_json, table_validity
+    from trainwreck.harness.suites.frameworks import rows_json, table_validity
     from trainwreck.harness.report.casebook import render_casebook
 
     out.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
+    from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
     from trainwreck.trainer.rundir import RunDir
 
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
-from trainwreck.harness.runner import JudgedRun, run_judged, spec_for, verdict_lines
-from trainwreck.harness.scenarios import Scenario, get_scenario, scenario_names
+from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, verdict_lines
+from trainwreck.harness.supervise.scenarios import Scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.trainer.config import PARALLELISMS, backend_fields, load_json_arg, parse_set_items
@@ -113,9 +113,9 @@ CMD_HANG_TIMEOUT_S = 30.0
 
 def main_cmd(args: argparse.Namespace) -> int:
     """`--cmd`: the user's command per rank, judged against its own golden run."""
-    from trainwreck.harness.cmd import Command
-    from trainwreck.harness.rundir import check_out_dir
-    from trainwreck.harness.spec import JobSpec
+    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.rundir import check_out_dir
+    from trainwreck.harness.supervise.spec import JobSpec
 
     if args.scenario or args.total_steps is not None or args.backend:
         raise InputError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from trainwreck.harness.scenarios import SCENARIOS
+from trainwreck.harness.supervise.scenarios import SCENARIOS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

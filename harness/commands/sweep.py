@@ -1,6 +1,6 @@
 """trainwreck sweep [--writer NAME] [--parallelism ddp|fsdp] [--json] [--out DIR]: crash at every file
 operation of a save. With --parallelism fsdp every rank writes its own shards, so each rank is
-crashed at each of its own operations (harness/sweep.py run_sharded_sweep).
+crashed at each of its own operations (harness/suites/sweep.py run_sharded_sweep).
 
 Each crash point (before/after every mutating storage op of one checkpoint save, and a
 torn variant of every write) is its own job, restarted by the harness and judged by
@@ -9,7 +9,7 @@ every invariant against one golden run.
 trainwreck sweep --power-loss [--writer NAME] [--limit N] [--seed S] [--json]: the power
 is cut instead (faults/powerloss.py): every save of one clean run is recorded, each crash
 state a file system may leave is materialised, and the job resumes from it as its next
-attempt, judged by every invariant (harness/sweep.py run_power_loss_sweep). `--writer
+attempt, judged by every invariant (harness/suites/sweep.py run_power_loss_sweep). `--writer
 lightning|accelerate|hf` records the framework's own saves in its ranks and resumes its
 example script instead (run_foreign_power_loss; --limit defaults to 4 there).
 
@@ -88,8 +88,8 @@ def parse_rank_points(text: str | None) -> list[tuple[int, int, str]] | None:
 
 def main(args: argparse.Namespace) -> int:
     from trainwreck.faults.dcpcrash import DCP_LAYOUTS
-    from trainwreck.harness.frameworks import FRAMEWORKS
-    from trainwreck.harness.sweep import FOREIGN_WRITERS, run_sweep
+    from trainwreck.harness.suites.frameworks import FRAMEWORKS
+    from trainwreck.harness.suites.sweep import FOREIGN_WRITERS, run_sweep
     from trainwreck.trainer.entry import trainer_class
 
     dcp_own = args.writer == "dcp" or (args.writer in DCP_LAYOUTS and not args.power_loss)
@@ -124,9 +124,9 @@ def main(args: argparse.Namespace) -> int:
 
 def framework_main(args: argparse.Namespace) -> int:
     """A framework's own save, crashed at every file operation: the frameworks table's
-    crash-every-op rows for that framework (harness/frameworks.py), one code path for both."""
+    crash-every-op rows for that framework (harness/suites/frameworks.py), one code path for both."""
     from trainwreck.harness.commands import frameworks
-    from trainwreck.harness.frameworks import EVERY_OP
+    from trainwreck.harness.suites.frameworks import EVERY_OP
 
     refused = [flag for flag, given in (("--points", args.points is not None),
                                         ("--parallelism", args.parallelism != "ddp")) if given]
@@ -141,7 +141,7 @@ def command_main(args: argparse.Namespace) -> int:
     """`--cmd`: the user's own save, crashed at every file operation it recorded: the frameworks
     table's crash-every-op rows for one more "framework", the command (one code path)."""
     from trainwreck.harness.commands.frameworks import publish_rows
-    from trainwreck.harness.frameworks import run_command_sweep
+    from trainwreck.harness.suites.frameworks import run_command_sweep
 
     refused = [flag for flag, given in (("--writer", args.writer != "reference"), ("--power-loss", args.power_loss),
                                         ("--points", args.points is not None),
@@ -166,13 +166,13 @@ def finish(args: argparse.Namespace, result, started: float, out: Path) -> int: 
 
 
 def dcp_main(args: argparse.Namespace, out: Path) -> int:
-    from trainwreck.harness.sweep import run_dcp_crash_sweep
+    from trainwreck.harness.suites.sweep import run_dcp_crash_sweep
 
     return points_sweep(args, out, parse_points, run_dcp_crash_sweep)
 
 
 def sharded_main(args: argparse.Namespace, out: Path) -> int:
-    from trainwreck.harness.sweep import run_sharded_sweep
+    from trainwreck.harness.suites.sweep import run_sharded_sweep
 
     return points_sweep(args, out, parse_rank_points, run_sharded_sweep)
 
@@ -203,7 +203,7 @@ def print_table(result, seconds: float, out: Path) -> None:  # type: ignore[no-u
 
 
 def power_loss_main(args: argparse.Namespace, out: Path) -> int:
-    from trainwreck.harness.sweep import (FOREIGN_LIMIT, FOREIGN_WRITERS, ForeignWriterMissing, run_dcp_power_loss,
+    from trainwreck.harness.suites.sweep import (FOREIGN_LIMIT, FOREIGN_WRITERS, ForeignWriterMissing, run_dcp_power_loss,
                                           run_foreign_power_loss, run_power_loss_sweep)
 
     if args.points is not None:

@@ -3,7 +3,7 @@
 Each row is a case: its verdict, what happened in one sentence, and a link to its
 report. Above the table, the interview questions the cases answer, each linking
 to the runs that answer it, so the casebook reads as a study guide too. When the
-runs came from a cluster (run.json's "node", written by harness/engines.py), a
+runs came from a cluster (run.json's "node", written by harness/suites/engines.py), a
 line counts the cases and their verdicts per node, so a node that judges
 differently from the others shows.
 """

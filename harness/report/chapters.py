@@ -5,7 +5,7 @@ paragraphs of sentences made with `ev.s(template, *presumes)`; numbers enter a t
 through `ev.q` (a report field) or `ev.derive` (a formula over quoted numbers). A sentence that
 states a verdict or a fact presumes it (`verdict("coverage", False, run="sampler_not_saved")`),
 so the page cannot say what its runs contradict. The runs themselves (case keys) are declared
-in harness/handbook.py.
+in harness/suites/handbook.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The handbook's page: chapters whose every sentence is a claim over the runs' reports.
 
-harness/handbook.py runs the cases (its data: scenarios, plans, defects, benchmark jobs);
+harness/suites/handbook.py runs the cases (its data: scenarios, plans, defects, benchmark jobs);
 this module turns their report.json files into chapters and writes the page. A chapter is a
 declaration (`Chapter`: a question, the runs it quotes, an answer function, its plots); an
 answer function returns paragraphs of claims made through `Evidence`: a number only through
@@ -23,7 +23,7 @@ from trainwreck.harness.report.claims import F, Claim, Claims, Presume
 from trainwreck.invariants.verdict import verdict_word
 
 MEASUREMENT_FORMAT = "trainwreck-measurement/1"
-"""measurement.json of a benchmark job the handbook ran (harness/handbook.py writes it)."""
+"""measurement.json of a benchmark job the handbook ran (harness/suites/handbook.py writes it)."""
 
 
 def fmt(value: Any) -> str:
@@ -177,7 +177,7 @@ figcaption { font-size: 12px; color: #6b7280; }
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run as the page shows it (harness/handbook.py fills it from a case and its result)."""
+    """One run as the page shows it (harness/suites/handbook.py fills it from a case and its result)."""
 
     key: str
     kind: str

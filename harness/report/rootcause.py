@@ -3,7 +3,7 @@
 Modelled on torchelastic's error files: of every rank that failed, name the first
 one, the last line of its exception and the file that holds the whole traceback.
 It reads only the run directory (events/*.jsonl and logs/aNNN-rNNN.log, which
-harness/launchers.py `log_path` writes) and the standard library.
+harness/launch/launchers.py `log_path` writes) and the standard library.
 
 What counts as an unplanned crash: a rank whose `exit` code is not 0, that no
 fault event aimed at, in an attempt where no rank-aimed fault and no hang came

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainwreck.trainer.rundir import iter_events
-from trainwreck.harness.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
+from trainwreck.harness.suites.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
 
 
 @pytest.mark.trainwreck(chaos_profile="ci", chaos_examples=3, chaos_budget="")
@@ -98,7 +98,7 @@ def test_trainwreck_chaos_runs_plans_until_the_budget_is_spent_and_summarises(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from trainwreck.harness.commands import chaos as command
-    from trainwreck.harness.golden import CACHE_ENV
+    from trainwreck.harness.judge.golden import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     out = tmp_path / "chaos"
@@ -160,7 +160,7 @@ def test_an_fsdp_chaos_case_with_a_kill_and_a_corrupted_shard_keeps_every_invari
     case = ChaosCase((2,), [{"id": "kill-1", "kind": "kill", "rank": 1, "step": 10, "how": "sigkill", "attempt": 0},
                             {"id": "corrupt-1", "kind": "corrupt", "how": "flip", "file": "__0_0.distcp",
                              "attempt": 1}], parallelism="fsdp")
-    from trainwreck.harness.chaos import CaseRunner
+    from trainwreck.harness.suites.chaos import CaseRunner
 
     judged = CaseRunner(chaos.out, chaos.golden_cache, chaos.settings.launcher, keep=True)(case)  # raises unless VALID
     fired = {e["fault_id"] for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "fault"}

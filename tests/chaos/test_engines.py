@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pytest
 
 from trainwreck.harness import cli
-from trainwreck.harness.campaign import (OUTCOME, Campaign, CampaignSpec, LedgerError, finished_outcomes, plan_dir,
+from trainwreck.harness.suites.campaign import (OUTCOME, Campaign, CampaignSpec, LedgerError, finished_outcomes, plan_dir,
                                          read_ledger, write_ledger)
-from trainwreck.harness.engines import (ENGINES, EngineOptions, EngineUnavailable, LocalEngine, Outcome, PlanJob,
+from trainwreck.harness.suites.engines import (ENGINES, EngineOptions, EngineUnavailable, LocalEngine, Outcome, PlanJob,
                                         engine_class)
 
 
@@ -132,7 +132,7 @@ def test_a_driver_killed_mid_campaign_resumes_without_rerunning_its_finished_pla
     import subprocess
     import time
 
-    from trainwreck.harness.golden import CACHE_ENV
+    from trainwreck.harness.judge.golden import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     out = tmp_path / "campaign"
@@ -165,7 +165,7 @@ def test_a_driver_killed_mid_campaign_resumes_without_rerunning_its_finished_pla
     (2, 0.25, 8.0, 0.5), (3, 0.5, 8.0, 2.0)])
 def test_a_plan_reserves_its_ranks_cpus_but_never_more_than_the_largest_node(
         ranks: int, per_rank: float, largest: float, reserved: float) -> None:
-    from trainwreck.harness.rayengine import reservation  # Ray itself is imported only by the engine
+    from trainwreck.harness.suites.rayengine import reservation  # Ray itself is imported only by the engine
 
     assert reservation(ranks, per_rank, largest) == reserved
 
@@ -174,7 +174,7 @@ def test_a_returned_run_directory_unpacks_whole_and_an_archive_escaping_it_is_re
     import io
     import tarfile
 
-    from trainwreck.harness.rayengine import pack, unpack
+    from trainwreck.harness.suites.rayengine import pack, unpack
 
     run = tmp_path / "node" / "plan-0001"
     (run / "events").mkdir(parents=True)

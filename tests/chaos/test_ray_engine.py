@@ -25,9 +25,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from trainwreck.harness.campaign import OUTCOME, Campaign, CampaignSpec  # noqa: E402
-from trainwreck.harness.engines import EngineOptions, Outcome  # noqa: E402
-from trainwreck.harness.rayengine import WORK_DIR, RayEngine  # noqa: E402
+from trainwreck.harness.suites.campaign import OUTCOME, Campaign, CampaignSpec  # noqa: E402
+from trainwreck.harness.suites.engines import EngineOptions, Outcome  # noqa: E402
+from trainwreck.harness.suites.rayengine import WORK_DIR, RayEngine  # noqa: E402
 
 pytestmark = pytest.mark.slow
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
@@ -111,7 +111,7 @@ def test_a_two_node_cluster_judges_every_plan_with_the_local_engine_s_verdicts_o
         two_nodes: TwoNodes, tmp_path: Path, golden_cache: Path, warm_launcher: Any,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from trainwreck.harness.commands import chaos
-    from trainwreck.harness.golden import CACHE_ENV
+    from trainwreck.harness.judge.golden import CACHE_ENV
 
     wide = [(pid, name, ip, port) for pid, name, ip, port in listeners() if ip not in LOOPBACK]
     assert not wide, f"the local cluster listens beyond loopback: {wide}"

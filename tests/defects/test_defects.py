@@ -1,6 +1,6 @@
 """The planted-defect self-test: every invariant can fail, and the reference passes the same scenario.
 
-One test per defect (the table is data: harness/defects.py). A representative defect per
+One test per defect (the table is data: harness/suites/defects.py). A representative defect per
 invariant runs by default; the rest of the table is `slow` (`pytest -m slow tests/defects`,
 or `trainwreck defects`). Controls of one scenario run once per module.
 """
@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from trainwreck.harness.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
+from trainwreck.harness.suites.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
 from trainwreck.harness.pytest_plugin import record_run
-from trainwreck.harness.watchdogs import watchdog_class
+from trainwreck.harness.supervise.watchdogs import watchdog_class
 from trainwreck.invariants.judge import CHECKERS
 from trainwreck.trainer.entry import trainer_class
 
@@ -75,7 +75,7 @@ def test_trainwreck_defects_json_prints_one_row_per_defect_and_exits_zero(
         capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from trainwreck.harness.commands import defects as command
-    from trainwreck.harness.golden import CACHE_ENV
+    from trainwreck.harness.judge.golden import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     args = argparse.Namespace(json=True, only="sigterm_exits_clean", out=None, launcher="warm")

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.invariants import History, Judgement, judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, read_events
 from trainwreck.trainer.config import TrainConfig

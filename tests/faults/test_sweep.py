@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.sweep import SweepResult, run_sweep
+from trainwreck.harness.suites.sweep import SweepResult, run_sweep
 
 # The reference save's mutating ops (tests/faults/test_injectors.py checks the recording):
 # 2 = write(.tmp-step-00000016-PID/model.pt), 9 = rename(.tmp..., step-00000016),

@@ -1,4 +1,4 @@
-"""Real framework runs for the tests: each is a `trainwreck run --cmd` job (harness/frameworks.py's
+"""Real framework runs for the tests: each is a `trainwreck run --cmd` job (harness/suites/frameworks.py's
 launcher), judged by the unchanged invariants; and what a run's own events show."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainwreck.harness.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_launcher, job_for, run_one
+from trainwreck.harness.suites.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_launcher, job_for, run_one
 from trainwreck.trainer.rundir import iter_events
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.cmd import Command
-from trainwreck.harness.runner import run_judged
-from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.judge.runner import run_judged
+from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events
@@ -154,7 +154,7 @@ def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_r
 
 
 def test_a_corrupt_fault_before_the_first_attempt_is_refused_with_the_fix(tmp_path: Path) -> None:
-    from trainwreck.harness.spec import SpecError
+    from trainwreck.harness.supervise.spec import SpecError
 
     with pytest.raises(SpecError, match="'attempt'=0"):
         cmd_spec("python t.py", tmp_path / "run", [{"id": "c1", "kind": "corrupt", "attempt": 0}])

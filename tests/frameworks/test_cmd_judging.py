@@ -10,9 +10,9 @@ import pytest
 
 from tests.invariants.histories import HistoryBuilder
 
-from trainwreck.harness.cmd import Command
-from trainwreck.harness.cmdfacts import judge_across_batch_change
-from trainwreck.harness.cmdfaults import UNAPPLIED, corrupt_before
+from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change
+from trainwreck.harness.launch.cmdfaults import UNAPPLIED, corrupt_before
 from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.rundir import iter_events
@@ -75,8 +75,8 @@ def test_a_command_that_dies_before_its_probe_names_its_own_exception_and_log(tm
                                                                                golden_cache: Path) -> None:
     import sys
 
-    from trainwreck.harness.runner import run_judged
-    from trainwreck.harness.spec import JobSpec
+    from trainwreck.harness.judge.runner import run_judged
+    from trainwreck.harness.supervise.spec import JobSpec
 
     script = tmp_path / "train.py"
     script.write_text("raise ValueError('config error: --lr must be positive, got -3')\n")
@@ -100,9 +100,9 @@ def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one
         tmp_path: Path) -> None:
     import sys
 
-    from trainwreck.harness.runner import run_judged
-    from trainwreck.harness.cmdrepeat import REPEAT_FILE
-    from trainwreck.harness.spec import JobSpec
+    from trainwreck.harness.judge.runner import run_judged
+    from trainwreck.harness.supervise.cmdrepeat import REPEAT_FILE
+    from trainwreck.harness.supervise.spec import JobSpec
 
     source = (EXAMPLES / "plain_ddp.py").read_text()
     assert SEEDED in source

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.cmd import Command
-from trainwreck.harness.runner import run_judged
-from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.judge.runner import run_judged
+from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.judge import judge
 from trainwreck.invariants.loader import load_history
 from trainwreck.trainer.frameworks import EXAMPLES

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.frameworks.runs import events, exit_codes, scenario
-from trainwreck.harness import frameworks as table
+from trainwreck.harness.suites import frameworks as table
 from trainwreck.harness.commands import frameworks as command
-from trainwreck.harness.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, crash_every_op_jobs, recorded_ops,
+from trainwreck.harness.suites.frameworks import (EVERY_OP, FRAMEWORKS, SCENARIOS, crash_every_op_jobs, recorded_ops,
                                            rows_json, run_table)
 from trainwreck.invariants.verdict import UNKNOWN, exit_code
 

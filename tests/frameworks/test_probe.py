@@ -255,7 +255,7 @@ def test_the_watchdog_leaves_a_rank_without_a_dump_handler_alive(tmp_path: Path)
     import subprocess
     import sys
 
-    from trainwreck.harness.watchdog import dump_stacks
+    from trainwreck.harness.supervise.watchdog import dump_stacks
 
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:

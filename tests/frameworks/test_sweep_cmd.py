@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.frameworks import EVERY_OP, command_framework, run_command_sweep
+from trainwreck.harness.suites.frameworks import EVERY_OP, command_framework, run_command_sweep
 from trainwreck.trainer.frameworks import EXAMPLES
 
 PLAIN = EXAMPLES / "plain_ddp.py"

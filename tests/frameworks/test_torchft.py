@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("torchft")
 
-from trainwreck.harness.replicas import ReplicaJob, run_replica_job  # noqa: E402
-from trainwreck.harness.torchft_rows import SCRIPT, judge_replica_run  # noqa: E402
+from trainwreck.harness.supervise.replicas import ReplicaJob, run_replica_job  # noqa: E402
+from trainwreck.harness.suites.torchft_rows import SCRIPT, judge_replica_run  # noqa: E402
 from trainwreck.trainer.progress import read_progress  # noqa: E402
 from trainwreck.trainer.rundir import RunDir, iter_events  # noqa: E402
 from tests.harness.conftest import assert_no_leftover_processes  # noqa: E402

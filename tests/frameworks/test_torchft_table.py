@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness import frameworks
+from trainwreck.harness.suites import frameworks
 from trainwreck.harness.commands import frameworks as command
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.runner import JudgedRun
+from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.judge.runner import JudgedRun
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import Verdict
 from trainwreck.trainer.frameworks import EXAMPLES

@@ -9,7 +9,7 @@ import pytest
 
 from trainwreck.faults.storage import MUTATING
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.sweep import SweepResult, run_dcp_crash_sweep
+from trainwreck.harness.suites.sweep import SweepResult, run_dcp_crash_sweep
 
 
 def every_point_ran_its_own_crash(result: SweepResult) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.runner import run_judged, spec_for
-from trainwreck.harness.scenarios import get_scenario
+from trainwreck.harness.judge.runner import run_judged, spec_for
+from trainwreck.harness.supervise.scenarios import get_scenario
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from trainwreck.faults.storage import MUTATING
 from trainwreck.faults.sweep import describe
-from trainwreck.harness.sweep import SweepResult, observe_sharded, run_sharded_sweep
+from trainwreck.harness.suites.sweep import SweepResult, observe_sharded, run_sharded_sweep
 from trainwreck.trainer.rundir import iter_events
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import psutil
 import pytest
 
-from trainwreck.harness import launchers
+from trainwreck.harness.launch import launchers
 
 
 def live_descendants() -> list[psutil.Process]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.invariants import judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.trainer.config import TrainConfig

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
@@ -64,8 +64,8 @@ def test_two_hundred_attempts_with_random_kills_leave_no_process_and_no_temporar
 
 HARNESS_SCRIPT = """
 import sys
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 run_job(JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6), world_sizes=(2,),
                 hang_timeout_s=60, run_dir=sys.argv[1], launcher=sys.argv[2]))

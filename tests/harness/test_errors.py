@@ -43,7 +43,7 @@ def test_the_exit_path_takes_both_roots() -> None:
 
 
 def test_an_unknown_name_is_a_key_error_that_reads_as_a_sentence() -> None:
-    from trainwreck.harness.scenarios import get_scenario
+    from trainwreck.harness.supervise.scenarios import get_scenario
 
     with pytest.raises(KeyError) as caught:
         get_scenario("nope")

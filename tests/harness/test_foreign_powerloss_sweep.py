@@ -1,4 +1,4 @@
-"""Power loss for the framework writers (harness/sweep.py run_foreign_power_loss): a
+"""Power loss for the framework writers (harness/suites/sweep.py run_foreign_power_loss): a
 framework's own saves recorded in its ranks (faults/foreign_record.py), each crash state
 materialised with the event log cut at the power cut, and the framework's own example
 script resumed from it through `trainwreck run --cmd`'s launcher, judged by every invariant.
@@ -12,7 +12,7 @@ import pytest
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import CrashState, OpLog, issued_state, states_at
 from trainwreck.harness.registry import COMMAND
-from trainwreck.harness.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
+from trainwreck.harness.suites.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
                                       observe_foreign)
 
 

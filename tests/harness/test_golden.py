@@ -14,8 +14,8 @@ from typing import Callable
 import psutil
 import pytest
 
-from trainwreck.harness import golden
-from trainwreck.harness.golden import BUILD_PREFIX, golden_run, remove_stale_builds
+from trainwreck.harness.judge import golden
+from trainwreck.harness.judge.golden import BUILD_PREFIX, golden_run, remove_stale_builds
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
 from tests.harness.conftest import assert_no_leftover_processes
@@ -95,7 +95,7 @@ def test_a_stale_build_of_a_dead_owner_is_removed_and_a_live_one_is_kept(tmp_pat
 
 def test_a_harness_killed_during_a_golden_build_leaves_no_build_directory_behind(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    code = (f"from trainwreck.harness.golden import golden_run; from trainwreck.trainer.config import TrainConfig;"
+    code = (f"from trainwreck.harness.judge.golden import golden_run; from trainwreck.trainer.config import TrainConfig;"
             f"golden_run(TrainConfig.tiny(total_steps=200), {WORLD}, __import__('pathlib').Path({str(cache)!r}))")
     harness = psutil.Popen([sys.executable, "-c", code], start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.rundir import RunDirError, create_run_dir
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.rundir import RunDirError, create_run_dir
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import iter_events
 

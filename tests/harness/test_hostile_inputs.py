@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainwreck.harness.rundir import RunDirError, check_out_dir, check_run_dir
-from trainwreck.harness.runner import MAX_INLINE_PLAN, reproduce_command
-from trainwreck.harness.spec import JobSpec, SpecError
+from trainwreck.harness.supervise.rundir import RunDirError, check_out_dir, check_run_dir
+from trainwreck.harness.judge.runner import MAX_INLINE_PLAN, reproduce_command
+from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.trainer.config import TrainConfig
 
 HARNESS = [sys.executable, "-m", "trainwreck.harness.cli"]
@@ -253,7 +253,7 @@ def test_a_golden_cache_that_is_a_file_exits_2_in_one_line(tmp_path: Path, cache
 
 
 def test_an_empty_home_never_puts_the_golden_cache_at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainwreck.harness.golden import CACHE_ENV, default_cache_dir
+    from trainwreck.harness.judge.golden import CACHE_ENV, default_cache_dir
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)

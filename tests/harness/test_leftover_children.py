@@ -10,9 +10,9 @@ from pathlib import Path
 
 import psutil
 
-from trainwreck.harness.cmd import Command
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.rundir import iter_events
 
 # One rank: start a plain child and a setsid child (each sleeps far longer than the test),

@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
 from trainwreck.trainer.rundir import RunDir

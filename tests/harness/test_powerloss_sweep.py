@@ -1,4 +1,4 @@
-"""The power-loss sweep (harness/sweep.py run_power_loss_sweep): every save of a real job
+"""The power-loss sweep (harness/suites/sweep.py run_power_loss_sweep): every save of a real job
 recorded in-rank, each crash state materialised as a run directory whose event log is cut
 at the power cut, the job resumed from it as its next attempt and judged by every invariant."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import LowOp, OpLog
 from trainwreck.trainer.rundir import next_attempt
-from trainwreck.harness.sweep import PowerLossResult, cut_events, cut_time, run_power_loss_sweep
+from trainwreck.harness.suites.sweep import PowerLossResult, cut_events, cut_time, run_power_loss_sweep
 
 
 def resumed_attempts(run_dir: str) -> set[int]:
@@ -107,7 +107,7 @@ def test_rename_without_fsync_fails_many_of_sixty_power_loss_states(tmp_path: Pa
 
 def test_dcp_commit_can_lose_a_checkpoint_that_dcp_save_returned_and_the_state_is_described(tmp_path: Path) -> None:
     from trainwreck.faults.powerloss import DCP_DIR, DCP_EARLIER
-    from trainwreck.harness.sweep import run_dcp_power_loss
+    from trainwreck.harness.suites.sweep import run_dcp_power_loss
 
     result = run_dcp_power_loss(out=tmp_path)
     first = result.first_failure

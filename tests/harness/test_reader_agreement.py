@@ -15,8 +15,8 @@ import pytest
 
 from tests.faults.conftest import CFG
 from trainwreck.faults.plan import Plan
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.invariants import History, load_history
 from trainwreck.trainer.rundir import iter_events
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.cmd import Command
+from trainwreck.harness.supervise.cmd import Command
 from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, LauncherKind, UnknownLauncher, get_launcher,
                                          launcher_names, load)
-from trainwreck.harness.spec import JobSpec, SpecError
-from trainwreck.harness.targets import Reference
+from trainwreck.harness.supervise.spec import JobSpec, SpecError
+from trainwreck.harness.supervise.targets import Reference
 from trainwreck.trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ NAMES = frozenset(LAUNCHERS)
 ALLOWED = {
     "harness/registry.py": NAMES,  # the declarations themselves
     # A framework row named after the plain torchrun script it runs (not a launcher).
-    "harness/frameworks.py": {"torchrun"},
+    "harness/suites/frameworks.py": {"torchrun"},
 }
 
 
@@ -115,7 +115,7 @@ def test_startup_budgets_and_fixed_world_sizes_come_from_the_declaration() -> No
 def test_a_new_launcher_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     """A declaration alone makes a launcher every reader knows: the spec, its budget, the choices."""
     monkeypatch.setitem(LAUNCHERS, "slowfork", LauncherKind(
-        "slowfork", "the spawn launcher, declared again", factory="trainwreck.harness.launchers:SpawnLauncher",
+        "slowfork", "the spawn launcher, declared again", factory="trainwreck.harness.launch.launchers:SpawnLauncher",
         startup_floor_s=300.0))
     spec = JobSpec(config=TrainConfig.tiny(), launcher="slowfork", hang_timeout_s=5.0)
     assert spec.startup_budget_s == 300.0 and "slowfork" in launcher_names(REFERENCE)

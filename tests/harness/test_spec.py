@@ -8,9 +8,9 @@ import psutil
 import pytest
 
 from trainwreck.faults.external import ExternalFaults, FaultError
-from trainwreck.harness.rundir import RunDirError
-from trainwreck.harness.spec import JobSpec, SpecError
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.rundir import RunDirError
+from trainwreck.harness.supervise.spec import JobSpec, SpecError
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.trainer.config import TrainConfig
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainwreck.faults.foreign import WRITE_OPS
-from trainwreck.harness.frameworks import FRAMEWORKS, recorded_ops
+from trainwreck.harness.suites.frameworks import FRAMEWORKS, recorded_ops
 
 SWEEP = (sys.executable, "-m", "trainwreck.harness.cli", "sweep")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.rundir import create_run_dir
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
-from trainwreck.harness.torchrun import torchrun_env
+from trainwreck.harness.supervise.rundir import create_run_dir
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.harness.supervise.torchrun import torchrun_env
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, read_events
 from trainwreck.trainer.config import TrainConfig
 
@@ -53,7 +53,7 @@ def test_two_torchrun_agents_on_loopback_run_the_job_like_two_hosts(tmp_path: Pa
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                    "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
                    "--max-restarts", "0", "--log-dir", str(run / "logs" / f"torchelastic{node}"),
-                   "-m", "trainwreck.harness.rank", "--run-dir", str(run), "--standalone"]
+                   "-m", "trainwreck.harness.launch.rank", "--run-dir", str(run), "--standalone"]
             agents.append(subprocess.Popen(cmd, env=torchrun_env(), start_new_session=True,
                                            stdout=open(run / "logs" / f"agent{node}.log", "wb"),
                                            stderr=subprocess.STDOUT))

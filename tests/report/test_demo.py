@@ -7,7 +7,7 @@ import pytest
 
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.commands.demo import DEMO_SCENARIOS, demo_names
-from trainwreck.harness.scenarios import scenario_names
+from trainwreck.harness.supervise.scenarios import scenario_names
 
 
 def test_the_demo_runs_at_least_four_scenarios_that_exist() -> None:

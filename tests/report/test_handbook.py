@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.defects import Row, get_defect
-from trainwreck.harness.handbook import CHAPTERS, MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
+from trainwreck.harness.suites.defects import Row, get_defect
+from trainwreck.harness.suites.handbook import CHAPTERS, MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
 from trainwreck.harness.report.plots import coverage_svg, loss_svg
 from trainwreck.harness.report.truth import check_handbook
@@ -324,7 +324,7 @@ def _report(handbook: dict[str, Any], run: str) -> dict[str, Any]:
 
 def test_the_wide_runs_train_the_model_the_benchmark_measures() -> None:
     from trainwreck.benchmarks.fsdp import SPEC
-    from trainwreck.harness.handbook import WIDE
+    from trainwreck.harness.suites.handbook import WIDE
 
     assert WIDE == {k: getattr(SPEC, k) for k in WIDE}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainwreck.harness.handbook import CASES, CHAPTERS, cases_for, get_chapter
+from trainwreck.harness.suites.handbook import CASES, CHAPTERS, cases_for, get_chapter
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "HANDBOOK.md"

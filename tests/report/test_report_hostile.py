@@ -79,7 +79,7 @@ def test_a_fifo_where_the_report_reads_a_file_is_skipped_without_blocking(
 
 
 def test_a_fifo_as_a_golden_entrys_manifest_makes_it_damaged_not_a_wait(tmp_path: Path) -> None:
-    from trainwreck.harness.golden import MANIFEST, _intact
+    from trainwreck.harness.judge.golden import MANIFEST, _intact
 
     entry = clean_run(tmp_path / "entry")
     mkfifo(entry / MANIFEST)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainwreck.harness.runner import run_judged, spec_for
-from trainwreck.harness.scenarios import get_scenario
+from trainwreck.harness.judge.runner import run_judged, spec_for
+from trainwreck.harness.supervise.scenarios import get_scenario
 
 
 def test_a_real_kill_resume_run_gets_a_report_that_tells_its_story(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.commands.run import print_result
-from trainwreck.harness.runner import JudgedRun, run_judged
-from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.judge.runner import JudgedRun, run_judged
+from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.trainer.config import TrainConfig
 from tests.harness.conftest import assert_no_leftover_processes
 
@@ -70,7 +70,7 @@ def test_every_rank_crashing_before_the_planned_kill_fires_is_said_in_words(tmp_
 
 def test_the_demo_line_of_a_crashed_run_names_its_root_cause(tmp_path: Path, golden: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainwreck.harness import runner
+    from trainwreck.harness.judge import runner
     from trainwreck.harness.commands.demo import run_one
 
     plan = [{"id": "c1", "kind": "test_crash", "ranks": [1], "step": 3, "message": "Numpy is not available"}]
@@ -84,7 +84,7 @@ def test_the_demo_line_of_a_crashed_run_names_its_root_cause(tmp_path: Path, gol
 @pytest.mark.slow  # every torchrun rank is a fresh interpreter importing torch
 def test_under_torchrun_the_crashed_rank_and_its_line_are_read_from_torchrun_log(tmp_path: Path) -> None:
     from trainwreck.harness.report.rootcause import root_cause
-    from trainwreck.harness.supervisor import run_job
+    from trainwreck.harness.supervise.supervisor import run_job
 
     run = tmp_path / "run"
     plan = [{"id": "c1", "kind": "test_crash", "ranks": [1], "step": 3, "message": "Numpy is not available"}]

@@ -99,7 +99,7 @@ def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_give
 
 
 def test_the_readme_counts_the_planted_defects_it_lists() -> None:
-    from trainwreck.harness.defects import DEFECTS
+    from trainwreck.harness.suites.defects import DEFECTS
 
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     found = re.search(r"`trainwreck defects` runs (\d+) deliberately broken variants", readme)
@@ -148,7 +148,7 @@ def test_every_report_of_the_defects_table_and_the_demo_is_true(tmp_path: Path) 
     assert cli(["defects", "--out", str(tmp_path / "defects")]) == 0
     assert cli(["demo", "--out", str(tmp_path / "demo")]) == 0
     from trainwreck.harness.commands.demo import demo_names
-    from trainwreck.harness.defects import DEFECTS
+    from trainwreck.harness.suites.defects import DEFECTS
 
     reports = all_reports(tmp_path)
     assert len([p for p in reports if p.name.startswith("defect-")]) == len(DEFECTS)

@@ -1,6 +1,6 @@
 """The scenario table on CPU gloo: each built-in fault scenario x the invariants it threatens.
 
-The table is data (harness/scenarios.py); this file only parametrises over it. Each
+The table is data (harness/supervise/scenarios.py); this file only parametrises over it. Each
 test asserts that every planned fault fired and that the reference trainer stays VALID.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from trainwreck.harness.scenarios import SCENARIOS, Scenario
+from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 CPU = pytest.mark.trainwreck(backend="gloo")

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from trainwreck.harness.scenarios import SCENARIOS, Scenario
+from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 NCCL = pytest.mark.trainwreck(backend="nccl")

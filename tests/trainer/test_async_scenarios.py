@@ -1,7 +1,7 @@
 """Whole jobs with async checkpoints: a kill, a storage error and a torn write during the
 background persist of the step-8 save. Each must leave the commit record at step 4, the
 next attempt must restore step 4 (the newest committed checkpoint), and every invariant
-must hold. The scenarios are rows of harness/scenarios.py, so the scenario table runs
+must hold. The scenarios are rows of harness/supervise/scenarios.py, so the scenario table runs
 them too; here the restore point itself is asserted."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 from tests.trainer.forkranks import Events
-from trainwreck.harness.scenarios import get_scenario
+from trainwreck.harness.supervise.scenarios import get_scenario
 
 CPU = pytest.mark.trainwreck(backend="gloo")
 

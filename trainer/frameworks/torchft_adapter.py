@@ -16,7 +16,7 @@ Loopback (torchft 0.2.0, read from its source):
 - the heal server (``HTTPTransport``) binds ``("", 0)`` over IPv6, i.e. every interface, and
   advertises ``socket.gethostname()``: `LoopbackHTTPTransport` binds 127.0.0.1 and advertises it;
 - gloo's pair listeners follow ``GLOO_SOCKET_IFNAME`` (the harness sets ``lo``); the group's
-  TCPStore and the lighthouse are the harness's (harness/replicas.py), both on 127.0.0.1.
+  TCPStore and the lighthouse are the harness's (harness/supervise/replicas.py), both on 127.0.0.1.
 
 `tests/frameworks/test_torchft.py` lists a live run's listening sockets to prove it.
 """

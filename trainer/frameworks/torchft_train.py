@@ -1,7 +1,7 @@
 """An example torchft trainer, instrumented for trainwreck: one rank of one replica group.
 
     trainwreck frameworks --frameworks torchft          # the harness starts it, per group
-    python -m trainwreck.trainer.frameworks.torchft_train --steps 30   # under harness/replicas.py
+    python -m trainwreck.trainer.frameworks.torchft_train --steps 30   # under harness/supervise/replicas.py
 
 A tiny MLP on synthetic data, torchft's own pieces as its README shows them: `Manager`
 (quorum, heal, commit), its `DistributedDataParallel` and `DistributedSampler` (a static

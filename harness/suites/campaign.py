@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainwreck.harness.chaos import ChaosCase, stream_cases
-from trainwreck.harness.engines import Engine, Outcome, PlanJob
+from trainwreck.harness.suites.chaos import ChaosCase, stream_cases
+from trainwreck.harness.suites.engines import Engine, Outcome, PlanJob
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import write_json_atomic

@@ -75,7 +75,7 @@ def cmd_golden_key(command: str, world_size: int, cwd: Path | None = None) -> st
         h.update(_read(path))
     for name, version in sorted(sources.versions.items()):
         h.update(f"\0{name}=={version}".encode())
-    h.update(_read(Path(__file__).resolve().parents[1] / "trainer" / "probe.py"))
+    h.update(_read(Path(__file__).resolve().parents[2] / "trainer" / "probe.py"))
     return h.hexdigest()[:20]
 
 

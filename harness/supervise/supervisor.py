@@ -8,7 +8,7 @@ then the whole attempt is killed and reaped before the restart policy decides:
 restart (from the newest intact checkpoint, which the trainer finds itself) while
 the budget lasts and restarts keep advancing the newest committed checkpoint.
 The record, the events and the end of a job are shared with the torchrun supervisor
-(harness/restarts.py); this module holds `run_job`, which asks the job's launcher
+(harness/supervise/restarts.py); this module holds `run_job`, which asks the job's launcher
 declaration (harness/registry.py) who supervises, and the harness's own attempt loop.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from trainwreck.harness.launchers import Attempt, Launcher
-from trainwreck.harness.restarts import (REAP_TIMEOUT_S, AttemptResult, JobSupervisor, RunRecord,
+from trainwreck.harness.launch.launchers import Attempt, Launcher
+from trainwreck.harness.supervise.restarts import (REAP_TIMEOUT_S, AttemptResult, JobSupervisor, RunRecord,
                                          newest_committed_step, remove_empty_stacks)
-from trainwreck.harness.rundir import create_run_dir
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.store import HarnessStore
-from trainwreck.harness.watchdogs import watchdog_class
+from trainwreck.harness.supervise.rundir import create_run_dir
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.launch.store import HarnessStore
+from trainwreck.harness.supervise.watchdogs import watchdog_class
 
 
 # ----- cleanup on SIGINT/SIGTERM -----------------------------------------------------
@@ -74,7 +74,7 @@ class SignalGuard:
 
 def run_job(spec: JobSpec, resume: bool = False) -> RunRecord:
     """Run `spec` to completion or to the restart policy's end; never leaves a process behind.
-    `resume`: continue the run in spec.run_dir from its next attempt (harness/restarts.py)."""
+    `resume`: continue the run in spec.run_dir from its next attempt (harness/supervise/restarts.py)."""
     started = time.monotonic()
     run_dir = create_run_dir(spec, resume)
     temporary = spec.run_dir is None

@@ -1,9 +1,9 @@
 """Golden runs: an uninterrupted run of a spec, cached by a hash of what shapes it.
 
-The job's target (harness/targets.py) names the entry and builds the uninterrupted job:
+The job's target (harness/supervise/targets.py) names the entry and builds the uninterrupted job:
 for the reference trainer the key covers the trainer config, the world size and the
 trainer's source code; for a user's command, the command line, the files it names and
-imports, and the installed versions (harness/cmdkey.py). So
+imports, and the installed versions (harness/supervise/cmdkey.py). So
 a cached golden run is reused across scenarios, test sessions and CLI calls, and is
 recomputed as soon as anything that could change its digests changes.
 """
@@ -23,9 +23,9 @@ from typing import Callable
 import psutil
 
 from trainwreck.harness.errors import GoldenFailed, SpecError
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.supervisor import run_job
-from trainwreck.harness.targets import golden_key  # noqa: F401 - re-exported: its old home
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.harness.supervise.targets import golden_key  # noqa: F401 - re-exported: its old home
 from trainwreck.trainer import files
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events
@@ -120,8 +120,8 @@ def adopt(unpack: Callable[[Path], None], cache_dir: Path, key: str) -> Path:
 
 def _repeat(spec: JobSpec, scratch: Path, final: Path, golden_s: float) -> None:
     """The target's repeat job (a user's command: its first updates once more), compared with the
-    golden run just built; the finding is stored beside it (harness/cmdrepeat.py)."""
-    from trainwreck.harness.cmdrepeat import record_repeat
+    golden run just built; the finding is stored beside it (harness/supervise/cmdrepeat.py)."""
+    from trainwreck.harness.supervise.cmdrepeat import record_repeat
 
     repeat = spec.target.repeat_spec(spec, final.parent / _build_name(f"{final.name}-repeat"))
     if repeat is None:

@@ -1,7 +1,7 @@
 """What one supervised job is: its target, the world-size schedule, the plan, the limits.
 
-The target says what runs (harness/targets.py: the reference trainer's config, or a user's
-command in harness/cmd.py), the launcher how its ranks start (harness/registry.py).
+The target says what runs (harness/supervise/targets.py: the reference trainer's config, or a user's
+command in harness/supervise/cmd.py), the launcher how its ranks start (harness/registry.py).
 Everything is checked in ``__post_init__`` so a bad job fails before any process starts.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import LAUNCHERS, LauncherKind, UnknownLauncher, default_launcher, get_launcher
-from trainwreck.harness.targets import Reference, Target
+from trainwreck.harness.supervise.targets import Reference, Target
 from trainwreck.trainer.config import TrainConfig
 
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
@@ -59,13 +59,13 @@ class JobSpec:
     poll_interval_s: float = 0.02
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
-    """Which hang watchdog supervises: 'reference', or a planted defect from harness/watchdogs.py (self-tests)."""
+    """Which hang watchdog supervises: 'reference', or a planted defect from harness/supervise/watchdogs.py (self-tests)."""
     scenario: dict[str, Any] | None = None
     """The built-in scenario this job runs (name, summary, question, threatens), recorded in
     run.json so a report can quote it without knowing where the job came from."""
     target: Target | None = None
     """What runs: Reference(config) (given `config` alone, this is built for you) or a user's
-    Command(command, ckpt_dir) from harness/cmd.py."""
+    Command(command, ckpt_dir) from harness/supervise/cmd.py."""
 
     def __post_init__(self) -> None:
         self._resolve_target()
@@ -106,7 +106,7 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and ":" not in value:
                 raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
-        from trainwreck.harness.watchdogs import watchdog_class
+        from trainwreck.harness.supervise.watchdogs import watchdog_class
         try:
             watchdog_class(self.watchdog)
         except ValueError as exc:

@@ -1,6 +1,6 @@
 """What every supervisor shares, whatever starts its ranks: the run record, the harness's
 event log, the `fault`/`hang`/`exit`/`end` events, and one `run` that always ends the job
-cleanly. `harness/supervisor.py` (warm, spawn) and `harness/torchrun.py` (the elastic
+cleanly. `harness/supervise/supervisor.py` (warm, spawn) and `harness/supervise/torchrun.py` (the elastic
 agent) each add only how an attempt's processes are started, watched and killed."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.faults.external import ExternalFault, ExternalFaults
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.watchdog import Hang, WatchdogConfig, record_hang
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.rundir import RunDir, iter_events, next_attempt
 

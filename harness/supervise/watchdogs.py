@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
-from trainwreck.harness.watchdog import Hang, Watchdog
+from trainwreck.harness.supervise.watchdog import Hang, Watchdog
 
 GLOO_STAND_IN_FACTOR = 1.5
 """The disabled watchdog's backstop, in hang timeouts: a stand-in for gloo's own

@@ -1,17 +1,17 @@
 """`trainwreck run --cmd "python train.py ..."`: a user's own trainer as a job's `Command` target.
 
-The job is an ordinary JobSpec whose target is a `Command` (harness/targets.py says what a
+The job is an ordinary JobSpec whose target is a `Command` (harness/supervise/targets.py says what a
 target owns), started per rank by the launchers that serve commands (harness/registry.py:
-`cmd`, harness/launchers.py CmdLauncher), so it gets everything the reference trainer gets
-from harness/supervisor.py: the watchdog, restarts on the world-size schedule, external
+`cmd`, harness/launch/launchers.py CmdLauncher), so it gets everything the reference trainer gets
+from harness/supervise/supervisor.py: the watchdog, restarts on the world-size schedule, external
 faults at steps, and (through the probe, which builds faults/cmdrank.py's hooks from the
 plan) kill/hang at its fault points and crashes inside the framework's own save. What only
 a foreign command needs lives here, on the target: which faults it can take, its golden run
 (cached by the command, the files it names and imports and the installed versions:
-harness/cmdkey.py; reproduced once: harness/cmdrepeat.py), and the bad-input rule: a
+harness/supervise/cmdkey.py; reproduced once: harness/supervise/cmdrepeat.py), and the bad-input rule: a
 command that breaks the run format's contract is judged "unknown" with the reason, never
 valid. The facts its judgement carries (a skipped corruption, a global-batch change, the
-rank's own error) come from harness/cmdfaults.py and harness/cmdfacts.py. `run_judged` (harness/runner.py) dispatches on the target; there is no second pipeline.
+rank's own error) come from harness/launch/cmdfaults.py and harness/supervise/cmdfacts.py. `run_judged` (harness/judge/runner.py) dispatches on the target; there is no second pipeline.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.faults.errors import PlanError
-from trainwreck.harness.cmdfacts import judge_across_batch_change, rank_error
-from trainwreck.harness.cmdfaults import unapplied
-from trainwreck.harness.cmdkey import cmd_golden_key
-from trainwreck.harness.cmdrepeat import REPEAT_STOP, judged_without_golden, nondeterminism
+from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change, rank_error
+from trainwreck.harness.launch.cmdfaults import unapplied
+from trainwreck.harness.supervise.cmdkey import cmd_golden_key
+from trainwreck.harness.supervise.cmdrepeat import REPEAT_STOP, judged_without_golden, nondeterminism
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import COMMAND
 from trainwreck.invariants import InputError, Judgement, judge, load_history
@@ -123,7 +123,7 @@ class Command:
 def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
     """Only the faults a foreign trainer's probe can reach; PlanError naming the rest."""
     from trainwreck.faults.plan import command_kinds, parse_plan
-    from trainwreck.harness.cmdfaults import check_corrupt_fault
+    from trainwreck.harness.launch.cmdfaults import check_corrupt_fault
 
     parse_plan([f for f in plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
     allowed = command_kinds()  # each kind declares whether a command takes it (Kind.command)

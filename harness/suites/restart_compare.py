@@ -1,6 +1,6 @@
 """Rank restart or full-job restart? The same torchft job, the same kill, both restart scopes.
 
-    python -m trainwreck.harness.restart_compare --out DIR [--json]
+    python -m trainwreck.harness.suites.restart_compare --out DIR [--json]
 
 Two replica-group jobs of trainer/frameworks/torchft_train.py (two groups of one rank, a tiny
 MLP, a checkpoint every `SAVE_EVERY` updates, resuming from the newest intact one at start),
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.replicas import ReplicaJob, run_replica_job
-from trainwreck.harness.torchft_rows import HEARTBEAT_S, SCRIPT, judge_replica_run
+from trainwreck.harness.supervise.replicas import ReplicaJob, run_replica_job
+from trainwreck.harness.suites.torchft_rows import HEARTBEAT_S, SCRIPT, judge_replica_run
 
 STEPS, STEP_SECONDS, SAVE_EVERY, KILL_AT = 80, 0.2, 10, 27
 """Configured: 80 updates of 0.2 s stand-in compute, a checkpoint every 10, the kill before update 27

@@ -3,9 +3,9 @@
 A chaos campaign is a stream of independent plans, each one job of a few ranks on
 one host. How they are scheduled is a policy, not a pipeline: `LocalEngine` runs
 them one after another in this process (the default, nothing to install);
-`RayEngine` (harness/rayengine.py, the `[ray]` extra) runs each as a Ray task that
+`RayEngine` (harness/suites/rayengine.py, the `[ray]` extra) runs each as a Ray task that
 reserves the cores its ranks need on whichever node Ray picks. Both run the same
-`run_plan` and hand back the same `Outcome`; the campaign (harness/campaign.py)
+`run_plan` and hand back the same `Outcome`; the campaign (harness/suites/campaign.py)
 never asks which engine it has. Like xdist's schedulers: a Protocol, a class per
 policy, a registry of names, so adding one is one class and one row.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from trainwreck.harness.chaos import ChaosCase
+from trainwreck.harness.suites.chaos import ChaosCase
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir, read_run_json, write_json_atomic
@@ -98,7 +98,7 @@ def run_plan(job: PlanJob, run_dir: Path, node: dict[str, Any], golden_cache: Pa
 
     A harness error is this plan's UNKNOWN with its traceback in chaos-error.txt, never
     the end of the campaign."""
-    from trainwreck.harness.runner import run_judged, verdict_lines  # torch: only where plans run
+    from trainwreck.harness.judge.runner import run_judged, verdict_lines  # torch: only where plans run
 
     started = time.monotonic()
     try:
@@ -156,8 +156,8 @@ class EngineEntry:
 
 
 ENGINES: dict[str, EngineEntry] = {
-    "local": EngineEntry("trainwreck.harness.engines:LocalEngine"),
-    "ray": EngineEntry("trainwreck.harness.rayengine:RayEngine", requires="ray",
+    "local": EngineEntry("trainwreck.harness.suites.engines:LocalEngine"),
+    "ray": EngineEntry("trainwreck.harness.suites.rayengine:RayEngine", requires="ray",
                        install="pip install 'trainwreck[ray]' (or: pip install 'ray[default]')"),
 }
 """Engine name -> its class; the CLI's --engine choices are these keys."""

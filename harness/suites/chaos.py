@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.harness.scenarios import Scenario
+from trainwreck.harness.supervise.scenarios import Scenario
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.config import TrainConfig, backend_fields
 
@@ -88,13 +88,13 @@ class ChaosCase:
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **overrides})
 
     def spec(self, out: Path, launcher: str = DEFAULT_LAUNCHER, backend: str = "auto") -> Any:
-        from trainwreck.harness.spec import JobSpec
+        from trainwreck.harness.supervise.spec import JobSpec
 
         return JobSpec(config=self.config(backend), world_sizes=self.world_sizes, plan=[dict(f) for f in self.plan],
                        hang_timeout_s=CHAOS_BASE.hang_timeout_s, launcher=launcher, run_dir=out, keep=True)
 
     def reproduce(self, launcher: str = DEFAULT_LAUNCHER, backend: str = "auto") -> str:
-        from trainwreck.harness.runner import reproduce_command
+        from trainwreck.harness.judge.runner import reproduce_command
 
         command = reproduce_command(self.spec(Path("unused"), launcher, backend))
         return command + (f" --backend {backend}" if backend != "auto" else "")
@@ -137,7 +137,7 @@ class ChaosFailure(AssertionError):
 
 
 def failure_message(case: ChaosCase, judged: Any, reproduce: str) -> str:
-    from trainwreck.harness.runner import verdict_lines  # the runner imports torch; parsing options must not
+    from trainwreck.harness.judge.runner import verdict_lines  # the runner imports torch; parsing options must not
 
     return "\n".join([
         f"the reference trainer is {verdict_word(judged.judgement.valid)} under {case.describe()}",
@@ -161,7 +161,7 @@ class CaseRunner:
     failures: list[Path] = field(default_factory=list)
 
     def __call__(self, case: ChaosCase) -> Any:
-        from trainwreck.harness.runner import run_judged
+        from trainwreck.harness.judge.runner import run_judged
 
         self.runs += 1
         run_dir = self.out / f"case-{self.runs:04d}"

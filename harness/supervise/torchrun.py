@@ -24,12 +24,12 @@ from pathlib import Path
 
 import psutil
 
-from trainwreck.harness.launchers import _child_env
-from trainwreck.harness.procs import set_parent_death_signal, signal_group, signal_pid
-from trainwreck.harness.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.store import HOST, HarnessStore
-from trainwreck.harness.watchdog import Watchdog
+from trainwreck.harness.launch.launchers import _child_env
+from trainwreck.harness.launch.procs import set_parent_death_signal, signal_group, signal_pid
+from trainwreck.harness.supervise.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.launch.store import HOST, HarnessStore
+from trainwreck.harness.supervise.watchdog import Watchdog
 from trainwreck.trainer.rundir import RunDir
 
 
@@ -52,7 +52,7 @@ def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_por
             "--nproc-per-node", str(world_size), "--max-restarts", str(max_restarts),
             # torch < 2.3 polls its workers every 5 s by default; restarts should not wait that long.
             "--monitor-interval", "0.1",
-            "-m", "trainwreck.harness.rank", "--run-dir", str(run_dir)]
+            "-m", "trainwreck.harness.launch.rank", "--run-dir", str(run_dir)]
 
 
 def torchrun_env() -> dict[str, str]:

@@ -27,7 +27,7 @@ REPEAT_STEPS = 2
 """Updates the second run must reach before it is stopped."""
 REPEAT_FILE = "repeat.json"
 REPEAT_STOP = {"id": "repeat-stop", "kind": "signal", "signal": "SIGKILL", "rank": 0, "step": REPEAT_STEPS + 1}
-"""The repeat run's only fault: it ends it (harness/golden.py runs it; Command.repeat_spec plans it)."""
+"""The repeat run's only fault: it ends it (harness/judge/golden.py runs it; Command.repeat_spec plans it)."""
 
 
 def step_digests(run_dir: Path) -> dict[int, str]:

@@ -9,7 +9,7 @@ world-size schedule, a restart budget and a fault plan; what a fault needs to kn
 framework (which save step, which file operation, which checkpoint to damage) is the
 framework's, so scenarios ask the framework for it.
 
-Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/cmd.py `Command`
+Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/supervise/cmd.py `Command`
 target on the supervisor): the watchdog, restarts on the world-size schedule, the
 plan's in-rank faults through the probe, corruption between attempts. The run is judged by
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
-from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose
 from trainwreck.trainer.frameworks import EXAMPLES
 
@@ -71,7 +71,7 @@ class Launcher(Protocol):
 
 def job_spec(job: Job, run_dir: Path) -> JobSpec:
     """The `trainwreck run --cmd` job of a row."""
-    from trainwreck.harness.cmd import Command
+    from trainwreck.harness.supervise.cmd import Command
 
     return JobSpec(target=Command(job.command), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
                    hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, run_dir=run_dir, keep=True,
@@ -80,7 +80,7 @@ def job_spec(job: Job, run_dir: Path) -> JobSpec:
 
 def cmd_launcher(job: Job, run_dir: Path) -> RunRecord:
     """The `trainwreck run --cmd` supervisor: one process per rank, torchrun's environment."""
-    from trainwreck.harness.supervisor import run_job
+    from trainwreck.harness.supervise.supervisor import run_job
 
     return run_job(job_spec(job, run_dir))
 
@@ -201,7 +201,7 @@ class Row:
 def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
     """The run's verdict from its own events (the --cmd contract rule included): verdicts.json and
     the report, as every judged run leaves them."""
-    from trainwreck.harness.runner import JudgedRun, publish
+    from trainwreck.harness.judge.runner import JudgedRun, publish
     from trainwreck.trainer.rundir import RunDir, iter_events
 
     spec = job_spec(job, record.run_dir)
@@ -306,12 +306,12 @@ def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_laun
 
 
 REPLICA_FRAMEWORK = "torchft"
-"""Its rows are replica-group jobs (harness/torchft_rows.py), not `--cmd` jobs: a group restarts alone."""
+"""Its rows are replica-group jobs (harness/suites/torchft_rows.py), not `--cmd` jobs: a group restarts alone."""
 
 
 def _replica_rows(out_dir: Path, scenarios: Sequence[str] | None,
                   progress: Callable[[Row], None] | None) -> list[Row]:
-    from trainwreck.harness.torchft_rows import INSTALL, SCENARIOS as REPLICA_SCENARIOS, TorchftRow, torchft_rows
+    from trainwreck.harness.suites.torchft_rows import INSTALL, SCENARIOS as REPLICA_SCENARIOS, TorchftRow, torchft_rows
 
     def row(r: TorchftRow) -> Row:
         return Row(REPLICA_FRAMEWORK, r.scenario, r.valid, r.invalid, None, r.reason, r.fired, r.figures)

@@ -1,7 +1,7 @@
 """The executable handbook: interview questions on distributed training, answered by runs made on the spot.
 
 A suite beside demo, chaos and defects. This module is its runs: CASES (built-in scenarios,
-the handbook's own plans, planted defects from harness/defects.py, the reference trainer on a
+the handbook's own plans, planted defects from harness/suites/defects.py, the reference trainer on a
 defect's scenario as its control, and benchmark jobs of benchmarks/fsdp.py run through its
 command) and the orchestration that runs them. The questions and their answers, claims over
 the runs' report.json, are harness/report/chapters.py; the page is harness/report/handbook.py.
@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainwreck.harness.defects import Row, get_defect, judge_row, run_defect
-from trainwreck.harness.procs import signal_group
+from trainwreck.harness.suites.defects import Row, get_defect, judge_row, run_defect
+from trainwreck.harness.launch.procs import signal_group
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
 from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
                                                 render_handbook)
-from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
-from trainwreck.harness.scenarios import Scenario, get_scenario
+from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
+from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 

@@ -1,11 +1,11 @@
 """Launchers start the W rank processes of one attempt and hand back an ``Attempt``.
 
 ``WarmLauncher``  forks ranks from a fork server that already imported torch (default; fast)
-``SpawnLauncher`` fresh interpreters ``python -m harness.rank`` (slow, nothing shared)
+``SpawnLauncher`` fresh interpreters ``python -m harness.launch.rank`` (slow, nothing shared)
 ``CmdLauncher``   a user's own command per rank, torchrun's environment contract
 
 Which name starts which, and the launcher that owns restarts itself (the torchrun agent,
-harness/torchrun.py), are declared once in harness/registry.py; each class here is built
+harness/supervise/torchrun.py), are declared once in harness/registry.py; each class here is built
 from the job's spec (`factory(spec)`) by the harness's attempt loop.
 
 Every attempt is one process group, so one killpg takes the whole attempt; every
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
-from trainwreck.harness.cmdfaults import corrupt_before
-from trainwreck.harness.procs import descendants, end_processes, marked_processes, set_parent_death_signal, \
+from trainwreck.harness.launch.cmdfaults import corrupt_before
+from trainwreck.harness.launch.procs import descendants, end_processes, marked_processes, set_parent_death_signal, \
     signal_group, signal_pid
-from trainwreck.harness.rank import ctx_to_json
-from trainwreck.harness.store import HarnessStore, Rendezvous
+from trainwreck.harness.launch.rank import ctx_to_json
+from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDir
 
@@ -80,13 +80,13 @@ class Launcher(Protocol):
 
 
 class ForkServer:
-    """The harness side of harness.forkserver: one per harness process, reused across runs."""
+    """The harness side of harness.launch.forkserver: one per harness process, reused across runs."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainwreck.harness.forkserver", str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-m", "trainwreck.harness.launch.forkserver", str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             # Its own session: a Ctrl-C in the terminal reaches only the harness, which
             # then kills the attempts in order instead of racing them.
@@ -269,7 +269,7 @@ class SpawnLauncher:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for ctx in rank_contexts(run_dir, attempt, world_size, rdzv):
-                cmd = [sys.executable, "-m", "trainwreck.harness.rank", "--ctx", ctx_to_json(ctx),
+                cmd = [sys.executable, "-m", "trainwreck.harness.launch.rank", "--ctx", ctx_to_json(ctx),
                        "--parent-pid", str(os.getpid())]
                 with open(RunDir(run_dir).rank_log(attempt, ctx.rank), "ab") as log:
                     procs.append(subprocess.Popen(
@@ -301,7 +301,7 @@ class CmdLauncher:
     each attempt gets a new store, not the job's: reused keys break the next attempt."""
 
     def __init__(self, spec: Any) -> None:
-        """`spec`: a JobSpec whose target is a harness/cmd.py Command (checked non-empty there)."""
+        """`spec`: a JobSpec whose target is a harness/supervise/cmd.py Command (checked non-empty there)."""
         self.argv = spec.target.argv
         self.plan, self.ckpt_dir = spec.plan, spec.target.ckpt_dir
 
@@ -409,7 +409,7 @@ def _process_group(pgid: int) -> dict[str, Any]:
 
 
 def _repo_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _child_env() -> dict[str, str]:

@@ -22,10 +22,10 @@ from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, W
 from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
                                         materialise, record_dcp_save)
 from trainwreck.faults.storage import Op
-from trainwreck.harness.runner import JudgedRun, run_judged
-from trainwreck.harness.spec import JobSpec
+from trainwreck.harness.judge.runner import JudgedRun, run_judged
+from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import verdict_word
-from trainwreck.harness.supervisor import run_job
+from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events
 
@@ -439,7 +439,7 @@ class ForeignWriter:
 
 
 FOREIGN_STEPS, FOREIGN_DATASET, FOREIGN_BATCH = 12, 64, 8
-"""The example trainers' job (harness/frameworks.py uses the same): 12 updates of 8 over 64 samples."""
+"""The example trainers' job (harness/suites/frameworks.py uses the same): 12 updates of 8 over 64 samples."""
 FOREIGN_WRITERS: dict[str, ForeignWriter] = {w.name: w for w in (
     ForeignWriter("lightning", "lightning", "lightning", "lightning_train.py",
                   ("--steps", "12", "--global-batch", "8", "--save-every", "4", "--resume")),
@@ -467,7 +467,7 @@ def foreign_command(writer: ForeignWriter, record: bool) -> str:
     import shlex
     import sys
 
-    from trainwreck.harness.frameworks import SCRIPTS
+    from trainwreck.harness.suites.frameworks import SCRIPTS
 
     sizes = ["--dataset-size", str(FOREIGN_DATASET), "--global-batch", str(FOREIGN_BATCH),
              "--total-steps", str(FOREIGN_STEPS)]
@@ -476,7 +476,7 @@ def foreign_command(writer: ForeignWriter, record: bool) -> str:
 
 
 def foreign_spec(writer: ForeignWriter, run_dir: Path, record: bool = False) -> JobSpec:
-    from trainwreck.harness.cmd import Command
+    from trainwreck.harness.supervise.cmd import Command
 
     return JobSpec(target=Command(foreign_command(writer, record)), world_sizes=(2,),
                    hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, run_dir=run_dir, keep=True, max_restarts=2)

@@ -1,8 +1,8 @@
 """The in-rank bootstrap every launcher ends in: tie the rank to its parent, arm the
 stack dump, read the job from run.json, build the hooks, run the trainer.
 
-    python -m harness.rank --ctx '<RankContext as JSON>'      (spawn launcher)
-    python -m harness.rank --run-dir DIR [--standalone]       (under torchrun)
+    python -m harness.launch.rank --ctx '<RankContext as JSON>'      (spawn launcher)
+    python -m harness.launch.rank --run-dir DIR [--standalone]       (under torchrun)
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from trainwreck.harness.procs import set_parent_death_signal
+from trainwreck.harness.launch.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.rundir import RunDir, read_run_json
 
@@ -50,7 +50,7 @@ WARM_MODULES = (
     "trainwreck.trainer.hooks",
     "trainwreck.trainer.loop",
     "trainwreck.trainer.entry",
-    "trainwreck.harness.rank",
+    "trainwreck.harness.launch.rank",
     "trainwreck.faults.inrank",
 )
 
@@ -123,7 +123,7 @@ def ctx_from_json(text: str) -> RankContext:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.rank", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.launch.rank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ctx", help="RankContext as JSON (the spawn launcher passes it)")
     parser.add_argument("--run-dir", type=Path, help="run directory with run.json (under torchrun)")

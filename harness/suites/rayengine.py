@@ -35,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trainwreck.harness.engines import EngineOptions, Outcome, PlanJob, run_plan
+from trainwreck.harness.suites.engines import EngineOptions, Outcome, PlanJob, run_plan
 from trainwreck.trainer.errors import InputError
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -99,7 +99,7 @@ def cpu_only_unless_nccl(backend: str) -> None:
 
 def build_golden(config: dict[str, Any], world_size: int, backend: str) -> tuple[str, bytes]:
     """Task: the golden run of (config, world size) in this node's cache, as (cache key, bytes)."""
-    from trainwreck.harness.golden import golden_run
+    from trainwreck.harness.judge.golden import golden_run
     from trainwreck.trainer.config import TrainConfig
 
     cpu_only_unless_nccl(backend)
@@ -109,7 +109,7 @@ def build_golden(config: dict[str, Any], world_size: int, backend: str) -> tuple
 
 def run_plan_task(job: PlanJob, golden: tuple[str, bytes]) -> tuple[Outcome, bytes]:
     """Task: install the shared golden run, run and judge the plan in node-local scratch, return it packed."""
-    from trainwreck.harness.golden import adopt
+    from trainwreck.harness.judge.golden import adopt
 
     cpu_only_unless_nccl(job.backend)
     node = this_node()

@@ -1,6 +1,6 @@
 """Run a job under faults and judge it against its golden run: the unit every command repeats.
 
-One path for every job: the spec's target (harness/targets.py, harness/cmd.py) says what its
+One path for every job: the spec's target (harness/supervise/targets.py, harness/supervise/cmd.py) says what its
 golden run is, how it is judged and how it is reproduced; `run_judged` only dispatches."""
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.errors import GoldenFailed
-from trainwreck.harness.golden import golden_for
+from trainwreck.harness.judge.golden import golden_for
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.harness.report.rootcause import RootCause, root_cause
-from trainwreck.harness.scenarios import Scenario
-from trainwreck.harness.spec import JobSpec
-from trainwreck.harness.restarts import RunRecord
-from trainwreck.harness.supervisor import run_job
-from trainwreck.harness.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
+from trainwreck.harness.supervise.scenarios import Scenario
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.harness.supervise.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
 from trainwreck.trainer.files import write_atomic

@@ -11,7 +11,7 @@ safe. Protocol (pickled dicts over a socket the harness passes as a file descrip
                        {"op": "started", "pids": [...], "pgid"}  reply to start
                        {"op": "exit", "pid", "code"}    a child ended (negative: killed by that signal)
 
-    python -m harness.forkserver FD PARENT_PID
+    python -m harness.launch.forkserver FD PARENT_PID
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 import traceback
 from multiprocessing.connection import Connection, wait
 
-from trainwreck.harness.procs import set_parent_death_signal, signal_pid
+from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid
 
 class Server:
     def __init__(self, conn: Connection) -> None:
@@ -100,7 +100,7 @@ class Server:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
-            from trainwreck.harness import rank
+            from trainwreck.harness.launch import rank
 
             set_parent_death_signal(server)
             rank.run(rank.ctx_from_json(ctx_json))
@@ -129,7 +129,7 @@ class Server:
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
     started = time.perf_counter()
-    from trainwreck.harness.rank import warm_imports  # imports torch
+    from trainwreck.harness.launch.rank import warm_imports  # imports torch
 
     set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
     warm_imports()

@@ -9,7 +9,7 @@ such a job:
   picks the port and the lighthouse reports it ("Lighthouse listening on: http://HOST:PORT"
   in its log); a planned ``lighthouse_kill`` SIGKILLs it when a rank reaches the fault's step,
   and it is restarted on the same port (the ranks know only that address);
-- per group incarnation, a fresh **TCPStore** on 127.0.0.1 (harness/store.py's loopback socket
+- per group incarnation, a fresh **TCPStore** on 127.0.0.1 (harness/launch/store.py's loopback socket
   hand-over): torchft's Manager keeps its address keys at the store's root, so a restarted
   group must not read its predecessor's;
 - the group's ranks, torchrun's environment per group (RANK/WORLD_SIZE inside the group,
@@ -38,9 +38,9 @@ from typing import Any
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY
 from trainwreck.harness.errors import SpecError
-from trainwreck.harness.launchers import _child_env, _process_group
-from trainwreck.harness.procs import set_parent_death_signal, signal_group
-from trainwreck.harness.store import HOST, HarnessStore
+from trainwreck.harness.launch.launchers import _child_env, _process_group
+from trainwreck.harness.launch.procs import set_parent_death_signal, signal_group
+from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.progress import read_progress
 from trainwreck.trainer.rundir import RunDir, iter_events, write_json_atomic

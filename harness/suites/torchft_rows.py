@@ -1,9 +1,9 @@
 """torchft's rows of `trainwreck frameworks`: replica-group recovery judged and measured.
 
     rows = torchft_rows(out_dir)                      # every scenario, this interpreter's torchft
-    python -m trainwreck.harness.torchft_rows --python .venv-nightly/bin/python --out DIR   # another torchft
+    python -m trainwreck.harness.suites.torchft_rows --python .venv-nightly/bin/python --out DIR   # another torchft
 
-Each row is a real replica-group job (harness/replicas.py: a loopback lighthouse, one store per
+Each row is a real replica-group job (harness/supervise/replicas.py: a loopback lighthouse, one store per
 group incarnation, a group restarted alone) of the example trainer
 trainer/frameworks/torchft_train.py, judged by `judge` (which picks the replica-aware checkers
 from run.json's `replica_groups`), with the figures the judge measured: the survivors'
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainwreck.harness.replicas import LIGHTHOUSE_KIND, ReplicaJob, run_replica_job
+from trainwreck.harness.supervise.replicas import LIGHTHOUSE_KIND, ReplicaJob, run_replica_job
 from trainwreck.invariants.verdict import UNKNOWN, Validity
 
 FRAMEWORK = "torchft"

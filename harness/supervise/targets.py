@@ -1,7 +1,7 @@
 """What a job runs: `JobSpec.target`, a `Reference` trainer config or a user's `Command`.
 
 The two kinds of job differ in four things, and each target owns them, so the one
-run-and-judge path (harness/runner.py `run_judged`, harness/golden.py `golden_for`)
+run-and-judge path (harness/judge/runner.py `run_judged`, harness/judge/golden.py `golden_for`)
 dispatches on the object instead of callers choosing a pipeline:
 
 - what it checks before any process starts (`check`) and writes into run.json (`run_json`);
@@ -10,8 +10,8 @@ dispatches on the object instead of callers choosing a pipeline:
 - its judgement: the invariants, plus for a command the run-format contract (`judge`, `problems`);
 - the line that reruns it (`reproduce`).
 
-The user's command lives in harness/cmd.py (`Command`); this module holds the protocol and
-the reference trainer. Neither imports JobSpec (harness/spec.py imports them): a golden
+The user's command lives in harness/supervise/cmd.py (`Command`); this module holds the protocol and
+the reference trainer. Neither imports JobSpec (harness/supervise/spec.py imports them): a golden
 spec is built with `type(spec)(...)` or `dataclasses.replace`.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Protocol
 from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE
-from trainwreck.harness.scenarios import Scenario
+from trainwreck.harness.supervise.scenarios import Scenario
 from trainwreck.invariants import Judgement, judge, load_history
 from trainwreck.trainer.config import ConfigError, TrainConfig
 from trainwreck.trainer.rundir import RunDir, run_json_fields
@@ -59,7 +59,7 @@ class Target(Protocol):
 
     def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
         """A short second uninterrupted job whose first updates must equal the golden run's (is the
-        trainer deterministic? harness/cmdrepeat.py); None: nothing to check."""
+        trainer deterministic? harness/supervise/cmdrepeat.py); None: nothing to check."""
 
     def problems(self, run_dir: Path) -> list[str]:
         """Why a run of this target cannot be judged, each with the fix; empty when it can."""

@@ -1,0 +1,1 @@
+"""Running a job and judging it against its cached golden run."""
