@@ -7,7 +7,7 @@ directory); it has no pointer of its own. This module records one such save in-p
 mutating op (before, after, torn for a write: faults/storage.py FaultyStorage, the same
 crash_op fault the job sweep uses) and judges what is left by loading it, in two layouts:
 a new directory per save, and every save into the same directory (DCP's default
-``overwrite=True`` allows it). harness/suites/sweep.py run_dcp_crash_sweep runs it; the
+``overwrite=True`` allows it). harness/suites/sweep.py `DcpCrash` runs it; the
 power-loss model of the same save is faults/powerloss.py's.
 """
 from __future__ import annotations

@@ -129,14 +129,16 @@ def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | 
     return judged
 
 
-def publish(judged: JudgedRun) -> None:
-    """Write the run's verdicts.json and render its report: the one shape every judged run leaves."""
+def publish(judged: JudgedRun, report: bool = True) -> None:
+    """Write the run's verdicts.json and render its report: the one shape every judged run leaves.
+    `report` False: no job ran (DCP's own save judged in this process), so no events to render."""
     record, cause = judged.record, judged.root_cause.to_json() if judged.root_cause else None
     write_atomic(RunDir(record.run_dir).verdicts, json.dumps(
         {**judged.judgement.to_json(), "golden": str(judged.golden_dir), "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
         indent=1, default=str) + "\n", root=record.run_dir)
-    _render_report(record.run_dir)
+    if report:
+        _render_report(record.run_dir)
 
 
 def _root_cause(run_dir: Path) -> RootCause | None:

@@ -1,47 +1,163 @@
-"""The crash-point sweep as a suite: crash one save at each of its storage operations and
-judge every crash point as a real run, through the same run-and-judge path as any other
-run (each gets its verdicts.json and its report).
+"""The sweeps as one suite: crash one save at each of its storage operations, or cut the power
+under every save of a job, and judge every point as a real run through the same run-and-judge
+path as any other run (each gets its verdicts.json, written by harness/judge/runner.py `publish`).
 
-    result = run_sweep("reference", out=Path("out/sweep"), progress=print)
-    result.first_failure      # None, or the first crash point that broke an invariant
-    result.to_json()          # {"writer", "ops", "rows": [one per crash point], ...}
+    result = run_sweep(SweepRequest("reference"), out=Path("out/sweep"), progress=print)
+    result.first_failure      # None, or the first point that broke an invariant
+    result.to_json()          # {"writer", "ops", "rows": [one per point], ...}
 
-The fault side (recording the save, naming crash points, the crash plan) is faults/sweep.py.
+A `SweepRequest` declares what to sweep (writer, parallelism, points, power loss, limit, seed);
+`sweep_for` picks the one `Sweep` that runs it, and every kind returns the same `SweepResult`,
+whose rows are crash points or power-loss states. A user's `--cmd` and the framework writers'
+crash-every-op sweeps are rows of the frameworks table (harness/suites/frameworks.py): the request
+says so (`request.table`) and the command publishes them with that table.
+
+The fault side (recording the save, naming crash points, the crash plan, the crash states) is
+faults/sweep.py, faults/powerloss.py and faults/dcpcrash.py.
 """
 from __future__ import annotations
 
 import bisect
 import json
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Protocol
 
-from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, WORLD_SIZES, crash_plan, crash_points,
-                                     describe, load_rank_ops, mutating_ops, rank_crash_points, record_save_ops)
-from trainwreck.faults.powerloss import (OPS_DIR, CrashState, OpLog, crash_states, judge_dcp_state, load_oplog,
+from trainwreck.faults.sweep import (CRASH_STEP, HANG_TIMEOUT_S, SWEEP_CONFIG, WORLD_SIZES, crash_plan, describe,
+                                     load_rank_ops, mutating_ops, rank_crash_points, record_save_ops)
+from trainwreck.faults.powerloss import (OPS_DIR, CrashState, LowOp, OpLog, crash_states, judge_dcp_state, load_oplog,
                                         materialise, record_dcp_save)
 from trainwreck.faults.storage import Op
-from trainwreck.harness.judge.runner import JudgedRun, run_judged
+from trainwreck.harness.errors import InputError
+from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.judge.runner import JudgedRun, publish, run_judged
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.invariants import Judgement
+from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, compose, verdict_word
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events
 
 Say = Callable[[str], None]
 """Where progress lines go (print, a list's append, ...)."""
+CrashPoint = tuple[int, int, str]
+"""(rank, op_index, when): one process-crash point; a DDP or DCP save's writer is rank 0."""
+
+POWER_LOSS_SEED = 0
+POWER_LOSS_CAP = 16
+"""Crash points with more combinations than this are sampled this many times (seeded)."""
+POWER = "power"
+"""The `when` of a power-loss state's row: the power failed, no process crashed."""
+WHEN_ORDER = {"before": 0, "after": 1, "torn": 2, POWER: 3}
+DCP_WRITER = "dcp"
+"""torch.distributed.checkpoint's own FileSystemWriter commit: not a trainer variant, so its
+points are judged by loading the checkpoints (faults/dcpcrash.py, faults/powerloss.py)."""
+DCP_LOAD = "dcp_load"
+"""The one check of DCP's own save: its checkpoints load as written."""
+
+
+# ----- what to sweep, and what came of it -----------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """One sweep, declared; `check` refuses what cannot run before anything starts."""
+
+    writer: str = "reference"
+    """A trainer variant, dcp / dcp_in_place (DCP's own save), or a framework writer."""
+    parallelism: str = "ddp"
+    """ddp: rank 0 writes the checkpoint; fsdp: every rank writes its own shards."""
+    points: tuple[CrashPoint, ...] | None = None
+    """Only these process-crash points; None: every one."""
+    power_loss: bool = False
+    limit: int | None = None
+    """Power loss: judge at most this many states, spread evenly (None: all; FOREIGN_LIMIT for a framework)."""
+    seed: int = POWER_LOSS_SEED
+    cap: int = POWER_LOSS_CAP
+    cmd: str | None = None
+    """A user's own training command: its save crashed at every recorded file operation."""
+    golden_cache: Path | None = None
+    observed: dict[int, list[Op]] | None = field(default=None, compare=False, repr=False)
+    """FSDP: each rank's ops already recorded by observe_sharded (else one observed job records them)."""
+
+    @property
+    def dcp_own(self) -> bool:
+        """DCP's own save: `dcp` always, `dcp_in_place` for process crashes."""
+        from trainwreck.faults.dcpcrash import DCP_LAYOUTS
+
+        return self.writer == DCP_WRITER or (self.writer in DCP_LAYOUTS and not self.power_loss)
+
+    @property
+    def table(self) -> bool:
+        """A frameworks-table sweep: a user's --cmd, or a framework's own save crashed at every op."""
+        from trainwreck.harness.suites.frameworks import FRAMEWORKS
+
+        return self.cmd is not None or (self.writer in FRAMEWORKS and not self.power_loss)
+
+    def check(self) -> None:
+        """Raise InputError naming the fix when this request cannot run (nothing has started)."""
+        if self.cmd is not None:
+            return self._check_command()
+        if self.table:
+            return self._refuse(("--points", self.points is not None), ("--parallelism", self.parallelism != "ddp"),
+                                why=f"does not apply to --writer {self.writer}: a framework's save is crashed at "
+                                    "every file operation the golden run recorded; leave it out")
+        self._check_writer()
+        if self.power_loss:
+            self._check_power_loss()
+
+    def _check_command(self) -> None:
+        self._refuse(("--writer", self.writer != "reference"), ("--power-loss", self.power_loss),
+                     ("--points", self.points is not None), ("--parallelism", self.parallelism != "ddp"),
+                     why="does not apply to --cmd: the command's own save is crashed at every file operation "
+                         "its golden run recorded; leave it out")
+        if not (self.cmd or "").strip():
+            raise InputError("--cmd is empty; give e.g. --cmd 'python train.py'")
+
+    @staticmethod
+    def _refuse(*flags: tuple[str, bool], why: str) -> None:
+        given = [flag for flag, present in flags if present]
+        if given:
+            raise InputError(f"{given[0]} {why}")
+
+    def _check_writer(self) -> None:
+        from trainwreck.trainer.entry import trainer_class
+
+        if not (self.dcp_own or (self.power_loss and self.writer in FOREIGN_WRITERS)):
+            try:  # DCP's own commit and the framework writers' saves are no trainer variants
+                trainer_class(self.writer)
+            except ValueError as exc:
+                raise InputError(f"--writer: {exc}") from None
+        if self.dcp_own and self.parallelism != "ddp":
+            raise InputError(f"--writer {self.writer} sweeps DCP's own save in one process; leave out --parallelism")
+
+    def _check_power_loss(self) -> None:
+        if self.parallelism != "ddp":
+            raise InputError("--power-loss with --parallelism fsdp is not implemented (the power-loss sweep records "
+                             "rank 0's saves only); leave out --parallelism, or use --writer dcp for DCP's own "
+                             "commit under power loss")
+        if self.points is not None:
+            raise InputError("--points names process-crash points; with --power-loss use --limit N")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"--limit {self.limit} judges nothing; give --limit 1 or more")
+        writer = FOREIGN_WRITERS.get(self.writer)
+        if writer is not None and not writer.installed():
+            raise ForeignWriterMissing(f"--writer {self.writer}: {writer.module} is not installed; {writer.install}")
 
 
 @dataclass(frozen=True)
 class SweepRow:
+    """One judged point: a process crash (before, after or torn at one op of one rank) or a
+    power-loss state (`when` is POWER, `op_index` the cut point, the state's fields filled)."""
+
     op_index: int
-    """0-based index among the save's mutating storage ops."""
+    """Crash: 0-based index among the save's mutating storage ops; power loss: the cut point."""
     op: str
-    """The op, e.g. 'rename(.tmp-step-00000016-PID, step-00000016)'."""
+    """The op, e.g. 'rename(.tmp-step-00000016-PID, step-00000016)' (empty for a power cut)."""
     when: str
-    """before, after or torn."""
-    verdict: Any
+    """before, after, torn, or power."""
+    verdict: Validity
     """The judgement: True (valid), False (invalid) or "unknown"."""
     failing: list[str]
     """Invariants judged invalid."""
@@ -49,19 +165,44 @@ class SweepRow:
     """Invariants judged unknown (and 'unfired' when the crash never happened)."""
     run_dir: str
     outcome: str
-    """The harness outcome of the job (completed, budget_exhausted, ...)."""
+    """The harness outcome of the job (completed, budget_exhausted, ...; DCP's own: crashed, loaded, ...)."""
     summary: str = ""
     """The first failing invariant's one-line summary."""
     rank: int = 0
     """The rank that crashed (a DDP save's writer is rank 0; a sharded save has one per rank)."""
+    state: int = -1
+    """Power loss: 0-based index among the explored (distinct) crash states."""
+    description: str = ""
+    """Power loss: the state in words: the last op issued, what was lost and what was torn."""
+    kept: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    torn: list[str] = field(default_factory=list)
+    report: str = ""
+    """The row's report (report.html; verdicts.json where no job ran to render one)."""
+
+    @property
+    def power_loss(self) -> bool:
+        return self.when == POWER
+
+    @property
+    def point(self) -> int:
+        """Power loss: the power failed after this many recorded ops (of every save of the job)."""
+        return self.op_index
 
     @property
     def label(self) -> str:
+        if self.power_loss:
+            return (f"state {self.state} (power cut after op {self.point}, {len(self.lost)} ops lost, "
+                    f"{len(self.torn)} torn)")
         return f"{self.when} op {self.op_index} {self.op}" + (f" of rank {self.rank}" if self.rank else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "op_index": self.op_index, "op": self.op, "when": self.when,
-                "verdict": self.verdict, "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir,
+        judged = {"verdict": self.verdict, "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir}
+        if self.power_loss:
+            return {"state": self.state, "point": self.point, "description": self.description, "kept": self.kept,
+                    "lost": self.lost, "torn": self.torn, **judged, "valid": self.verdict is True,
+                    "report": self.report, "outcome": self.outcome, "summary": self.summary}
+        return {"rank": self.rank, "op_index": self.op_index, "op": self.op, "when": self.when, **judged,
                 "outcome": self.outcome, "summary": self.summary}
 
 
@@ -69,12 +210,18 @@ class SweepRow:
 class SweepResult:
     writer: str
     ops: list[str]
-    """The recorded mutating ops of the reference save, in order."""
-    rows: list[SweepRow] = field(default_factory=list)
-    golden_dir: str = ""
+    """Crash: the recorded mutating ops of the save, in order; power loss: every recorded low-level op."""
+    power_loss: bool = False
     parallelism: str = "ddp"
+    """ddp, fsdp, or dcp (DCP's own save in one process)."""
     rank_ops: dict[int, list[str]] = field(default_factory=dict)
     """A sharded save: each rank's own recorded mutating ops (`ops` is rank 0's)."""
+    golden_dir: str = ""
+    stats: str = ""
+    """Power loss: how the states were generated: crash points, sampled, generated, duplicates, explored."""
+    explored: int = 0
+    observed_dir: str = ""
+    rows: list[SweepRow] = field(default_factory=list)
 
     @property
     def failures(self) -> list[SweepRow]:
@@ -82,17 +229,133 @@ class SweepResult:
 
     @property
     def first_failure(self) -> SweepRow | None:
-        """The failing crash point earliest in the save (by op index, then before/after/torn)."""
-        order = {"before": 0, "after": 1, "torn": 2}
-        failing = sorted(self.failures, key=lambda r: (r.rank, r.op_index, order[r.when]))
-        return failing[0] if failing else None
+        """The failing point earliest in the save (rank, op index, then before/after/torn; a power
+        cut: the earliest cut, then the state)."""
+        return min(self.failures, key=lambda r: (r.rank, r.op_index, WHEN_ORDER[r.when], r.state), default=None)
+
+    @property
+    def valid(self) -> Validity:
+        return compose(row.verdict for row in self.rows)
 
     def to_json(self) -> dict[str, Any]:
         first = self.first_failure
-        return {"writer": self.writer, "parallelism": self.parallelism, "step": CRASH_STEP, "ops": self.ops,
-                "rank_ops": {str(r): ops for r, ops in self.rank_ops.items()}, "crash_points": len(self.rows),
-                "failures": len(self.failures), "first_failure": first.to_json() if first else None,
-                "golden_dir": self.golden_dir, "rows": [r.to_json() for r in self.rows]}
+        tail = {"failures": len(self.failures), "first_failure": first.to_json() if first else None}
+        if self.power_loss:
+            return {"writer": self.writer, "power_loss": True, "ops": len(self.ops), "stats": self.stats,
+                    "explored": self.explored, "judged": len(self.rows), "failures": tail["failures"],
+                    "observed_dir": self.observed_dir, "first_failure": tail["first_failure"],
+                    "rows": [r.to_json() for r in self.rows]}
+        return {"writer": self.writer, "power_loss": False, "parallelism": self.parallelism, "step": CRASH_STEP,
+                "ops": self.ops, "rank_ops": {str(r): ops for r, ops in self.rank_ops.items()},
+                "crash_points": len(self.rows), **tail, "golden_dir": self.golden_dir,
+                "rows": [r.to_json() for r in self.rows]}
+
+
+# ----- the one entry point ----------------------------------------------------------------------
+
+class Sweep(Protocol):
+    """One kind of sweep: where its runs go, and how every point of a request is judged."""
+
+    def folder(self, request: SweepRequest) -> str:
+        """The directory under OUT that holds this sweep's runs."""
+
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        """Judge every point of `request` into `base`, one progress line each."""
+
+
+def run_sweep(request: SweepRequest = SweepRequest(), out: Path | None = None,
+              progress: Say | None = None) -> SweepResult:
+    """Run the sweep `request` declares (`request.check()` first), every point a judged run
+    under out/<folder>/ (a temporary directory when `out` is None)."""
+    request.check()
+    if request.table:
+        raise InputError("a --cmd or framework writer's sweep is a frameworks-table run: "
+                         "harness/suites/frameworks.py run_command_sweep / run_table runs it")
+    sweep = sweep_for(request)
+    prefix = "trainwreck-powerloss-" if request.power_loss else "trainwreck-sweep-"
+    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix=prefix))) / sweep.folder(request)
+    return sweep.run(request, base, progress or (lambda _line: None))
+
+
+def sweep_for(request: SweepRequest) -> Sweep:
+    """The one place a request picks its kind of sweep."""
+    if request.power_loss:
+        if request.writer in FOREIGN_WRITERS:
+            return ForeignPowerLoss()
+        return DcpPowerLoss() if request.writer == DCP_WRITER else PowerLoss()
+    if request.dcp_own:
+        return DcpCrash()
+    return ShardedCrash() if request.parallelism == "fsdp" else ProcessCrash()
+
+
+# ----- judging a point: every row comes from a JudgedRun that runner.publish wrote ---------------
+
+def judged_fields(judged: JudgedRun) -> dict[str, Any]:
+    """A row's verdict fields; the summary is the first failing or unknown invariant's, else the
+    first note of a judgement that is not valid (a crash that never fired, a missing golden run)."""
+    judgement = judged.judgement
+    failing = [name for name, v in judgement.verdicts.items() if v.valid is False]
+    unknown = [name for name, v in judgement.verdicts.items() if v.valid not in (True, False)]
+    unknown += ["unfired"] if judgement.unfired_faults else []
+    summaries = [judgement.verdicts[name].summary for name in failing + unknown if name in judgement.verdicts]
+    summaries += judgement.notes[:1] if judgement.valid is not True else []
+    return {"verdict": judgement.valid, "failing": failing, "unknown": unknown,
+            "run_dir": str(judged.record.run_dir), "outcome": judged.record.outcome,
+            "summary": summaries[0] if summaries else ""}
+
+
+def sweep_row(op_index: int, op: str, when: str, judged: JudgedRun, rank: int = 0) -> SweepRow:
+    return SweepRow(op_index, op, when, rank=rank, **judged_fields(judged))
+
+
+def power_loss_row(n: int, state: CrashState, judged: JudgedRun) -> SweepRow:
+    run_dir = RunDir(judged.record.run_dir)
+    html = run_dir.report_file("report.html")
+    return SweepRow(state.point, "", POWER, state=n, description=state.in_words(), kept=state.kept, lost=state.lost,
+                    torn=state.torn_ops, report=str(html if html.is_file() else run_dir.verdicts),
+                    **judged_fields(judged))
+
+
+def publish_in_process(run_dir: Path, judgement: Judgement, outcome: str, reproduce: str, wall_s: float) -> JudgedRun:
+    """DCP's own save runs in this process, no job: its judgement is published as every run's is
+    (runner.publish writes verdicts.json), without a report (no events for one to read)."""
+    # "completed": the save (crashed or cut as planned) and the judging load both ran to their end
+    record = RunRecord(run_dir, "completed", outcome, attempts=1, final_step=CRASH_STEP, hangs=0, wall_s=wall_s)
+    judged = JudgedRun(record, judgement, Path(""), reproduce)
+    publish(judged, report=False)
+    return judged
+
+
+def dcp_judgement(valid: bool, why: str, evidence: list[str]) -> Judgement:
+    return Judgement(valid, {DCP_LOAD: Verdict(DCP_LOAD, valid, why, evidence=evidence)})
+
+
+def golden_text(golden_dir: Path) -> str:
+    """The golden run's directory as the result names it; "" when the points had none (DCP's own)."""
+    return "" if golden_dir == Path("") else str(golden_dir)
+
+
+# ----- process crashes: one job (or one in-process save) per crash point --------------------------
+
+Judge = Callable[[CrashPoint], JudgedRun]
+
+
+def judge_crash_points(result: SweepResult, todo: list[tuple[int, int, str, str]],
+                       points: tuple[CrashPoint, ...] | None, judge: Judge, name: str, say: Say) -> SweepResult:
+    """Judge each (rank, op_index, op, when) of `todo` that `points` names (all when None), a row each."""
+    wanted = set(points) if points is not None else None
+    todo = [p for p in todo if wanted is None or (p[0], p[1], p[3]) in wanted]
+    for n, (rank, index, op, when) in enumerate(todo, 1):
+        judged = judge((rank, index, when))
+        result.golden_dir = golden_text(judged.golden_dir)
+        row = sweep_row(index, op, when, judged, rank)
+        result.rows.append(row)
+        say(f"[{n}/{len(todo)}] {name}: crash {row.label}: {verdict_word(row.verdict)}{detail(row)}")
+    return result
+
+
+def detail(row: SweepRow) -> str:
+    return f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
 
 
 def crash_point_spec(writer: str, op_index: int, when: str, run_dir: Path) -> JobSpec:
@@ -101,40 +364,27 @@ def crash_point_spec(writer: str, op_index: int, when: str, run_dir: Path) -> Jo
                    hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir)
 
 
-def sweep_row(op_index: int, op: str, when: str, judged: JudgedRun, rank: int = 0) -> SweepRow:
-    judgement = judged.judgement
-    failing = [name for name, v in judgement.verdicts.items() if v.valid is False]
-    unknown = [name for name, v in judgement.verdicts.items() if v.valid not in (True, False)]
-    unknown += ["unfired"] if judgement.unfired_faults else []
-    first = next((judgement.verdicts[name].summary for name in failing + unknown if name in judgement.verdicts), "")
-    return SweepRow(op_index, op, when, judgement.valid, failing, unknown, str(judged.record.run_dir),
-                    judged.record.outcome, first, rank)
+class ProcessCrash:
+    """A trainer variant's save on rank 0 of a DDP job, crashed at each of its mutating ops; each
+    crash point a job judged against the reference trainer's cached golden run."""
 
+    def folder(self, request: SweepRequest) -> str:
+        return request.writer
 
-def run_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
-              points: Iterable[tuple[int, str]] | None = None, golden_cache: Path | None = None) -> SweepResult:
-    """Crash the writer's save at every crash point (or only `points`: (op_index, when)),
-    each run judged against the reference trainer's cached golden run. Runs go under out/<writer>/."""
-    say = progress or (lambda _line: None)
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / writer
-    ops = record_save_ops(writer)
-    result = SweepResult(writer, mutating_ops(ops))
-    say(f"{writer}: the save at step {CRASH_STEP} does {len(result.ops)} mutating storage ops")
-    wanted = set(points) if points is not None else None
-    todo = [p for p in crash_points(ops) if wanted is None or (p[0], p[2]) in wanted]
-    for n, (index, op, when) in enumerate(todo, 1):
-        spec = crash_point_spec(writer, index, when, base / f"op{index:02d}-{when}")
-        judged = run_judged(spec, golden_cache=golden_cache,
-                            reproduce=f"trainwreck sweep --writer {writer} --points {index}:{when}")
-        result.golden_dir = str(judged.golden_dir)
-        row = sweep_row(index, op, when, judged)
-        result.rows.append(row)
-        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
-        say(f"[{n}/{len(todo)}] {writer}: crash {row.label}: {verdict_word(row.verdict)}{detail}")
-    return result
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        writer = request.writer
+        ops = record_save_ops(writer)
+        result = SweepResult(writer, mutating_ops(ops))
+        say(f"{writer}: the save at step {CRASH_STEP} does {len(result.ops)} mutating storage ops")
 
+        def judge(point: CrashPoint) -> JudgedRun:
+            _, index, when = point
+            return run_judged(crash_point_spec(writer, index, when, base / f"op{index:02d}-{when}"),
+                              golden_cache=request.golden_cache,
+                              reproduce=f"trainwreck sweep --writer {writer} --points {index}:{when}")
 
-# ----- the sweep of a sharded (FSDP) save: every rank crashes at each of its own ops -------
+        return judge_crash_points(result, rank_crash_points({0: ops}), request.points, judge, writer, say)
+
 
 def sharded_config(writer: str) -> TrainConfig:
     return TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer, "parallelism": "fsdp"})
@@ -154,131 +404,69 @@ def observe_sharded(writer: str, run_dir: Path) -> dict[int, list[Op]]:
     return ops
 
 
-def run_sharded_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
-                      points: Iterable[tuple[int, int, str]] | None = None, golden_cache: Path | None = None,
-                      observed: dict[int, list[Op]] | None = None) -> SweepResult:
-    """Crash each rank of an FSDP job at each of its own mutating ops of the save at
-    CRASH_STEP (before, after, torn for a write), DCP's `.metadata` write and rename
-    included; every crash point is a job judged by every invariant. `points`: only these
-    (rank, op_index, when); `observed`: ops already recorded by observe_sharded (else one
-    observed job records them). Runs go under out/fsdp-<writer>/."""
-    say = progress or (lambda _line: None)
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / f"fsdp-{writer}"
-    ops = observed if observed is not None else observe_sharded(writer, base / "observed")
-    result = SweepResult(writer, [describe(o) for o in ops[0]], parallelism="fsdp",
-                         rank_ops={r: [describe(o) for o in rank_ops] for r, rank_ops in ops.items()})
-    say(f"fsdp {writer}: the save at step {CRASH_STEP} does "
-        + ", ".join(f"{len(o)} mutating storage ops on rank {r}" for r, o in sorted(ops.items())))
-    wanted = set(points) if points is not None else None
-    todo = [p for p in rank_crash_points(ops) if wanted is None or (p[0], p[1], p[3]) in wanted]
-    for n, (rank, index, op, when) in enumerate(todo, 1):
-        spec = JobSpec(config=sharded_config(writer), world_sizes=WORLD_SIZES, plan=crash_plan(index, when, rank),
-                       hang_timeout_s=HANG_TIMEOUT_S, run_dir=base / f"r{rank}-op{index:02d}-{when}")
-        judged = run_judged(spec, golden_cache=golden_cache, reproduce=(
-            f"trainwreck sweep --parallelism fsdp --writer {writer} --points r{rank}:{index}:{when}"))
-        result.golden_dir = str(judged.golden_dir)
-        row = sweep_row(index, op, when, judged, rank)
-        result.rows.append(row)
-        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
-        say(f"[{n}/{len(todo)}] fsdp {writer}: rank {rank} crash {when} op {index} {op}: "
-            f"{verdict_word(row.verdict)}{detail}")
-    return result
+class ShardedCrash:
+    """Each rank of an FSDP job crashed at each of its own mutating ops of the save at CRASH_STEP
+    (DCP's `.metadata` write and rename included); every crash point a job judged by every invariant."""
+
+    def folder(self, request: SweepRequest) -> str:
+        return f"fsdp-{request.writer}"
+
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        writer = request.writer
+        ops = request.observed if request.observed is not None else observe_sharded(writer, base / "observed")
+        result = SweepResult(writer, [describe(o) for o in ops[0]], parallelism="fsdp",
+                             rank_ops={r: [describe(o) for o in rank_ops] for r, rank_ops in ops.items()})
+        say(f"fsdp {writer}: the save at step {CRASH_STEP} does "
+            + ", ".join(f"{len(o)} mutating storage ops on rank {r}" for r, o in sorted(ops.items())))
+
+        def judge(point: CrashPoint) -> JudgedRun:
+            rank, index, when = point
+            spec = JobSpec(config=sharded_config(writer), world_sizes=WORLD_SIZES, plan=crash_plan(index, when, rank),
+                           hang_timeout_s=HANG_TIMEOUT_S, run_dir=base / f"r{rank}-op{index:02d}-{when}")
+            return run_judged(spec, golden_cache=request.golden_cache, reproduce=(
+                f"trainwreck sweep --parallelism fsdp --writer {writer} --points r{rank}:{index}:{when}"))
+
+        return judge_crash_points(result, rank_crash_points(ops), request.points, judge, f"fsdp {writer}", say)
 
 
-# ----- DCP's own writer on its own: what its commit protocol guarantees on a process crash --
+class DcpCrash:
+    """torch.distributed.checkpoint's own save (no trainwreck pointer, no manifest) crashed at each
+    of its mutating ops, in-process, and judged by loading what is left (faults/dcpcrash.py).
+    `writer`: dcp (a new directory per save) or dcp_in_place (every save into one directory)."""
 
-def run_dcp_crash_sweep(layout: str = "dcp", out: Path | None = None, progress: Say | None = None,
-                        points: Iterable[tuple[int, str]] | None = None) -> SweepResult:
-    """Crash torch.distributed.checkpoint's own save (no trainwreck pointer, no manifest) at
-    each of its mutating ops, in-process, and judge what is left by loading it
-    (faults/dcpcrash.py). `layout`: "dcp" (a new directory per save) or "dcp_in_place"
-    (every save into one directory). Each crash point's directory gets verdicts.json."""
-    from trainwreck.faults.dcpcrash import DCP_LAYOUTS, crash_dcp_save, judge_dcp_crash, record_dcp_ops
+    def folder(self, request: SweepRequest) -> str:
+        return request.writer
 
-    say = progress or (lambda _line: None)
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-sweep-"))) / layout
-    ops = record_dcp_ops(base / "observed", layout)
-    result = SweepResult(layout, mutating_ops(ops), parallelism="dcp")
-    say(f"{layout} ({DCP_LAYOUTS[layout]}): the DCP save at step {CRASH_STEP} does {len(result.ops)} mutating ops")
-    wanted = set(points) if points is not None else None
-    todo = [p for p in crash_points(ops) if wanted is None or (p[0], p[2]) in wanted]
-    for n, (index, op, when) in enumerate(todo, 1):
-        run_dir = base / f"op{index:02d}-{when}"
-        details, returned = crash_dcp_save(run_dir / "checkpoints", layout, index, when)
-        valid, why = judge_dcp_crash(run_dir / "checkpoints", layout, returned)
-        if not details:  # the crash never happened: nothing was judged
-            valid, why = "unknown", f"the crash at op {index} ({when}) never fired"
-        (run_dir / "verdicts.json").write_text(json.dumps(
-            {"valid": valid, "why": why, "fault": details, "layout": layout,
-             "reproduce": f"trainwreck sweep --writer {layout} --points {index}:{when}"}, indent=1) + "\n")
-        row = SweepRow(index, op, when, valid, ["dcp_load"] if valid is False else [],
-                       ["unfired"] if valid == "unknown" else [], str(run_dir),
-                       "crashed" if details else "completed", "" if valid is True else why)
-        result.rows.append(row)
-        say(f"[{n}/{len(todo)}] {layout}: crash {row.label}: {verdict_word(valid)}"
-            + ("" if valid is True else f" ({why})"))
-    return result
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        from trainwreck.faults.dcpcrash import DCP_LAYOUTS, record_dcp_ops
+
+        layout = request.writer
+        ops = record_dcp_ops(base / "observed", layout)
+        result = SweepResult(layout, mutating_ops(ops), parallelism="dcp")
+        say(f"{layout} ({DCP_LAYOUTS[layout]}): the DCP save at step {CRASH_STEP} does {len(result.ops)} mutating ops")
+        judge = lambda point: judge_dcp_crash_point(layout, base, point)  # noqa: E731
+        return judge_crash_points(result, rank_crash_points({0: ops}), request.points, judge, layout, say)
 
 
-# ----- the power-loss sweep ------------------------------------------------------------------
+def judge_dcp_crash_point(layout: str, base: Path, point: CrashPoint) -> JudgedRun:
+    """Crash DCP's save at one point in this process, load what is left, publish the judgement."""
+    from trainwreck.faults.dcpcrash import crash_dcp_save, judge_dcp_crash
 
-POWER_LOSS_SEED = 0
-POWER_LOSS_CAP = 16
-"""Crash points with more combinations than this are sampled this many times (seeded)."""
-
-
-@dataclass(frozen=True)
-class PowerLossRow:
-    state: int
-    """0-based index among the explored (distinct) crash states."""
-    point: int
-    """The power failed after this many recorded ops (of every save of the job)."""
-    description: str
-    """The crash state in words: the last op issued, what was lost and what was torn."""
-    kept: list[str]
-    lost: list[str]
-    torn: list[str]
-    verdict: Any
-    failing: list[str]
-    unknown: list[str]
-    run_dir: str
-    report: str
-    outcome: str
-    summary: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "point": self.point, "description": self.description, "kept": self.kept,
-                "lost": self.lost, "torn": self.torn, "verdict": self.verdict, "valid": self.verdict is True,
-                "failing": self.failing, "unknown": self.unknown, "run_dir": self.run_dir, "report": self.report,
-                "outcome": self.outcome, "summary": self.summary}
+    _, index, when = point
+    run_dir, started = base / f"op{index:02d}-{when}", time.perf_counter()
+    details, returned = crash_dcp_save(run_dir / "checkpoints", layout, index, when)
+    valid, why = judge_dcp_crash(run_dir / "checkpoints", layout, returned)
+    if details:
+        judgement = dcp_judgement(valid, why, details)
+    else:  # the crash never fired: nothing was tested
+        judgement = Judgement(UNKNOWN, {}, [f"crash-{when}-op{index}"],
+                              [f"the crash at op {index} ({when}) never fired"])
+    return publish_in_process(run_dir, judgement, "crashed" if details else "completed",
+                              f"trainwreck sweep --writer {layout} --points {index}:{when}",
+                              time.perf_counter() - started)
 
 
-@dataclass
-class PowerLossResult:
-    writer: str
-    ops: int
-    """Low-level ops recorded over every save of the observed run."""
-    stats: str
-    """How the states were generated: crash points, sampled, generated, duplicates, explored."""
-    explored: int
-    observed_dir: str
-    rows: list[PowerLossRow] = field(default_factory=list)
-
-    @property
-    def failures(self) -> list[PowerLossRow]:
-        return [r for r in self.rows if r.verdict is not True]
-
-    @property
-    def first_failure(self) -> PowerLossRow | None:
-        """The failing state with the earliest power cut."""
-        return min(self.failures, key=lambda r: (r.point, r.state), default=None)
-
-    def to_json(self) -> dict[str, Any]:
-        first = self.first_failure
-        return {"writer": self.writer, "ops": self.ops, "stats": self.stats, "explored": self.explored,
-                "judged": len(self.rows), "failures": len(self.failures), "observed_dir": self.observed_dir,
-                "first_failure": first.to_json() if first else None, "rows": [r.to_json() for r in self.rows]}
-
+# ----- power loss: every crash state a file system may leave, each judged ----------------------
 
 def observe(writer: str, run_dir: Path) -> tuple[Path, OpLog]:
     """One clean run of the job, its rank 0's storage ops recorded in-rank, every save of it."""
@@ -329,13 +517,6 @@ def crash_run_dir(observed: Path, log: OpLog, state: CrashState, dest: Path) -> 
     return dest
 
 
-def power_loss_row(n: int, state: CrashState, judged: JudgedRun) -> PowerLossRow:
-    row = sweep_row(state.point, "", "power", judged)
-    report = str(RunDir(judged.record.run_dir).report_file("report.html"))
-    return PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops, row.verdict,
-                        row.failing, row.unknown, row.run_dir, report, row.outcome, row.summary)
-
-
 def spread(states: list[CrashState], limit: int | None) -> list[tuple[int, CrashState]]:
     """(index, state) of at most `limit` states, spread evenly over the explored ones."""
     picked = list(enumerate(states))
@@ -344,72 +525,73 @@ def spread(states: list[CrashState], limit: int | None) -> list[tuple[int, Crash
     return picked
 
 
-def run_power_loss_sweep(writer: str = "reference", out: Path | None = None, progress: Say | None = None,
-                         seed: int = POWER_LOSS_SEED, cap: int = POWER_LOSS_CAP, limit: int | None = None,
-                         golden_cache: Path | None = None) -> PowerLossResult:
-    """Record every save of one clean run, generate the crash states a power cut can leave
-    (faults/powerloss.py), and resume the job from each one as its next attempt, judged by
-    every invariant. `limit`: judge only that many states, spread evenly over the explored ones."""
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / writer
-    observed, log = observe(writer, base / "observed")
-    cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
-
-    def resume(run_dir: Path, n: int) -> JudgedRun:
-        spec = JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, run_dir=run_dir, keep=True)
-        return run_judged(spec, golden_cache=golden_cache,
-                          reproduce=f"trainwreck sweep --power-loss --writer {writer} (state {n}, seed {seed})",
-                          resume=True)
-
-    return judge_power_cuts(writer, observed, log, base, resume, progress, seed, cap, limit)
+def low_op(op: LowOp) -> str:
+    return f"{op.kind}({op.path}, {op.dst})" if op.dst else f"{op.kind}({op.path})"
 
 
-def judge_power_cuts(writer: str, observed: Path, log: OpLog, base: Path, resume: Callable[[Path, int], JudgedRun],
-                     progress: Say | None, seed: int, cap: int, limit: int | None, scope: str = "") -> PowerLossResult:
-    """The crash states of one recorded job (faults/powerloss.py), each materialised as the run
-    directory the power cut left and resumed by `resume(run_dir, state_number)`; one row each."""
-    say = progress or (lambda _line: None)
-    states, stats = crash_states(log, seed=seed, cap=cap, epoch=events_seen(log, observed))
-    result = PowerLossResult(writer, len(log.ops), stats.describe(), len(states), str(observed))
-    say(f"{writer}: {len(log.ops)} recorded ops over the job's saves{scope}; {stats.describe()}")
+JudgeState = Callable[[int, CrashState], JudgedRun]
+
+
+def judge_power_cuts(writer: str, log: OpLog, epoch: Callable[[int], Any], observed: Path, judge: JudgeState,
+                     request: SweepRequest, say: Say, scope: str, limit: int | None) -> SweepResult:
+    """The crash states of one recorded job (faults/powerloss.py), at most `limit` of them judged
+    by `judge(state_number, state)`; one row each. `scope`: what the recorded ops cover, in words."""
+    states, stats = crash_states(log, seed=request.seed, cap=request.cap, epoch=epoch)
+    result = SweepResult(writer, [low_op(op) for op in log.ops], power_loss=True, stats=stats.describe(),
+                         explored=len(states), observed_dir=str(observed))
+    say(f"{writer}: {len(log.ops)} recorded ops {scope}; {stats.describe()}")
     picked = spread(states, limit)
     for k, (n, state) in enumerate(picked, 1):
-        row = power_loss_row(n, state, resume(crash_run_dir(observed, log, state, base / f"state{n:03d}"), n))
+        row = power_loss_row(n, state, judge(n, state))
         result.rows.append(row)
-        detail = f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
-        say(f"[{k}/{len(picked)}] {writer}: state {n} (power cut after op {state.point}, {len(row.lost)} ops lost, "
-            f"{len(row.torn)} torn): {verdict_word(row.verdict)}{detail}")
+        say(f"[{k}/{len(picked)}] {writer}: {row.label}: {verdict_word(row.verdict)}{detail(row)}")
     return result
 
 
-DCP_WRITER = "dcp"
-"""torch.distributed.checkpoint's own FileSystemWriter commit: not a trainer variant, so its
-states are judged by loading the checkpoints (faults/powerloss.py judge_dcp_state)."""
+class PowerLoss:
+    """Every save of one clean run of a trainer variant recorded, and the job resumed from each
+    crash state a power cut can leave as its next attempt, judged by every invariant."""
+
+    def folder(self, request: SweepRequest) -> str:
+        return request.writer
+
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        writer = request.writer
+        observed, log = observe(writer, base / "observed")
+        cfg = TrainConfig.from_dict({**SWEEP_CONFIG.to_dict(), "variant": writer})
+
+        def judge(n: int, state: CrashState) -> JudgedRun:
+            spec = JobSpec(config=cfg, world_sizes=WORLD_SIZES, hang_timeout_s=HANG_TIMEOUT_S, keep=True,
+                           run_dir=crash_run_dir(observed, log, state, base / f"state{n:03d}"))
+            return run_judged(spec, golden_cache=request.golden_cache, resume=True, reproduce=(
+                f"trainwreck sweep --power-loss --writer {writer} (state {n}, seed {request.seed})"))
+
+        return judge_power_cuts(writer, log, events_seen(log, observed), observed, judge, request, say,
+                                "over the job's saves", request.limit)
 
 
-def run_dcp_power_loss(out: Path | None = None, progress: Say | None = None, seed: int = POWER_LOSS_SEED,
-                       cap: int = POWER_LOSS_CAP, limit: int | None = None) -> PowerLossResult:
+class DcpPowerLoss:
     """DCP's save recorded in-process through the same recorder, every crash state judged by
     loading: the earlier checkpoint always, the new one once dcp.save returned or its
-    .metadata is on disk. Each state's directory gets verdicts.json (the row's report)."""
-    say = progress or (lambda _line: None)
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / DCP_WRITER
-    log = record_dcp_save(base / "observed")
-    returned = len(log.ops)
-    states, stats = crash_states(log, seed=seed, cap=cap, epoch=lambda point: point == returned)
-    result = PowerLossResult(DCP_WRITER, len(log.ops), stats.describe(), len(states), str(base / "observed"))
-    say(f"{DCP_WRITER}: {len(log.ops)} recorded ops of one dcp.save; {stats.describe()}")
-    picked = spread(states, limit)
-    for k, (n, state) in enumerate(picked, 1):
-        run_dir = base / f"state{n:03d}"
-        valid, why = judge_dcp_state(state, state.point == returned, run_dir / "checkpoints")
-        report = run_dir / "verdicts.json"
-        report.write_text(json.dumps({"valid": valid, "why": why, "state": state.in_words()}, indent=1) + "\n")
-        result.rows.append(PowerLossRow(n, state.point, state.in_words(), state.kept, state.lost, state.torn_ops,
-                                        valid, [] if valid else ["dcp_load"], [], str(run_dir), str(report),
-                                        "loaded" if valid else "load_failed", "" if valid else why))
-        say(f"[{k}/{len(picked)}] {DCP_WRITER}: state {n} (power cut after op {state.point}): "
-            f"{verdict_word(valid)}{'' if valid else f' ({why})'}")
-    return result
+    .metadata is on disk."""
+
+    def folder(self, request: SweepRequest) -> str:
+        return DCP_WRITER
+
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        log = record_dcp_save(base / "observed")
+        returned = len(log.ops)
+
+        def judge(n: int, state: CrashState) -> JudgedRun:
+            run_dir, started = base / f"state{n:03d}", time.perf_counter()
+            valid, why = judge_dcp_state(state, state.point == returned, run_dir / "checkpoints")
+            return publish_in_process(run_dir, dcp_judgement(valid, why, [state.in_words()]),
+                                      "loaded" if valid else "load_failed",
+                                      f"trainwreck sweep --power-loss --writer {DCP_WRITER} (state {n}, seed "
+                                      f"{request.seed})", time.perf_counter() - started)
+
+        return judge_power_cuts(DCP_WRITER, log, lambda point: point == returned, base / "observed", judge, request,
+                                say, "of one dcp.save", request.limit)
 
 
 # ----- the framework writers: their own saves, judged by resuming their own scripts ----------
@@ -454,8 +636,9 @@ FOREIGN_HANG_TIMEOUT_S = 30.0
 """As `trainwreck run --cmd`'s default: a framework imports itself after its first progress record."""
 
 
-class ForeignWriterMissing(RuntimeError):
-    """The framework of a writer is not installed; the message says how to install it."""
+class ForeignWriterMissing(InputError):
+    """The framework of a writer is not installed; the message says how to install it (exit 2
+    through the one exit path, before anything runs: `SweepRequest.check`)."""
 
 
 def foreign_command(writer: ForeignWriter, record: bool) -> str:
@@ -500,20 +683,23 @@ def judge_resumed_cmd(spec: JobSpec, golden_cache: Path | None, reproduce: str) 
     return run_judged(spec, golden_cache=golden_cache, reproduce=reproduce, resume=True)
 
 
-def run_foreign_power_loss(name: str, out: Path | None = None, progress: Say | None = None,
-                           seed: int = POWER_LOSS_SEED, cap: int = POWER_LOSS_CAP, limit: int | None = FOREIGN_LIMIT,
-                           golden_cache: Path | None = None) -> PowerLossResult:
-    """A framework writer's power-loss sweep: record every save of one clean run of its
-    script, generate the crash states (faults/powerloss.py, unchanged), and resume the
-    script from each one as the job's next attempt, judged by every invariant."""
-    writer = FOREIGN_WRITERS[name]
-    if not writer.installed():
-        raise ForeignWriterMissing(f"--writer {name}: {writer.module} is not installed; {writer.install}")
-    base = (Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="trainwreck-powerloss-"))) / name
-    observed, log = observe_foreign(writer, base / "observed")
+class ForeignPowerLoss:
+    """A framework writer's power-loss sweep: every save of one clean run of its script recorded
+    in its ranks, and the script resumed from each crash state (faults/powerloss.py, unchanged)
+    as the job's next attempt, judged by every invariant."""
 
-    def resume(run_dir: Path, n: int) -> JudgedRun:
-        return judge_resumed_cmd(foreign_spec(writer, run_dir), golden_cache,
-                                 f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {seed})")
+    def folder(self, request: SweepRequest) -> str:
+        return request.writer
 
-    return judge_power_cuts(name, observed, log, base, resume, progress, seed, cap, limit, " (every rank)")
+    def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
+        name, writer = request.writer, FOREIGN_WRITERS[request.writer]
+        observed, log = observe_foreign(writer, base / "observed")
+
+        def judge(n: int, state: CrashState) -> JudgedRun:
+            spec = foreign_spec(writer, crash_run_dir(observed, log, state, base / f"state{n:03d}"))
+            return judge_resumed_cmd(spec, request.golden_cache,
+                                     f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {request.seed})")
+
+        limit = FOREIGN_LIMIT if request.limit is None else request.limit
+        return judge_power_cuts(name, log, events_seen(log, observed), observed, judge, request, say,
+                                "over the job's saves (every rank)", limit)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.suites.sweep import SweepResult, run_sweep
+from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, run_sweep
 
 # The reference save's mutating ops (tests/faults/test_injectors.py checks the recording):
 # 2 = write(.tmp-step-00000016-PID/model.pt), 9 = rename(.tmp..., step-00000016),
@@ -15,7 +15,7 @@ from trainwreck.harness.suites.sweep import SweepResult, run_sweep
 
 
 def test_the_reference_writer_survives_a_torn_file_and_a_crash_after_the_directory_rename(tmp_path: Path) -> None:
-    result = run_sweep("reference", out=tmp_path, points=[(2, "torn"), (9, "after")])
+    result = run_sweep(SweepRequest("reference", points=((0, 2, "torn"), (0, 9, "after"))), out=tmp_path)
     assert [(r.op_index, r.when) for r in result.rows] == [(2, "torn"), (9, "after")]
     assert result.first_failure is None, [r.to_json() for r in result.rows]
     rows = json.loads(json.dumps(result.to_json()))["rows"]
@@ -24,7 +24,8 @@ def test_the_reference_writer_survives_a_torn_file_and_a_crash_after_the_directo
 
 def test_the_naive_writer_breaks_when_it_crashes_after_announcing_a_save_it_has_not_written(tmp_path: Path) -> None:
     lines: list[str] = []
-    result = run_sweep("naive_writer", out=tmp_path, progress=lines.append, points=[(0, "before"), (1, "before")])
+    result = run_sweep(SweepRequest("naive_writer", points=((0, 0, "before"), (0, 1, "before"))), out=tmp_path,
+                       progress=lines.append)
     first = result.first_failure
     assert first is not None and (first.op_index, first.when, first.op) == (1, "before", "mkdir(step-00000016)")
     assert first.failing == ["atomicity"] and "needless lost work" in first.summary
@@ -35,7 +36,7 @@ def test_the_naive_writer_breaks_when_it_crashes_after_announcing_a_save_it_has_
 def test_a_crash_right_after_the_commit_pointer_is_renamed_is_judged_valid(tmp_path: Path) -> None:
     # The writer dies after committing but before its `save` event: the next attempt
     # restores the committed checkpoint and announces the commit on its behalf.
-    result = run_sweep("reference", out=tmp_path, points=[(12, "after")])
+    result = run_sweep(SweepRequest("reference", points=((0, 12, "after"),)), out=tmp_path)
     assert result.rows[0].op == "rename(latest.tmp, latest)"
     assert result.first_failure is None, result.rows[0].summary
     recovered = [line for p in Path(result.rows[0].run_dir, "events").glob("a001-r000-*.jsonl")
@@ -44,7 +45,7 @@ def test_a_crash_right_after_the_commit_pointer_is_renamed_is_judged_valid(tmp_p
 
 
 def test_every_crash_point_is_judged_through_run_and_judge_with_its_verdicts_and_report(tmp_path: Path) -> None:
-    result = run_sweep("reference", out=tmp_path, points=[(12, "before")])
+    result = run_sweep(SweepRequest("reference", points=((0, 12, "before"),)), out=tmp_path)
     run_dir = Path(result.rows[0].run_dir)
     verdicts = json.loads((run_dir / "verdicts.json").read_text())
     assert verdicts["valid"] is True and verdicts["reproduce"] == "trainwreck sweep --writer reference --points 12:before"
@@ -56,7 +57,7 @@ def test_every_crash_point_is_judged_through_run_and_judge_with_its_verdicts_and
 @pytest.fixture(scope="module")
 def reference_sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepResult:
     """The full reference sweep (39 jobs), run once for the slow tests that read it."""
-    return run_sweep("reference", out=tmp_path_factory.mktemp("sweep"))
+    return run_sweep(SweepRequest("reference"), out=tmp_path_factory.mktemp("sweep"))
 
 
 @pytest.mark.slow
@@ -68,7 +69,7 @@ def test_the_reference_writer_survives_a_crash_at_every_storage_operation(refere
 
 @pytest.mark.slow
 def test_the_naive_writer_sweep_names_its_first_failing_operation(tmp_path: Path) -> None:
-    result = run_sweep("naive_writer", out=tmp_path)
+    result = run_sweep(SweepRequest("naive_writer"), out=tmp_path)
     data = result.to_json()
     assert data["crash_points"] == len(data["rows"]) == 27 and data["failures"] >= 1
     assert data["first_failure"]["op"] == "mkdir(step-00000016)" and data["first_failure"]["when"] == "before"

@@ -9,13 +9,14 @@ import pytest
 
 from trainwreck.faults.storage import MUTATING
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.suites.sweep import SweepResult, run_dcp_crash_sweep
+from trainwreck.harness.suites.sweep import DCP_LOAD, SweepRequest, SweepResult, run_sweep
 
 
 def every_point_ran_its_own_crash(result: SweepResult) -> None:
-    """Each crash point's recorded fault fired, at that op (verdicts.json keeps the fault's own detail)."""
+    """Each crash point's recorded fault fired, at that op (verdicts.json, written by the one publish
+    path, keeps the fault's own detail as the load check's evidence)."""
     for row in result.rows:
-        fault = json.loads((Path(row.run_dir) / "verdicts.json").read_text())["fault"]
+        fault = json.loads((Path(row.run_dir) / "verdicts.json").read_text())["verdicts"][DCP_LOAD]["evidence"]
         path = row.op.split("(", 1)[1].split(",")[0].split(")")[0]
         assert len(fault) == 1 and path in fault[0] and ("tore" if row.when == "torn" else row.when) in fault[0], \
             (row.label, fault)
@@ -28,7 +29,7 @@ def expected_points(result: SweepResult) -> int:
 
 def test_in_a_new_directory_per_save_every_crash_leaves_the_earlier_checkpoint_and_a_committed_or_absent_new_one(
         tmp_path: Path) -> None:
-    result = run_dcp_crash_sweep("dcp", out=tmp_path)
+    result = run_sweep(SweepRequest("dcp"), out=tmp_path)
     assert len(result.rows) == expected_points(result) and all(o.split("(")[0] in MUTATING for o in result.ops)
     assert result.ops[-1].startswith("rename(") and result.ops[-1].endswith("/.metadata)"), result.ops
     every_point_ran_its_own_crash(result)
@@ -37,7 +38,7 @@ def test_in_a_new_directory_per_save_every_crash_leaves_the_earlier_checkpoint_a
 
 def test_saving_in_place_loses_the_checkpoint_when_dcp_crashes_between_its_shard_overwrite_and_metadata_rename(
         tmp_path: Path) -> None:
-    result = run_dcp_crash_sweep("dcp_in_place", out=tmp_path)
+    result = run_sweep(SweepRequest("dcp_in_place"), out=tmp_path)
     assert len(result.rows) == expected_points(result)
     every_point_ran_its_own_crash(result)
     failing = {(r.op.split("(")[0], r.when) for r in result.failures}
@@ -56,6 +57,9 @@ def test_the_cli_sweeps_dcps_own_writer_and_exits_1_when_a_crash_point_loses_the
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["parallelism"] == "dcp" and [r["verdict"] for r in data["rows"]] == [False]
     assert data["rows"][0]["op"].startswith("remove(") and data["rows"][0]["op"].endswith("/.metadata)")
+    verdicts = json.loads((Path(data["rows"][0]["run_dir"]) / "verdicts.json").read_text())
+    assert {"valid", "verdicts", "reproduce", "outcome", "attempts"} <= set(verdicts), "not runner.publish's shape"
+    assert verdicts["reproduce"] == "trainwreck sweep --writer dcp_in_place --points 3:after"
 
 
 @pytest.mark.parametrize("flags, says", [

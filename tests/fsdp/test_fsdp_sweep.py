@@ -8,7 +8,7 @@ import pytest
 
 from trainwreck.faults.storage import MUTATING
 from trainwreck.faults.sweep import describe
-from trainwreck.harness.suites.sweep import SweepResult, observe_sharded, run_sharded_sweep
+from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, observe_sharded, run_sweep
 from trainwreck.trainer.rundir import iter_events
 
 
@@ -38,7 +38,8 @@ def test_rank_1_torn_in_its_shard_write_and_rank_0_crashed_after_dcps_metadata_r
         tmp_path: Path, recorded: dict) -> None:
     shard = index_of(recorded[1], "__1_0.distcp")
     metadata = index_of(recorded[0], "/.metadata)")
-    result = run_sharded_sweep(out=tmp_path, observed=recorded, points=[(1, shard, "torn"), (0, metadata, "after")])
+    result = run_sweep(SweepRequest(parallelism="fsdp", observed=recorded,
+                                    points=((1, shard, "torn"), (0, metadata, "after"))), out=tmp_path)
     assert [(r.rank, r.op_index, r.when) for r in result.rows] == [(0, metadata, "after"), (1, shard, "torn")]
     for row in result.rows:
         assert fired(row.run_dir) == [(f"crash-r{row.rank}-{row.when}-op{row.op_index}", row.rank)], row.label
@@ -48,7 +49,7 @@ def test_rank_1_torn_in_its_shard_write_and_rank_0_crashed_after_dcps_metadata_r
 @pytest.mark.slow
 def test_the_sharded_sweep_reports_every_crash_point_of_every_rank_and_each_is_valid(
         tmp_path: Path, recorded: dict) -> None:
-    result: SweepResult = run_sharded_sweep(out=tmp_path, observed=recorded)
+    result: SweepResult = run_sweep(SweepRequest(parallelism="fsdp", observed=recorded), out=tmp_path)
     expected = {(rank, i, when) for rank, ops in recorded.items() for i, op in enumerate(ops)
                 for when in ("before", "after", "torn") if when != "torn" or op.name == "write"}
     assert sorted((r.rank, r.op_index, r.when) for r in result.rows) == sorted(expected)

@@ -1,4 +1,4 @@
-"""Power loss for the framework writers (harness/suites/sweep.py run_foreign_power_loss): a
+"""Power loss for the framework writers (harness/suites/sweep.py ForeignPowerLoss): a
 framework's own saves recorded in its ranks (faults/foreign_record.py), each crash state
 materialised with the event log cut at the power cut, and the framework's own example
 script resumed from it through `trainwreck run --cmd`'s launcher, judged by every invariant.

@@ -1,4 +1,4 @@
-"""The power-loss sweep (harness/suites/sweep.py run_power_loss_sweep): every save of a real job
+"""The power-loss sweep (harness/suites/sweep.py run_sweep with power_loss): every save of a real job
 recorded in-rank, each crash state materialised as a run directory whose event log is cut
 at the power cut, the job resumed from it as its next attempt and judged by every invariant."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import LowOp, OpLog
 from trainwreck.trainer.rundir import next_attempt
-from trainwreck.harness.suites.sweep import PowerLossResult, cut_events, cut_time, run_power_loss_sweep
+from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, cut_events, cut_time, run_sweep
 
 
 def resumed_attempts(run_dir: str) -> set[int]:
@@ -22,7 +22,7 @@ def resumed_attempts(run_dir: str) -> set[int]:
 
 def test_a_few_reference_power_loss_states_resume_as_real_runs_and_are_all_valid(tmp_path: Path) -> None:
     lines: list[str] = []
-    result = run_power_loss_sweep("reference", out=tmp_path, progress=lines.append, limit=4)
+    result = run_sweep(SweepRequest("reference", power_loss=True, limit=4), out=tmp_path, progress=lines.append)
     assert len(result.rows) == 4 and result.explored >= 50, result.stats
     assert result.failures == [], [r.to_json() for r in result.rows if r.verdict is not True]
     # The fault fired: the states judged lost or tore unsynced ops, not only clean cuts.
@@ -35,7 +35,7 @@ def test_a_few_reference_power_loss_states_resume_as_real_runs_and_are_all_valid
 
 
 def test_rename_without_fsync_fails_a_power_loss_state_and_says_what_the_disk_lost(tmp_path: Path) -> None:
-    result = run_power_loss_sweep("rename_no_fsync", out=tmp_path, limit=3)
+    result = run_sweep(SweepRequest("rename_no_fsync", power_loss=True, limit=3), out=tmp_path)
     first = result.first_failure
     assert first is not None, [r.description for r in result.rows]
     assert first.verdict is False and first.failing, first.to_json()
@@ -86,12 +86,12 @@ def test_bad_power_loss_arguments_exit_2_with_one_line_naming_the_fix(
 
 
 @pytest.fixture(scope="module")
-def reference_power_loss(tmp_path_factory: pytest.TempPathFactory) -> PowerLossResult:
-    return run_power_loss_sweep("reference", out=tmp_path_factory.mktemp("powerloss"))
+def reference_power_loss(tmp_path_factory: pytest.TempPathFactory) -> SweepResult:
+    return run_sweep(SweepRequest("reference", power_loss=True), out=tmp_path_factory.mktemp("powerloss"))
 
 
 @pytest.mark.slow
-def test_the_reference_save_survives_every_generated_power_loss_state(reference_power_loss: PowerLossResult) -> None:
+def test_the_reference_save_survives_every_generated_power_loss_state(reference_power_loss: SweepResult) -> None:
     result = reference_power_loss
     assert len(result.rows) == result.explored >= 50, result.stats
     assert result.failures == [], [(r.state, r.description, r.summary) for r in result.failures]
@@ -100,19 +100,17 @@ def test_the_reference_save_survives_every_generated_power_loss_state(reference_
 
 @pytest.mark.slow
 def test_rename_without_fsync_fails_many_of_sixty_power_loss_states(tmp_path: Path) -> None:
-    result = run_power_loss_sweep("rename_no_fsync", out=tmp_path, limit=60)
+    result = run_sweep(SweepRequest("rename_no_fsync", power_loss=True, limit=60), out=tmp_path)
     assert len(result.rows) == 60 and len(result.failures) >= 1
     assert all(r.failing for r in result.failures), "a failing state must name its invariant"
 
 
 def test_dcp_commit_can_lose_a_checkpoint_that_dcp_save_returned_and_the_state_is_described(tmp_path: Path) -> None:
     from trainwreck.faults.powerloss import DCP_DIR, DCP_EARLIER
-    from trainwreck.harness.suites.sweep import run_dcp_power_loss
-
-    result = run_dcp_power_loss(out=tmp_path)
+    result = run_sweep(SweepRequest("dcp", power_loss=True), out=tmp_path)
     first = result.first_failure
-    assert first is not None and first.point == result.ops, "only a cut after dcp.save returned loses the commit"
+    assert first is not None and first.point == len(result.ops), "only a cut after dcp.save returned loses the commit"
     assert f"{DCP_DIR} is missing" in first.description and "dcp.save had returned" in first.summary
-    assert any(r.verdict is True and r.point == result.ops for r in result.rows), "the check must also pass"
+    assert any(r.verdict is True and r.point == len(result.ops) for r in result.rows), "the check must also pass"
     assert not any(DCP_EARLIER in r.summary for r in result.failures), "the durable earlier save was damaged"
     assert json.loads(Path(first.report).read_text())["valid"] is False
