@@ -21,7 +21,9 @@ How each kind acts (docs/FAULTS.md has the table):
   gradient reduction (trainer/gradsync.py) on the faulty rank only, so every rank runs
   the same collectives except at the faulty update.
 - nan_grad: writes NaN/inf into one element of the (already reduced) gradient at
-  ``after_backward``, so this replica's parameters leave the others'.
+  ``after_backward``, so this replica's parameters leave the others'; with at="local" into
+  the rank's own gradient bucket inside the comm hook, before the all-reduce sums it into
+  every rank's.
 - storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
 """
 from __future__ import annotations
@@ -87,7 +89,7 @@ class FaultHooks:
         if current_save_step() is None:  # a background persist's points do not move the training clock
             self.clock.step = step
         for fault in self.of_kind(*POINT_KINDS):
-            if fault["id"] in self.fired or fault["step"] != step:
+            if fault["id"] in self.fired or fault["step"] != step or fault.get("at") == "local":
                 continue
             at = fault.get("point", fp.AFTER_BACKWARD if fault["kind"] == "nan_grad" else fp.STEP_START)
             if name == at:
@@ -102,7 +104,7 @@ class FaultHooks:
         return FaultyStorage(storage, faults, self.clock, self.record) if faults else storage
 
     def wrap_comm_hook(self, hook: CommHook) -> CommHook:
-        if not self.of_kind(*COMM_KINDS):
+        if not self.of_kind(*COMM_KINDS) and not self._local_poisons():
             return hook
 
         # DDP checks the hook's annotations at run time, and this module's are strings
@@ -225,7 +227,15 @@ class FaultHooks:
 
     # ----- the communication hook ---------------------------------------------------------
 
+    def _local_poisons(self) -> list[dict[str, Any]]:
+        return [f for f in self.of_kind("nan_grad") if f.get("at") == "local"]
+
     def _comm_hook(self, reduce: CommHook, state: Any, bucket: Any) -> Any:
+        for fault in self._local_poisons():
+            if fault["id"] not in self.fired and fault["step"] == self.clock.step:
+                where = f"in its own gradient (bucket {bucket.index()}) before the all-reduce of update {self.clock.step}"
+                self.record(fault, f"rank {self.rank}: gradient element 0 set to {fault['value']} {where}")
+                bucket.buffer().view(-1)[0] = float(fault["value"])
         for fault in self.of_kind(*COMM_KINDS):
             if fault["id"] in self.fired or fault["step"] != self.clock.step:
                 continue

@@ -150,7 +150,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           injector="inrank:FaultHooks._poison_gradient", strategy="nan_grads", topics=("silent",),
           no_chaos="the reference trainer has no non-finite guard, so a NaN gradient is silent corruption "
                    "the judge reports as invalid: the chaos property would fail by design",
-          value=Field(STR, default="nan", choices=("nan", "inf", "-inf"))),
+          value=Field(STR, default="nan", choices=("nan", "inf", "-inf")),
+          at=Field(STR, default="reduced", choices=("reduced", "local"),
+                   doc="reduced: at after_backward, in this replica's already reduced gradient (it alone leaves "
+                       "the others); local: in the rank's own gradient as DDP hands it to the all-reduce, which "
+                       "sums it into every rank's (a communicator-wide poison)")),
     _kind("skip_collective", IN_RANK, "the rank skips its gradient all-reduce of update `step` (a desync)",
           ("hang", "progress", "replicas"), hangs=True, comm_hook=True, rank=_rank(), step=_step(),
           injector="inrank:FaultHooks._comm_fault", strategy="skipped_collectives", topics=("silent",), chaos=STOP,
@@ -381,8 +385,8 @@ class Plan:
     def comm_fail(self, rank: int, step: int, **kw: Any) -> Plan:
         return self.add("comm_fail", rank=rank, step=step, **kw)
 
-    def nan_grad(self, rank: int, step: int, value: str = "nan", **kw: Any) -> Plan:
-        return self.add("nan_grad", rank=rank, step=step, value=value, **kw)
+    def nan_grad(self, rank: int, step: int, value: str = "nan", at: str = "reduced", **kw: Any) -> Plan:
+        return self.add("nan_grad", rank=rank, step=step, value=value, at=at, **kw)
 
     def skip_collective(self, rank: int, step: int, then: str = "wait", **kw: Any) -> Plan:
         return self.add("skip_collective", rank=rank, step=step, then=then, **kw)
@@ -488,6 +492,10 @@ def _check_against_job(fault: dict[str, Any], cfg: TrainConfig, sizes: list[int]
         raise PlanError(f"fault {fid}: kind {kind.name!r} acts in DDP's gradient communication hook, which "
                         f"parallelism={cfg.parallelism!r} does not have, so it could never fire; run it with "
                         "parallelism='ddp', or slow or stop the rank instead (a straggler, hang or kill fault)")
+    if fault.get("at") == "local" and cfg.parallelism != "ddp":
+        raise PlanError(f"fault {fid}: a nan_grad at='local' poisons the bucket DDP's communication hook "
+                        f"hands to the all-reduce, which parallelism={cfg.parallelism!r} does not have; use "
+                        "at='reduced', or parallelism='ddp'")
     attempt = fault.get("from_attempt" if kind.where == HARNESS else "attempt", 0)
     if kind.where == HARNESS:
         # The harness waits for an attempt that has the rank, so any later one will do.

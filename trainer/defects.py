@@ -20,7 +20,9 @@ from trainwreck.trainer.async_ckpt import AsyncCheckpointer
 from trainwreck.trainer.checkpoint import MANIFEST, POINTER, CheckpointStore, FileContent, Payload, Verified, \
     checkpoint_name, checkpoint_step, from_bytes, payload_object, to_bytes
 from trainwreck.trainer.loop import Trainer
+from trainwreck.trainer.parallel import build_state
 from trainwreck.trainer.sampler import ElasticSampler
+from trainwreck.trainer.state import TrainState
 from trainwreck.trainer.storage import Produce, Storage
 
 DEFECTS: dict[str, type[Trainer]] = {}
@@ -91,6 +93,17 @@ class PadUnevenShardsTrainer(Trainer):
         return padded[self.rank * per_rank:(self.rank + 1) * per_rank]
 
 
+@register_variant("truncate_uneven_shards")
+class TruncateUnevenShardsTrainer(Trainer):
+    """Uneven shards of a partial batch are cut to the shortest one, as DistributedSampler with
+    drop_last=True evens them, so the tail samples of every epoch are never trained: the silent
+    twin of padding (caught by: coverage, ids not covered)."""
+
+    def shard(self, global_ids: torch.Tensor) -> torch.Tensor:
+        per_rank = len(global_ids) // self.world_size  # floor: the remainder is dropped
+        return global_ids[self.rank * per_rank:(self.rank + 1) * per_rank]
+
+
 class PerRankCursorSampler(ElasticSampler):
     """Checkpoints each rank's own progress (samples per rank) instead of the global cursor,
     and converts back with the *current* world size, like a resumable per-rank sampler."""
@@ -152,6 +165,32 @@ class RngNotRestoredTrainer(Trainer):
 
     def load_rng(self, rngs: list[Any]) -> None:
         pass
+
+
+# ----- mixed precision (amp_dtype="fp16": a GradScaler scales the loss) --------------------
+
+
+@register_variant("scaler_not_saved")
+class ScalerNotSavedTrainer(Trainer):
+    """The checkpoint leaves the GradScaler out (a `scaler.state_dict()` nobody added), so a
+    resume restarts the loss scale and its growth counter from their defaults (caught by:
+    continuity, restore digest != save digest; the digest covers the scaler's state)."""
+
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
+        files = super().checkpoint_files(rngs)
+        saved = payload_object(files["scheduler.pt"])
+        files["scheduler.pt"] = Payload({**saved, "scaler": None})
+        return files
+
+
+@register_variant("fp16_unscaled")
+class Fp16UnscaledTrainer(Trainer):
+    """fp16 autocast without a GradScaler: gradients below fp16's smallest subnormal (about
+    6e-8) flush to zero and small ones lose bits (caught by: continuity, against the golden
+    run that scales the loss; no invariant sees the underflow itself)."""
+
+    def _fresh_state(self) -> TrainState:
+        return build_state(self.cfg, self.device, False, self.amp)
 
 
 # ----- the checkpoint store ------------------------------------------------------------

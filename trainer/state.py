@@ -62,8 +62,15 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
 
 
 def state_digest(state: TrainState) -> str:
-    """sha256 of parameters and optimizer state, in a fixed order: equal states, equal digests."""
-    return model_optimizer_digest(state.model, state.optimizer)
+    """sha256 of parameters and optimizer state, in a fixed order: equal states, equal digests.
+    With a GradScaler (fp16) its state joins them: the loss scale and its growth counter decide
+    which later update is skipped and when the scale grows, so a resume must restore them too.
+    Without one the digest is the model's and optimizer's alone, as every trainer computes it."""
+    digest = model_optimizer_digest(state.model, state.optimizer)
+    if state.scaler is None:
+        return digest
+    scaler = sorted(state.scaler.state_dict().items())
+    return hashlib.sha256(f"{digest}|{scaler!r}".encode()).hexdigest()[:16]
 
 
 def model_optimizer_digest(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str:

@@ -118,6 +118,9 @@ class Chapter:
     """(case key, plot name in report.plots.PLOTS) shown under the answer."""
     list_paragraphs: tuple[int, ...] = ()
     """Paragraphs drawn as a bulleted list, one claim an item."""
+    full: bool = False
+    """True: an expensive chapter that only `trainwreck handbook --full` (or --chapters) runs, so the
+    default handbook stays within its time budget."""
 
 
 def usable(report: dict[str, Any] | None) -> bool:

@@ -71,6 +71,12 @@ FSDP_RESUME_MID_EPOCH = Scenario(
     plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},),
     config={**MID_EPOCH, "parallelism": "fsdp"})
 
+FP16_RESUME_MID_EPOCH = replace(
+    RESUME_MID_EPOCH, name="fp16-resume-mid-epoch",
+    summary="fp16 autocast with a GradScaler; rank 1 is SIGKILLed before update 10; the job resumes from step 8",
+    question="What must a mixed-precision checkpoint hold, and what does loss scaling protect?",
+    config={**MID_EPOCH, "amp_dtype": "fp16"})
+
 FSDP_CRASH_AFTER_POINTER = replace(
     _crash_in_save("save.after_pointer"), name="fsdp-crash-after-pointer",
     summary="FSDP on 2 ranks; rank 0 is SIGKILLed just after committing the step-8 sharded checkpoint",
@@ -142,6 +148,12 @@ DEFECTS: tuple[Defect, ...] = (
            bug="async writer commits before its data is durable"),
     Defect("async_no_snapshot", "continuity", _async_kill_persist(),
            bug="async writer lets training mutate tensors while they are written"),
+    Defect("truncate_uneven_shards", "coverage", RESUME_MID_EPOCH,
+           bug="uneven shards cut to the shortest: each epoch's tail samples are never trained"),
+    Defect("scaler_not_saved", "continuity", FP16_RESUME_MID_EPOCH,
+           bug="the fp16 GradScaler's state is left out of the checkpoint"),
+    Defect("fp16_unscaled", "continuity", FP16_RESUME_MID_EPOCH,
+           bug="fp16 autocast without loss scaling: small gradients underflow"),
 )
 
 

@@ -17,15 +17,16 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from trainwreck.harness.suites.defects import Row, get_defect, judge_row, run_defect
+from trainwreck.harness.suites.defects import RESUME_MID_EPOCH, Row, get_defect, judge_row, run_defect
 from trainwreck.harness.launch.procs import signal_group
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
+from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
                                                 render_handbook)
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
@@ -70,7 +71,24 @@ FSDP_SHRINK = Scenario(
     summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
     question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
     plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
-PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK)}
+BF16_RESUME = replace(RESUME_MID_EPOCH, name="bf16-resume", config={**RESUME_MID_EPOCH.config, "amp_dtype": "bf16"},
+                      summary="bf16 autocast on CPU; rank 1 is SIGKILLed before update 10; the job resumes from step 8",
+                      question=PRECISION_QUESTION)
+
+
+def _poison(name: str, summary: str, fault: dict[str, Any], threatens: tuple[str, ...]) -> Scenario:
+    return Scenario(name=name, summary=summary, question=POISON_QUESTION, threatens=threatens,
+                    plan=({"id": name, "rank": 1, "step": 5, **fault},))
+
+
+NAN_REDUCED = _poison("nan-reduced", "rank 1's already reduced gradient gets a NaN at update 5 (after the all-reduce)",
+                      {"kind": "nan_grad", "at": "reduced"}, ("replicas", "continuity"))
+NAN_LOCAL = _poison("nan-local", "rank 1's own gradient gets a NaN at update 5, before the all-reduce",
+                    {"kind": "nan_grad", "at": "local"}, ("replicas", "continuity"))
+SKIP_COLLECTIVE = _poison("skip-collective", "rank 1 skips its gradient all-reduce of update 5 and waits for a result",
+                          {"kind": "skip_collective", "then": "wait", "expect": "hang"}, ("hang", "progress"))
+PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK, BF16_RESUME, NAN_REDUCED,
+                             NAN_LOCAL, SKIP_COLLECTIVE)}
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
 MEASURE_TIMEOUT_S = 300.0
@@ -85,6 +103,9 @@ MEASURES: dict[str, tuple[list[str], str]] = {
     "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
              f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
              "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
+    "activations": (["python", "-m", "trainwreck.benchmarks.activations"],
+                    "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, with "
+                    "every layer checkpointed and with √depth checkpointed segments (glibc malloc counters)"),
 }
 """Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
 rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
@@ -185,6 +206,15 @@ CASES: tuple[Case, ...] = (
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
+    Case("truncate_uneven_shards", "defect", "truncate_uneven_shards"),
+    Case("nan-reduced", "plan", "nan-reduced", expect="INVALID"),
+    Case("nan-local", "plan", "nan-local", expect="INVALID"),
+    Case("skip-collective", "plan", "skip-collective"),
+    Case("bf16-resume", "plan", "bf16-resume"),
+    Case("fp16-resume", "control", "scaler_not_saved"),
+    Case("scaler_not_saved", "defect", "scaler_not_saved"),
+    Case("fp16_unscaled", "defect", "fp16_unscaled"),
+    Case("activations", "measure", "activations", expect="MEASURED"),
 )
 
 

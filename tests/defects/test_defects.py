@@ -21,7 +21,8 @@ from trainwreck.trainer.entry import trainer_class
 
 # A cheap defect per invariant in the default run. progress is caught by the CLI test
 # below (sigterm_exits_clean); the watchdog defect waits out two timeouts, so it is slow.
-DEFAULT = {"resume_restarts_epoch", "optimizer_not_saved", "naive_writer", "rank_restores_different"}
+DEFAULT = {"resume_restarts_epoch", "optimizer_not_saved", "naive_writer", "rank_restores_different",
+           "truncate_uneven_shards", "scaler_not_saved"}
 
 
 def _param(defect: Defect) -> Any:
