@@ -2,8 +2,9 @@
 
 A suite beside demo, chaos and defects. This module is its runs: CASES (built-in scenarios,
 the handbook's own plans, planted defects from harness/defects.py, the reference trainer on a
-defect's scenario as its control, and benchmark jobs of benchmarks/fsdp.py run through its
-command) and the orchestration that runs them. The questions and their answers, claims over
+defect's scenario as its control, and benchmark jobs of benchmarks/ run through their command)
+and the orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
+registry (harness/scenarios.py, families "handbook" and "measurements"). The questions and their answers, claims over
 the runs' report.json, are harness/report/chapters.py; the page is harness/report/handbook.py.
 No answer holds a literal result.
 
@@ -29,7 +30,7 @@ from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
 from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
                                                 render_handbook)
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
-from trainwreck.harness.scenarios import Scenario, get_scenario
+from trainwreck.harness.scenarios import Scenario, declare, get_scenario
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 
@@ -64,35 +65,41 @@ CKPT_SYNC = _wide("wide-sync", "the 2.1 M-parameter MLP on 2 ranks, DDP, a synch
 CKPT_ASYNC = _wide("wide-async", "the same job with asynchronous checkpoints (ckpt_mode=async)", ckpt_mode="async")
 FSDP_WIDE = _wide("wide-fsdp", "the same job with FSDP2 (parallelism=fsdp): each rank holds half the state",
                   parallelism="fsdp")
-_SHRINK = get_scenario("shrink-world")
-FSDP_SHRINK = Scenario(
-    name="fsdp-shrink-world",
-    summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
-    question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
-    plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
-PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK)}
+PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE)))
+"""The handbook's own scenarios (the FSDP resharding case is the built-in fsdp-shrink-world: the registry
+refused the handbook's twin of it)."""
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
 MEASURE_TIMEOUT_S = 300.0
 """The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
 
 
-MEASURES: dict[str, tuple[list[str], str]] = {
-    **{p: (["python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", p, "--world", str(MEASURE_WORLD),
-            "--steps", str(MEASURE_STEPS)],
-           f"benchmarks/fsdp.py: rank 0's bytes and step time for {p.upper()} on {MEASURE_WORLD} ranks, the same "
-           f"2.1 M-parameter model, {MEASURE_STEPS} steps") for p in ("ddp", "fsdp")},
-    "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
-             f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
-             "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
-}
-"""Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
-rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
-is its reproduce line."""
+@dataclass(frozen=True)
+class Measure:
+    """A benchmark job the handbook runs: its command and what it measures. The handbook runs the command
+    rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the
+    command is its reproduce line."""
+
+    argv: tuple[str, ...]
+    summary: str
+
+
+def _bytes(p: str) -> Measure:
+    return Measure(("python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", p, "--world", str(MEASURE_WORLD),
+                    "--steps", str(MEASURE_STEPS)),
+                   f"benchmarks/fsdp.py: rank 0's bytes and step time for {p.upper()} on {MEASURE_WORLD} ranks, the "
+                   f"same 2.1 M-parameter model, {MEASURE_STEPS} steps")
+
+
+MEASURES: dict[str, Measure] = declare("measurements", (
+    ("ddp", _bytes("ddp")), ("fsdp", _bytes("fsdp")),
+    ("comm", Measure(("python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)),
+                     f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and "
+                     "the 2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"))))
 
 
 def measure_command(name: str) -> list[str]:
-    return list(MEASURES[name][0])
+    return list(MEASURES[name].argv)
 
 
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
@@ -146,7 +153,7 @@ class Case:
 
     def summary(self) -> str:
         if self.kind == "measure":
-            return MEASURES[self.name][1]
+            return MEASURES[self.name].summary
         if self.kind == "defect":
             return f"planted defect: {get_defect(self.name).bug} ({self.scenario().name})"
         prefix = "reference trainer, control of the defects: " if self.kind == "control" else ""
@@ -181,7 +188,7 @@ CASES: tuple[Case, ...] = (
     Case("wide-async", "plan", "wide-async"),
     Case("async-kill-persist", "scenario", "async-kill-persist"),
     Case("wide-fsdp", "plan", "wide-fsdp"),
-    Case("fsdp-shrink-world", "plan", "fsdp-shrink-world"),
+    Case("fsdp-shrink-world", "scenario", "fsdp-shrink-world"),
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
