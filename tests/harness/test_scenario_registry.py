@@ -5,14 +5,17 @@ no suite keeps a scenario outside the registry: neither a module-level scenario 
 declare nor a module that builds scenarios without being a family's."""
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
 
+from trainwreck.harness.commands import scenarios as command
 from trainwreck.harness.scenarios import (FAMILIES, REGISTRY, SCENARIOS, DuplicateScenario, Family, Scenario,
                                           ScenarioRegistry, custom_scenario, load)
 
@@ -116,3 +119,18 @@ def test_the_builder_check_finds_a_scenario_built_outside_the_families(tmp_path:
 def test_a_command_line_plan_is_an_undeclared_custom_scenario() -> None:
     assert custom_scenario().name not in {e.name for e in REGISTRY.entries()}
     assert isinstance(custom_scenario(), Scenario)
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    assert command.main(parser.parse_args(list(argv))) == 0
+    return capsys.readouterr().out
+
+
+def test_trainwreck_scenarios_lists_the_builtins_and_with_all_every_family(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = _run(capsys)
+    assert plain.splitlines()[0].startswith(SCENARIOS[0].name) and "resume-mid-epoch" not in plain
+    every = _run(capsys, "--all")
+    assert all(f"{name}: " in every for name in FAMILIES) and "resume-mid-epoch" in every
+    assert {e["family"] for e in json.loads(_run(capsys, "--all", "--json"))} == set(FAMILIES)
