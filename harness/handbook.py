@@ -2,8 +2,9 @@
 
 A suite beside demo, chaos and defects. This module is its runs: CASES (built-in scenarios,
 the handbook's own plans, planted defects from harness/defects.py, the reference trainer on a
-defect's scenario as its control, and benchmark jobs of benchmarks/ run through their command)
-and the orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
+defect's scenario as its control, and benchmark jobs of benchmarks/ run through their command,
+each leaving a measurement directory: trainer/rundir.py `write_measurement`) and the
+orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
 registry (harness/scenarios.py, families "handbook" and "measurements"). The questions and their answers, claims over
 the runs' report.json, are harness/report/chapters.py; the page is harness/report/handbook.py.
 No answer holds a literal result.
@@ -27,12 +28,11 @@ from trainwreck.harness.procs import signal_group
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
-from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
-                                                render_handbook)
+from trainwreck.harness.report.handbook import Chapter, RunRow, build_chapter, fmt, page_word, render_handbook
 from trainwreck.harness.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.scenarios import Scenario, declare, get_scenario
 from trainwreck.invariants.verdict import verdict_word
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
 
 __all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "fmt", "get_case", "get_chapter",
            "handbook_word", "run_handbook"]
@@ -103,8 +103,9 @@ def measure_command(name: str) -> list[str]:
 
 
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
-    """The benchmark job's JSON, with bytes per parameter where it counts bytes (rank 0's parameters,
-    gradients and AdamW state after a real step); written to RUN_DIR/measurement.json."""
+    """Run the benchmark job into the measurement directory RUN_DIR (its measurement.json: the job's JSON,
+    with bytes per parameter where it counts bytes, rank 0's parameters, gradients and AdamW state after a
+    real step); returns what the directory holds, read back as every reader reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
     proc = subprocess.Popen([sys.executable, *measure_command(name)[1:]], stdout=subprocess.PIPE,
@@ -119,15 +120,15 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{shlex.join(measure_command(name))} exited {proc.returncode}: {last}")
     result = json.loads(out)
-    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(name)), "measure": name,
-                "world_size": MEASURE_WORLD, **result}
+    measured = {"command": shlex.join(measure_command(name)), "measure": name, "world_size": MEASURE_WORLD,
+                **result}
     if "params" in result:  # a byte-counting job of benchmarks/fsdp.py
         numel = result["numel"]
         measured.update(parallelism=name, steps=MEASURE_STEPS,
                         bytes_per_param={k: round(result[k] / numel, 3) for k in ("params", "grads", "optimizer")})
         measured["bytes_per_param"]["state"] = round((result["params"] + result["optimizer"]) / numel, 3)
-    (run_dir / "measurement.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
-    return measured
+    write_measurement(run_dir, measured)
+    return read_measurement(run_dir)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class Case:
 
     def report_file(self, run_dir: Path) -> Path:
         """What the chapters quote: the run's report.json, or a measurement's measurement.json."""
-        return run_dir / "measurement.json" if self.kind == "measure" else RunDir(run_dir).report_file("report.json")
+        paths = RunDir(run_dir)
+        return paths.measurement_json if self.kind == "measure" else paths.report_file("report.json")
 
     def scenario(self) -> Scenario:
         if self.kind == "plan":
