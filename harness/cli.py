@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "defects": ("trainwreck.harness.commands.defects", "run the planted-defect self-test table"),
     "handbook": ("trainwreck.harness.commands.handbook", "interview questions answered by runs made on the spot"),
     "report": ("trainwreck.harness.commands.report", "(re)render the report of a run directory"),
-    "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios"),
+    "scenarios": ("trainwreck.harness.commands.scenarios", "list the built-in scenarios (--all: every suite's)"),
     "frameworks": ("trainwreck.harness.commands.frameworks", "judge real trainers (torchrun script, HF Trainer, Lightning, accelerate) under faults"),
 }
 

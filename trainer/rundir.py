@@ -2,6 +2,11 @@
 forgiving reader of its event logs. Everything else (harness, faults, reports) asks here;
 only `invariants/` keeps its own loader, to stay standard-library-only and separate.
 
+Its other kind, the measurement directory (format `trainwreck-measurement/1`): a benchmark
+job's figures in one measurement.json and no events, which the handbook quotes beside judged
+runs. It is written and read here too, through the same bounded file layer, so a command
+handed one can say what it is instead of "no run.json".
+
 Also the trainer's own run.json, for when it runs without the harness (python -m
 trainwreck.trainer, torchrun). Importing this module never imports torch.
 """
@@ -23,6 +28,12 @@ from trainwreck.trainer.events import FORMAT
 
 class RunDirError(InputError):
     """The run directory cannot be used; the message says why and what to do."""
+
+
+MEASUREMENT_FORMAT = "trainwreck-measurement/1"
+"""measurement.json's `format`: a benchmark job's figures (docs/DESIGN.md, "Measurement directories")."""
+MEASUREMENT_FIELDS = ("command", "measure")
+"""Strings every measurement.json carries: the command that measured (its reproduce line), and its name."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,11 @@ class RunDir:
         return self.logs / "torchrun.log"
 
     @property
+    def measurement_json(self) -> Path:
+        """A measurement directory's one file (it has no run.json and no events)."""
+        return self.root / "measurement.json"
+
+    @property
     def verdicts(self) -> Path:
         return self.root / "verdicts.json"
 
@@ -130,6 +146,9 @@ def read_run_json(run_dir: Path, check_format: bool = True) -> dict[str, Any]:
     try:
         data = files.read_json(path, files.SMALL_LIMIT, root=run_dir)
     except FileNotFoundError:
+        if files.is_regular(RunDir(run_dir).measurement_json):
+            raise RunDirError(f"{run_dir} is a measurement directory ({MEASUREMENT_FORMAT}): it holds a benchmark's "
+                              "figures in measurement.json, not a run to judge or report") from None
         raise RunDirError(f"{run_dir} has no run.json: is it a trainwreck run directory?") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise RunDirError(f"{path} is unreadable ({type(exc).__name__}: {exc}); use a new run directory") from None
@@ -137,6 +156,36 @@ def read_run_json(run_dir: Path, check_format: bool = True) -> dict[str, Any]:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise RunDirError(f"{path}: format {found!r} is not {FORMAT!r}")
     return data
+
+
+def write_measurement(run_dir: Path, measured: dict[str, Any]) -> None:
+    """Make `run_dir` a measurement directory holding `measured` (stamped with MEASUREMENT_FORMAT)."""
+    data = {"format": MEASUREMENT_FORMAT, **measured}
+    _check_measurement(RunDir(run_dir).measurement_json, data)
+    ensure_writable(run_dir)
+    files.write_atomic(RunDir(run_dir).measurement_json, json.dumps(data, indent=1) + "\n", root=run_dir)
+
+
+def read_measurement(run_dir: Path) -> dict[str, Any]:
+    """measurement.json of a measurement directory, bounded and checked; RunDirError saying why otherwise."""
+    path = RunDir(run_dir).measurement_json
+    try:
+        data = files.read_json(path, files.SMALL_LIMIT, root=run_dir)
+    except FileNotFoundError:
+        raise RunDirError(f"{run_dir} has no measurement.json: is it a measurement directory?") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(f"{path} is unreadable ({type(exc).__name__}: {exc}); measure again") from None
+    _check_measurement(path, data)
+    return data  # type: ignore[no-any-return] - _check_measurement made sure it is an object
+
+
+def _check_measurement(path: Path, data: Any) -> None:
+    if not isinstance(data, dict) or data.get("format") != MEASUREMENT_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise RunDirError(f"{path}: format {found!r} is not {MEASUREMENT_FORMAT!r}")
+    missing = [f for f in MEASUREMENT_FIELDS if not isinstance(data.get(f), str)]
+    if missing:
+        raise RunDirError(f"{path} lacks {', '.join(missing)} (a string each); measure again")
 
 
 # A line that is certainly a batch event: every writer puts `kind` first. Lines that are

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, verdict_lines
-from trainwreck.harness.supervise.scenarios import Scenario, get_scenario, scenario_names
+from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.trainer.config import PARALLELISMS, backend_fields, load_json_arg, parse_set_items
@@ -58,8 +58,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def build_scenario(args: argparse.Namespace) -> Scenario:
-    scenario = get_scenario(args.scenario) if args.scenario else Scenario(
-        name="custom", summary="a plan given on the command line", question="", threatens=())
+    scenario = get_scenario(args.scenario) if args.scenario else custom_scenario()
     changes: dict[str, Any] = {}
     if args.plan is not None:
         changes["plan"] = tuple(parse_plan_arg(args.plan))

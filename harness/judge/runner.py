@@ -14,7 +14,7 @@ from trainwreck.harness.errors import GoldenFailed
 from trainwreck.harness.judge.golden import golden_for
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.harness.report.rootcause import RootCause, root_cause
-from trainwreck.harness.supervise.scenarios import Scenario
+from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.restarts import RunRecord
 from trainwreck.harness.supervise.supervisor import run_job
@@ -102,7 +102,7 @@ def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, va
     return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
                    plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
                    launcher=launcher, run_dir=out, keep=True,
-                   scenario=None if scenario.name == "custom" else scenario.about(), **overrides)
+                   scenario=None if scenario.name == CUSTOM else scenario.about(), **overrides)
 
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,

@@ -21,9 +21,7 @@ from typing import Any, Callable, Sequence
 
 from trainwreck.harness.report.claims import F, Claim, Claims, Presume
 from trainwreck.invariants.verdict import verdict_word
-
-MEASUREMENT_FORMAT = "trainwreck-measurement/1"
-"""measurement.json of a benchmark job the handbook ran (harness/suites/handbook.py writes it)."""
+from trainwreck.trainer.rundir import MEASUREMENT_FORMAT, RunDir
 
 
 def fmt(value: Any) -> str:
@@ -45,7 +43,8 @@ def claim_html(text: str, source: str) -> str:
 
 def source_file(report: dict[str, Any]) -> str:
     """The file a claim's number was read from, as the page's tooltip names it."""
-    return "measurement.json" if report.get("format") == MEASUREMENT_FORMAT else "report.json"
+    paths = RunDir(Path())
+    return (paths.measurement_json if report.get("format") == MEASUREMENT_FORMAT else paths.report_file("report.json")).name
 
 
 Paragraph = list[Claim]

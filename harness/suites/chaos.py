@@ -24,15 +24,16 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.harness.supervise.scenarios import Scenario
+from trainwreck.harness.supervise.scenarios import Scenario, declare_scenarios
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.config import TrainConfig, backend_fields
 
 # The chaos job: the CLI's default config (TrainConfig.tiny, checkpoints every 4 updates)
 # with 24 updates, so 1.5 epochs; every field here is one `trainwreck run` can set, so a
 # failing case's reproduce command rebuilds exactly this job.
-CHAOS_BASE = Scenario(name="chaos", summary="a random fault plan", question="", threatens=(),
-                      config={"total_steps": 24}, hang_timeout_s=2.0)
+(CHAOS_BASE,) = declare_scenarios("chaos", Scenario(
+    name="chaos", summary="a random fault plan", question="", threatens=(), config={"total_steps": 24},
+    hang_timeout_s=2.0))
 WORLD_SCHEDULES: tuple[tuple[int, ...], ...] = ((2,), (2,), (4, 2), (2, 4))
 """World-size schedules a case draws from (the plain 2-rank job twice as often)."""
 PARALLELISMS: tuple[str, str] = ("ddp", "fsdp")

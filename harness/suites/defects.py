@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
+from trainwreck.harness.supervise.scenarios import Scenario, declare_scenarios, get_scenario
 from trainwreck.harness.judge.runner import run_judged, spec_for
 from trainwreck.trainer.errors import UnknownName
 
@@ -85,6 +85,10 @@ FSDP_CRASH_AFTER_POINTER = replace(
 CRASH_AFTER_FILE = _crash_in_save("save.after_file")
 CRASH_BEFORE_RENAME = _crash_in_save("save.before_rename")
 CRASH_AFTER_RENAME = _crash_in_save("save.after_rename")
+SCENARIOS = declare_scenarios("defects", RESUME_MID_EPOCH, HANG_QUICK, PREEMPT_ALL, FSDP_RESUME_MID_EPOCH,
+                              FP16_RESUME_MID_EPOCH, FSDP_CRASH_AFTER_POINTER, CRASH_AFTER_FILE, CRASH_BEFORE_RENAME,
+                              CRASH_AFTER_RENAME)
+"""The defects table's own scenarios, in the one registry (the others are built-ins)."""
 
 
 # ----- the table -----------------------------------------------------------------------

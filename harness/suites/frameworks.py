@@ -27,10 +27,11 @@ import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
 from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose
 from trainwreck.trainer.frameworks import EXAMPLES
@@ -137,22 +138,36 @@ def _kill(step: int) -> dict[str, Any]:
 
 
 Plan = Callable[[Framework], list[dict[str, Any]]]
-# scenario name -> (what it does, world sizes, restarts, faults for a framework)
-SCENARIOS: dict[str, tuple[str, tuple[int, ...], int, Plan]] = {
-    "golden": ("an uninterrupted run", (2,), 0, lambda fw: []),
-    "kill-mid-epoch": ("rank 1 killed mid-epoch after a save, resumed on 2 ranks", (2,), 1,
-                       lambda fw: [_kill(fw.kill_step)]),
-    "kill-in-save": ("rank 0 killed inside the framework's own save, resumed", (2,), 2,
-                     lambda fw: [{"id": "kill-in-save", "kind": "foreign_crash", "rank": 0, "step": fw.save_step,
-                                  **fw.kill_in_save}]),
-    "corrupt-newest": ("killed at update 8, the newest checkpoint truncated before the restart", (2,), 2,
-                       lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate",
-                                              "target": fw.newest, "attempt": 1}]),
-    "world-size": ("rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch", (2, 1), 1,
-                   lambda fw: [_kill(fw.kill_step)]),
-    "hang": ("rank 1 hangs at update 5; the watchdog must see it and restart", (2,), 1,
-             lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]),
-}
+
+
+class FrameworkScenario(NamedTuple):
+    """A row of the table, run for every framework: what the framework provides (which step, which
+    file operation) the plan asks of it."""
+
+    summary: str
+    world_sizes: tuple[int, ...]
+    restarts: int
+    plan: Plan
+
+
+SCENARIOS: dict[str, FrameworkScenario] = declare("frameworks", (
+    ("golden", FrameworkScenario("an uninterrupted run", (2,), 0, lambda fw: [])),
+    ("kill-mid-epoch", FrameworkScenario("rank 1 killed mid-epoch after a save, resumed on 2 ranks", (2,), 1,
+                                         lambda fw: [_kill(fw.kill_step)])),
+    ("kill-in-save", FrameworkScenario(
+        "rank 0 killed inside the framework's own save, resumed", (2,), 2,
+        lambda fw: [{"id": "kill-in-save", "kind": "foreign_crash", "rank": 0, "step": fw.save_step,
+                     **fw.kill_in_save}])),
+    ("corrupt-newest", FrameworkScenario(
+        "killed at update 8, the newest checkpoint truncated before the restart", (2,), 2,
+        lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate", "target": fw.newest,
+                               "attempt": 1}])),
+    ("world-size", FrameworkScenario(
+        "rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch", (2, 1), 1,
+        lambda fw: [_kill(fw.kill_step)])),
+    ("hang", FrameworkScenario("rank 1 hangs at update 5; the watchdog must see it and restart", (2,), 1,
+                               lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}])),
+))
 EVERY_OP = "crash-every-op"
 """A crash at every file operation of one save: rows come from the framework's recorded save."""
 

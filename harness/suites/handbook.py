@@ -2,8 +2,10 @@
 
 A suite beside demo, chaos and defects. This module is its runs: CASES (built-in scenarios,
 the handbook's own plans, planted defects from harness/suites/defects.py, the reference trainer on a
-defect's scenario as its control, and benchmark jobs of benchmarks/fsdp.py run through its
-command) and the orchestration that runs them. The questions and their answers, claims over
+defect's scenario as its control, and benchmark jobs of benchmarks/ run through their command,
+each leaving a measurement directory: trainer/rundir.py `write_measurement`) and the
+orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
+registry (harness/supervise/scenarios.py, families "handbook" and "measurements"). The questions and their answers, claims over
 the runs' report.json, are harness/report/chapters.py; the page is harness/report/handbook.py.
 No answer holds a literal result.
 
@@ -26,13 +28,12 @@ from trainwreck.harness.launch.procs import signal_group
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
-from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
-from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
-                                                render_handbook)
+from trainwreck.harness.report.handbook import Chapter, RunRow, build_chapter, fmt, page_word, render_handbook
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
-from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
+from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenario
+from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.invariants.verdict import verdict_word
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
 
 __all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "fmt", "get_case", "get_chapter",
            "handbook_word", "run_handbook"]
@@ -65,12 +66,6 @@ CKPT_SYNC = _wide("wide-sync", "the 2.1 M-parameter MLP on 2 ranks, DDP, a synch
 CKPT_ASYNC = _wide("wide-async", "the same job with asynchronous checkpoints (ckpt_mode=async)", ckpt_mode="async")
 FSDP_WIDE = _wide("wide-fsdp", "the same job with FSDP2 (parallelism=fsdp): each rank holds half the state",
                   parallelism="fsdp")
-_SHRINK = get_scenario("shrink-world")
-FSDP_SHRINK = Scenario(
-    name="fsdp-shrink-world",
-    summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
-    question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
-    plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
 BF16_RESUME = replace(RESUME_MID_EPOCH, name="bf16-resume", config={**RESUME_MID_EPOCH.config, "amp_dtype": "bf16"},
                       summary="bf16 autocast on CPU; rank 1 is SIGKILLed before update 10; the job resumes from step 8",
                       question=PRECISION_QUESTION)
@@ -87,38 +82,52 @@ NAN_LOCAL = _poison("nan-local", "rank 1's own gradient gets a NaN at update 5, 
                     {"kind": "nan_grad", "at": "local"}, ("replicas", "continuity"))
 SKIP_COLLECTIVE = _poison("skip-collective", "rank 1 skips its gradient all-reduce of update 5 and waits for a result",
                           {"kind": "skip_collective", "then": "wait", "expect": "hang"}, ("hang", "progress"))
-PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK, BF16_RESUME, NAN_REDUCED,
-                             NAN_LOCAL, SKIP_COLLECTIVE)}
+PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (
+    RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, BF16_RESUME, NAN_REDUCED, NAN_LOCAL, SKIP_COLLECTIVE)))
+"""The handbook's own scenarios (the FSDP resharding case is the built-in fsdp-shrink-world: the registry
+refused the handbook's twin of it)."""
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
 MEASURE_TIMEOUT_S = 300.0
 """The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
 
 
-MEASURES: dict[str, tuple[list[str], str]] = {
-    **{p: (["python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", p, "--world", str(MEASURE_WORLD),
-            "--steps", str(MEASURE_STEPS)],
-           f"benchmarks/fsdp.py: rank 0's bytes and step time for {p.upper()} on {MEASURE_WORLD} ranks, the same "
-           f"2.1 M-parameter model, {MEASURE_STEPS} steps") for p in ("ddp", "fsdp")},
-    "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
-             f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
-             "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
-    "activations": (["python", "-m", "trainwreck.benchmarks.activations"],
-                    "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, with "
-                    "every layer checkpointed and with √depth checkpointed segments (glibc malloc counters)"),
-}
-"""Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
-rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
-is its reproduce line."""
+@dataclass(frozen=True)
+class Measure:
+    """A benchmark job the handbook runs: its command and what it measures. The handbook runs the command
+    rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the
+    command is its reproduce line."""
+
+    argv: tuple[str, ...]
+    summary: str
+
+
+def _bytes(p: str) -> Measure:
+    return Measure(("python", "-m", "trainwreck.benchmarks.fsdp", "--parallelism", p, "--world", str(MEASURE_WORLD),
+                    "--steps", str(MEASURE_STEPS)),
+                   f"benchmarks/fsdp.py: rank 0's bytes and step time for {p.upper()} on {MEASURE_WORLD} ranks, the "
+                   f"same 2.1 M-parameter model, {MEASURE_STEPS} steps")
+
+
+MEASURES: dict[str, Measure] = declare("measurements", (
+    ("ddp", _bytes("ddp")), ("fsdp", _bytes("fsdp")),
+    ("comm", Measure(("python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)),
+                     f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and "
+                     "the 2.1 M-parameter model's gradients reduced one parameter at a time against one bucket")),
+    ("activations", Measure(("python", "-m", "trainwreck.benchmarks.activations"),
+                            "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, "
+                            "with every layer checkpointed and with √depth checkpointed segments (glibc malloc "
+                            "counters)"))))
 
 
 def measure_command(name: str) -> list[str]:
-    return list(MEASURES[name][0])
+    return list(MEASURES[name].argv)
 
 
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
-    """The benchmark job's JSON, with bytes per parameter where it counts bytes (rank 0's parameters,
-    gradients and AdamW state after a real step); written to RUN_DIR/measurement.json."""
+    """Run the benchmark job into the measurement directory RUN_DIR (its measurement.json: the job's JSON,
+    with bytes per parameter where it counts bytes, rank 0's parameters, gradients and AdamW state after a
+    real step); returns what the directory holds, read back as every reader reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
     proc = subprocess.Popen([sys.executable, *measure_command(name)[1:]], stdout=subprocess.PIPE,
@@ -133,15 +142,15 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{shlex.join(measure_command(name))} exited {proc.returncode}: {last}")
     result = json.loads(out)
-    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(name)), "measure": name,
-                "world_size": MEASURE_WORLD, **result}
+    measured = {"command": shlex.join(measure_command(name)), "measure": name, "world_size": MEASURE_WORLD,
+                **result}
     if "params" in result:  # a byte-counting job of benchmarks/fsdp.py
         numel = result["numel"]
         measured.update(parallelism=name, steps=MEASURE_STEPS,
                         bytes_per_param={k: round(result[k] / numel, 3) for k in ("params", "grads", "optimizer")})
         measured["bytes_per_param"]["state"] = round((result["params"] + result["optimizer"]) / numel, 3)
-    (run_dir / "measurement.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
-    return measured
+    write_measurement(run_dir, measured)
+    return read_measurement(run_dir)
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,8 @@ class Case:
 
     def report_file(self, run_dir: Path) -> Path:
         """What the chapters quote: the run's report.json, or a measurement's measurement.json."""
-        return run_dir / "measurement.json" if self.kind == "measure" else RunDir(run_dir).report_file("report.json")
+        paths = RunDir(run_dir)
+        return paths.measurement_json if self.kind == "measure" else paths.report_file("report.json")
 
     def scenario(self) -> Scenario:
         if self.kind == "plan":
@@ -167,7 +177,7 @@ class Case:
 
     def summary(self) -> str:
         if self.kind == "measure":
-            return MEASURES[self.name][1]
+            return MEASURES[self.name].summary
         if self.kind == "defect":
             return f"planted defect: {get_defect(self.name).bug} ({self.scenario().name})"
         prefix = "reference trainer, control of the defects: " if self.kind == "control" else ""
@@ -202,7 +212,7 @@ CASES: tuple[Case, ...] = (
     Case("wide-async", "plan", "wide-async"),
     Case("async-kill-persist", "scenario", "async-kill-persist"),
     Case("wide-fsdp", "plan", "wide-fsdp"),
-    Case("fsdp-shrink-world", "plan", "fsdp-shrink-world"),
+    Case("fsdp-shrink-world", "scenario", "fsdp-shrink-world"),
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trainwreck.harness.supervise.replicas import LIGHTHOUSE_KIND, ReplicaJob, run_replica_job
+from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.invariants.verdict import UNKNOWN, Validity
 
 FRAMEWORK = "torchft"
@@ -46,6 +47,8 @@ def _kill(rank: int, point: str = "step_start", step: int = KILL_STEP, attempt: 
 
 @dataclass(frozen=True)
 class Scenario:
+    """A replica-group job of the example trainer (its own job type; declared in harness/supervise/scenarios.py's registry)."""
+
     summary: str
     plan: tuple[dict[str, Any], ...] = ()
     groups: int = 2
@@ -53,22 +56,22 @@ class Scenario:
     args: tuple[str, ...] = ()
 
 
-SCENARIOS: dict[str, Scenario] = {
-    "golden": Scenario("two groups of one rank, no fault"),
-    "kill-between-steps": Scenario(f"group 1 SIGKILLed at the start of update {KILL_STEP}, restarted alone",
-                                   (_kill(1),)),
-    "kill-in-allreduce": Scenario(f"group 1 SIGKILLed inside update {KILL_STEP}'s gradient all-reduce",
-                                  (_kill(1, "in_allreduce"),)),
-    "kill-in-heal": Scenario(f"group 1 killed at update {KILL_STEP}, then again while its restart fetches a "
-                             "peer's state", (_kill(1), _kill(1, "in_heal", step=1, attempt=1))),
-    "kill-lighthouse": Scenario(f"the lighthouse SIGKILLed when a rank reaches update {KILL_STEP}, restarted "
-                                "by the harness on the same port",
-                                ({"id": "kill-lighthouse", "kind": LIGHTHOUSE_KIND, "step": KILL_STEP},)),
-    "group-never-returns": Scenario(f"group 1 SIGKILLed at update {KILL_STEP} and never restarted", (_kill(1),),
-                                    lost_groups=(1,)),
-    "three-groups-lose-one": Scenario(f"three groups; group 2 SIGKILLed at update {KILL_STEP}, restarted",
-                                      (_kill(2),), groups=3),
-}
+SCENARIOS: dict[str, Scenario] = declare("torchft", (
+    ("golden", Scenario("two groups of one rank, no fault")),
+    ("kill-between-steps", Scenario(f"group 1 SIGKILLed at the start of update {KILL_STEP}, restarted alone",
+                                    (_kill(1),))),
+    ("kill-in-allreduce", Scenario(f"group 1 SIGKILLed inside update {KILL_STEP}'s gradient all-reduce",
+                                   (_kill(1, "in_allreduce"),))),
+    ("kill-in-heal", Scenario(f"group 1 killed at update {KILL_STEP}, then again while its restart fetches a "
+                              "peer's state", (_kill(1), _kill(1, "in_heal", step=1, attempt=1)))),
+    ("kill-lighthouse", Scenario(f"the lighthouse SIGKILLed when a rank reaches update {KILL_STEP}, restarted "
+                                 "by the harness on the same port",
+                                 ({"id": "kill-lighthouse", "kind": LIGHTHOUSE_KIND, "step": KILL_STEP},))),
+    ("group-never-returns", Scenario(f"group 1 SIGKILLed at update {KILL_STEP} and never restarted", (_kill(1),),
+                                     lost_groups=(1,))),
+    ("three-groups-lose-one", Scenario(f"three groups; group 2 SIGKILLed at update {KILL_STEP}, restarted",
+                                       (_kill(2),), groups=3)),
+))
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,151 @@
-"""Built-in scenarios: named fault plans with the invariants each one threatens.
+"""Every scenario of every suite, declared once: the scenario registry, and the built-in ones.
 
-A scenario is data. The CLI runs them (`trainwreck run NAME`, `trainwreck demo`),
-the pytest plugin parametrises tests over them, and reports quote their question.
+A scenario is data: a named job a suite runs. The built-ins here are what `trainwreck run
+NAME`, `trainwreck demo` and the pytest plugin run; the defects table (harness/suites/defects.py),
+the handbook's plans and benchmark jobs (harness/suites/handbook.py), chaos's base job
+(harness/suites/chaos.py), the frameworks table's rows (harness/suites/frameworks.py) and torchft's
+replica-group rows (harness/suites/torchft_rows.py) declare theirs here too, each family with its
+own job type and its own runner (`Family`). So `trainwreck scenarios --all` lists every
+family, a name declared twice fails at import, and `tests/harness/test_scenario_registry.py`
+fails on a suite that builds a scenario without declaring it.
+
+Family modules and types are named as `module:attribute` strings (as harness/registry.py
+names launchers) and loaded only when every family is listed: the suites sit above this
+module (tests/test_architecture.py) and import it, never the reverse.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Protocol, TypeVar
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.errors import UnknownName
+
+REFERENCE = "reference"
+"""The namespace of the reference trainer's scenarios: their runs are keyed by scenario name (the
+defects table's control-NAME folders, the handbook's controls), so no two families in it share a name."""
+
+
+class Job(Protocol):
+    """What the registry asks of any family's job: one line saying what goes wrong."""
+
+    @property
+    def summary(self) -> str: ...
+
+
+J = TypeVar("J", bound=Job)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One suite's scenarios: where they are declared, what type their jobs are, what runs them."""
+
+    name: str
+    help: str
+    """One line for `trainwreck scenarios --all`."""
+    module: str
+    """The module that declares the family's scenarios (imported to list them)."""
+    job: str
+    """`module:Class` of its jobs: declare() refuses any other type."""
+    runner: str
+    """`module:callable` that runs one of its jobs (each family has its own)."""
+    namespace: str = REFERENCE
+    """Families sharing a namespace may not share a name; frameworks rows repeat names per framework."""
+
+
+class DuplicateScenario(ValueError):
+    """A scenario name declared twice in one namespace; the message names both families."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    family: str
+    name: str
+    job: Any
+
+    @property
+    def summary(self) -> str:
+        return str(self.job.summary)
+
+
+BUILTIN = "builtin"
+_SCENARIO = "trainwreck.harness.supervise.scenarios:Scenario"
+_RUN_JUDGED = "trainwreck.harness.judge.runner:run_judged"
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family(BUILTIN, "the built-in scenarios: trainwreck run NAME, the demo, the pytest plugin",
+           "trainwreck.harness.supervise.scenarios", _SCENARIO, _RUN_JUDGED),
+    Family("defects", "the scenarios that expose the planted defects (trainwreck defects)",
+           "trainwreck.harness.suites.defects", _SCENARIO, "trainwreck.harness.suites.defects:run_control"),
+    Family("handbook", "the handbook's own plans (trainwreck handbook)",
+           "trainwreck.harness.suites.handbook", _SCENARIO, _RUN_JUDGED),
+    Family("measurements", "the handbook's benchmark jobs, each leaving a measurement directory",
+           "trainwreck.harness.suites.handbook", "trainwreck.harness.suites.handbook:Measure",
+           "trainwreck.harness.suites.handbook:run_measurement", namespace="measurements"),
+    Family("chaos", "the job chaos draws random fault plans for (trainwreck chaos)",
+           "trainwreck.harness.suites.chaos", _SCENARIO, "trainwreck.harness.suites.chaos:CaseRunner"),
+    Family("frameworks", "a real trainer's row, run for each framework (trainwreck frameworks)",
+           "trainwreck.harness.suites.frameworks", "trainwreck.harness.suites.frameworks:FrameworkScenario",
+           "trainwreck.harness.suites.frameworks:run_one", namespace="frameworks"),
+    Family("torchft", "torchft's replica-group rows (trainwreck frameworks --frameworks torchft)",
+           "trainwreck.harness.suites.torchft_rows", "trainwreck.harness.suites.torchft_rows:Scenario",
+           "trainwreck.harness.suites.torchft_rows:run_row", namespace="torchft"),
+)}
+
+
+def load(path: str) -> Any:
+    """The object a `module:attribute` path names."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class ScenarioRegistry:
+    """Every declared scenario, keyed by (namespace, name), in declaration order."""
+
+    def __init__(self, families: dict[str, Family]) -> None:
+        self.families = families
+        self._entries: dict[tuple[str, str], Entry] = {}
+
+    def declare(self, family: str, jobs: Iterable[tuple[str, J]]) -> dict[str, J]:
+        """Register each (name, job) of `family`; the suite keeps the returned table as its own."""
+        kind = self._family(family)
+        declared: dict[str, J] = {}
+        for name, job in jobs:
+            found = f"{type(job).__module__}:{type(job).__qualname__}"
+            if found != kind.job:
+                raise TypeError(f"{family} scenario {name!r} is a {found}; the family declares {kind.job}")
+            key = (kind.namespace, name)
+            if key in self._entries:
+                raise DuplicateScenario(f"scenario {name!r} of {family} is already declared by "
+                                        f"{self._entries[key].family}; give it another name")
+            self._entries[key] = Entry(family, name, job)
+            declared[name] = job
+        return declared
+
+    def entries(self, family: str | None = None) -> list[Entry]:
+        """The declared scenarios of `family` (every family: each family module imported first)."""
+        for name in [family] if family else self.families:
+            importlib.import_module(self._family(name).module)
+        ordered = sorted(self._entries.values(), key=lambda e: list(self.families).index(e.family))
+        return [e for e in ordered if family in (None, e.family)]
+
+    def _family(self, name: str) -> Family:
+        if name not in self.families:
+            raise UnknownName(f"unknown scenario family {name!r}; families: {', '.join(self.families)}")
+        return self.families[name]
+
+
+REGISTRY = ScenarioRegistry(FAMILIES)
+
+
+def declare(family: str, jobs: Iterable[tuple[str, J]]) -> dict[str, J]:
+    """Declare `family`'s scenarios in the one registry (see ScenarioRegistry.declare)."""
+    return REGISTRY.declare(family, jobs)
+
+
+def declare_scenarios(family: str, *scenarios: Scenario) -> tuple[Scenario, ...]:
+    """Declare reference-trainer scenarios, each under its own name; returns them in order."""
+    return tuple(declare(family, ((s.name, s) for s in scenarios)).values())
 
 
 @dataclass(frozen=True)
@@ -40,7 +176,8 @@ class Scenario:
         return TrainConfig.tiny(**{"total_steps": 16, "ckpt_interval": 4, **self.config})
 
 
-SCENARIOS: tuple[Scenario, ...] = (
+SCENARIOS: tuple[Scenario, ...] = declare_scenarios(
+    BUILTIN,
     Scenario(
         name="kill-resume",
         summary="SIGKILL rank 1 before update 7; the job restarts from the step-4 checkpoint",
@@ -200,6 +337,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         config={"parallelism": "fsdp"},
     ),
 )
+
+
+CUSTOM = "custom"
+"""The name of a job built on the command line (`trainwreck run --plan ...`): never declared, never recorded."""
+
+
+def custom_scenario(summary: str = "a plan given on the command line") -> Scenario:
+    """An undeclared job on the built-ins' defaults, for a plan given on the command line."""
+    return Scenario(name=CUSTOM, summary=summary, question="", threatens=())
 
 
 def scenario_names() -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Protocol
 from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE
-from trainwreck.harness.supervise.scenarios import Scenario
+from trainwreck.harness.supervise.scenarios import custom_scenario
 from trainwreck.invariants import Judgement, judge, load_history
 from trainwreck.trainer.config import ConfigError, TrainConfig
 from trainwreck.trainer.rundir import RunDir, run_json_fields
@@ -161,7 +161,7 @@ class Reference:
                   "--hang-timeout", f"{spec.hang_timeout_s:g}",
                   "--launcher", spec.launcher]
         # Every other field that differs from a custom run's config (parallelism, --set ...), so the line is exact.
-        base = Scenario(name="custom", summary="", question="", threatens=()).train_config().to_dict()
+        base = custom_scenario().train_config().to_dict()
         parts += [f"--set={k}={v}" for k, v in self.config.to_dict().items()
                   if k not in ("total_steps", "variant") and v != base[k]]
         return shlex.join(parts)

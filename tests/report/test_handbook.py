@@ -25,6 +25,7 @@ from trainwreck.harness.suites.handbook import MTBF_ASSUMED_S, CaseResult, fmt, 
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
 from trainwreck.harness.report.plots import coverage_svg, loss_svg
 from trainwreck.harness.report.truth import check_handbook
+from trainwreck.trainer.rundir import MEASUREMENT_FORMAT
 
 MIN_CAUGHT = 3
 CHAPTERS = tuple(c for c in ALL_CHAPTERS if not c.full)
@@ -237,7 +238,7 @@ def test_a_defect_the_suite_misses_is_shown_as_missed_and_fails_the_handbook(tmp
 
 
 def test_a_benchmark_job_that_did_not_finish_leaves_the_handbook_unknown(tmp_path: Path) -> None:
-    measured = CaseResult(get_case("bytes-ddp"), tmp_path, None, measured={"format": "trainwreck-measurement/1"})
+    measured = CaseResult(get_case("bytes-ddp"), tmp_path, None, measured={"format": MEASUREMENT_FORMAT})
     failed = CaseResult(get_case("bytes-ddp"), tmp_path, None, error="the harness failed: RuntimeError: exited 1")
     answered = [{"answered": True}]
     assert measured.status == "MEASURED" and measured.passed
