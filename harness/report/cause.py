@@ -24,19 +24,29 @@ def _coverage(say: Claims, report: dict[str, Any]) -> None:
         "with the checkpoint.", bad, fact("facts.coverage.went_back", "!=", None),
         a=F("facts.coverage.went_back.attempt"), step=F("facts.coverage.went_back.step"),
         frm=F("facts.coverage.went_back.from_epoch"), to=F("facts.coverage.went_back.to_epoch"))
+    say("cause.coverage.restart_replay",
+        "Root cause: without any epoch going back, attempt {a} was dealt samples that an earlier attempt had "
+        "already trained on in the same epoch (id {id} of epoch {epoch}: {first}, again at {again}; {n} (epoch, id) "
+        "pair(s) in all): the resume restarted from a data position other than the one its checkpoint had reached.",
+        bad, fact("facts.coverage.went_back", "==", None), fact("facts.coverage.twice_span", "!=", None),
+        a=F("facts.coverage.twice_span.attempt"), id=F("facts.coverage.twice_span.id"),
+        epoch=F("facts.coverage.twice_span.epoch"), first=F("facts.coverage.twice_span.first"),
+        again=F("facts.coverage.twice_span.again"), n=F("verdicts.coverage.counts.duplicated_ids"))
     say("cause.coverage.duplicates",
         "Root cause: the lineage used {n} (epoch, id) pair(s) twice without any restart going back an epoch: "
         "the data pipeline itself deals some ids more than once per epoch.", bad,
         fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", ">", 0),
+        fact("facts.coverage.twice_span", "==", None), fact("facts.coverage.twice_within", "!=", None),
         n=F("verdicts.coverage.counts.duplicated_ids"))
     say("cause.coverage.skipped",
         "Root cause: {n} id(s) were never used in an epoch the run completed: the resume skipped samples.", bad,
+        fact("facts.coverage.went_back", "==", None),
         fact("verdicts.coverage.counts.duplicated_ids", "==", 0), fact("verdicts.coverage.counts.ids_not_covered", ">", 0),
         n=F("verdicts.coverage.counts.ids_not_covered"))
     say("cause.coverage.order",
         "Root cause: no id repeats and none is missing, but {n} lineage step(s) used another global batch than "
         "the uninterrupted golden run: the data order after the restart is not the one the run would have had.",
-        bad, fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
+        bad, fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
         fact("verdicts.coverage.counts.ids_not_covered", "==", 0),
         fact("verdicts.coverage.counts.golden_mismatched_steps", ">", 0),
         n=F("verdicts.coverage.counts.golden_mismatched_steps"))

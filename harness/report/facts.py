@@ -16,7 +16,8 @@ from typing import Any
 from trainwreck.harness.report.rawlog import RawRun
 
 WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back from (\d+) to (\d+)")
-TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;")
+TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;(?: id (\d+) at (.*))?")
+USE = re.compile(r"attempt (\d+) rank (\d+) step (\d+)")
 RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): digest \w+ != \w+ recorded by its save")
 RESTORE_STEP = re.compile(r"attempt (\d+) rank (\d+) restored (\S+) as step (\d+), but it was saved at step (\d+)")
 SAVE_DIGEST = re.compile(r"attempt (\d+) saved (\S+) at step (\d+) with digest")
@@ -78,15 +79,30 @@ def coverage_facts(v: dict[str, Any]) -> dict[str, Any]:
     """Where the sampler went back, and the repeated ids per epoch (the count is of (epoch, id) pairs)."""
     evidence = [str(e) for e in v.get("evidence") or []]
     back = next((m for m in map(WENT_BACK.match, evidence) if m), None)
-    twice = {int(m.group(1)): _count_intervals(m.group(2)) + int(m.group(3) or 0)
-             for m in map(TWICE.match, evidence) if m}
+    found = [m for m in map(TWICE.match, evidence) if m]
+    twice = {int(m.group(1)): _count_intervals(m.group(2)) + int(m.group(3) or 0) for m in found}
+    repeats = [_repeat(m) for m in found if m.group(4) is not None]
     return {
         "went_back": ({"attempt": int(back.group(1)), "rank": int(back.group(2)), "step": int(back.group(3)),
                        "from_epoch": int(back.group(4)), "to_epoch": int(back.group(5))} if back else None),
         "twice_by_epoch": {str(e): n for e, n in sorted(twice.items())},
         "twice_split": ", ".join(f"epoch {e}: {n} ids" for e, n in sorted(twice.items())),
         "twice_epochs": len(twice),
+        # The evidence shows every use of each epoch's first repeated id: whether one attempt used it
+        # twice (the pipeline deals it twice) or two attempts did (a restart replayed it).
+        "twice_span": next((r for r in repeats if r["across"]), None),
+        "twice_within": next((r for r in repeats if r["within"]), None),
     }
+
+
+def _repeat(m: re.Match[str]) -> dict[str, Any]:
+    """One evidence line's first repeated id and its uses ("attempt 0 rank 0 step 7"): the first
+    use, and the next one by another attempt when there is one (else simply the next one)."""
+    uses = [(int(u.group(1)), u.group(0)) for u in USE.finditer(m.group(5))] or [(-1, "")]
+    again = next((u for u in uses[1:] if u[0] != uses[0][0]), uses[1:][0] if uses[1:] else uses[0])
+    attempts = [a for a, _ in uses]
+    return {"epoch": int(m.group(1)), "id": int(m.group(4)), "first": uses[0][1], "again": again[1],
+            "attempt": again[0], "across": again[0] != uses[0][0], "within": len(attempts) > len(set(attempts))}
 
 
 def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
@@ -99,3 +115,4 @@ def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
                 return {"first_kind": kind, "first_step": step, "first": line}
         return {"first_kind": "other", "first_step": None, "first": line}
     return {"first_kind": None, "first_step": None, "first": None}
+
