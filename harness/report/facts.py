@@ -37,6 +37,9 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "rejects": rejects(raw),
         "coverage": coverage_facts(verdicts.get("coverage") or {}),
         "continuity": continuity_facts(verdicts.get("continuity") or {}),
+        "first_evidence_new": first_evidence_new(verdicts[bad[0]]) if bad else None,
+        "progress": progress_facts(report, raw),
+        "hang": hang_facts(report),
         # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
         # jobs' judge adds them): copied as they are, so a claim can presume "facts.verdicts.NAME.FIELD".
         "verdicts": {name: dict(v["facts"]) for name, v in verdicts.items() if isinstance(v.get("facts"), dict)},
@@ -116,3 +119,42 @@ def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
         return {"first_kind": "other", "first_step": None, "first": line}
     return {"first_kind": None, "first_step": None, "first": None}
 
+
+def first_evidence_new(v: dict[str, Any]) -> str | None:
+    """The violated verdict's first evidence line when its summary does not already say it (most
+    summaries quote it: "1 violation(s): <the line>"), so a sentence says each thing once."""
+    evidence = [str(e) for e in v.get("evidence") or []]
+    return evidence[0] if evidence and evidence[0] not in str(v.get("summary", "")) else None
+
+
+def progress_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
+    """How the job ended against total_steps, whether the last attempt's ranks all exited 0, and the
+    signal fault that fired in that attempt (a preemption), from the events."""
+    end = (raw.of_kind("end") or [{}])[-1]
+    attempts = report.get("attempts") or []
+    last = attempts[-1] if attempts else {}
+    exits = list((last.get("exits") or {}).values())
+    signal = next((f for f in reversed(report.get("faults") or [])
+                   if f.get("signal") and f.get("attempt") == last.get("attempt")), None)
+    total, final = (report.get("spec") or {}).get("total_steps"), end.get("final_step")
+    return {
+        "outcome": end.get("outcome"), "final_step": final, "total_steps": total, "attempts": len(attempts),
+        "short": final is not None and total is not None and final < total,
+        "clean_exit": bool(exits) and all(code == 0 for code in exits),
+        "signal": ({"fault": signal["id"], "signal": signal["signal"], "ranks": signal.get("ranks"),
+                    "step": signal.get("in_step")} if signal else None),
+    }
+
+
+def hang_facts(report: dict[str, Any]) -> dict[str, Any]:
+    """A hang event that named no rank after a fault that was planned to hang one: the stall was
+    ended, but nothing said which rank stalled."""
+    for h in report.get("hangs") or []:
+        if h.get("ranks"):
+            continue
+        fault = next((f for f in report.get("faults") or [] if f.get("expect") == "hang"
+                      and f.get("attempt") == h.get("attempt") and f.get("t_s", 0) <= h.get("t_s", 0)), None)
+        if fault is not None:
+            return {"unnamed": {"fault": fault["id"], "rank": fault.get("rank"), "attempt": h.get("attempt"),
+                                "after_s": h.get("detected_after_s"), "waiting": h.get("waiting")}}
+    return {"unnamed": None}
