@@ -484,6 +484,16 @@ def test_chapter_11_counts_the_gradients_and_tells_fp32_from_mixed_precision(han
         handbook, "async")
 
 
+def test_the_progress_line_says_the_bytes_per_parameter_leave_out_the_gradients() -> None:
+    from trainwreck.harness.commands.handbook import measured_bytes
+
+    per = {"params": 4.0, "grads": 4.0, "optimizer": 8.0, "state": 12.0}  # what bytes-ddp measures in fp32
+    line = measured_bytes({"bytes_per_param": per})
+    assert line == ("rank 0 measured 12 bytes per parameter of weights and optimizer state (4 + 8), gradients not "
+                    "included: 4 more (16 in all)")
+    assert measured_bytes({"seconds": 0.01}) == "measured"
+
+
 def test_chapter_10_and_12_say_configured_or_measured_and_name_the_slow_rank(handbook: dict[str, Any]) -> None:
     hang = plain(handbook, "hang")
     assert "sooner than gloo" not in hang and "not one measured here" in hang
