@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from trainwreck.invariants.verdict import exit_code, word_validity
 from trainwreck.trainer.errors import InputError
@@ -21,6 +22,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full", action="store_true",
                         help="also run the expensive chapters (mixed precision, omission, poison, activations), "
                              "beyond the default set's time budget")
+
+
+def measured_bytes(measured: dict[str, Any]) -> str:
+    """A byte-counting job's figures as the job measured them on rank 0: the weights-and-optimizer
+    figure names what it leaves out (the gradients), and the gradients are given beside it."""
+    per = measured.get("bytes_per_param")
+    if not per:
+        return "measured"
+    return (f"rank 0 measured {per['state']:g} bytes per parameter of weights and optimizer state "
+            f"({per['params']:g} + {per['optimizer']:g}), gradients not included: "
+            f"{per['grads']:g} more ({per['state'] + per['grads']:g} in all)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -41,9 +53,7 @@ def main(args: argparse.Namespace) -> int:
             return
         record = item.judged.record if item.judged else None
         if item.measured is not None:
-            per = item.measured.get("bytes_per_param")
-            detail = (f"{per['state']:g} bytes per parameter on rank 0 → " if per else "measured → ") \
-                + str(item.case.report_file(item.run_dir))
+            detail = f"{measured_bytes(item.measured)} → {item.case.report_file(item.run_dir)}"
         else:
             detail = item.error or (f"{record.outcome} after {record.attempts} attempt(s), {record.wall_s:.1f} s → "
                                     f"{RunDir(item.run_dir).report_file('report.html')}")

@@ -24,19 +24,29 @@ def _coverage(say: Claims, report: dict[str, Any]) -> None:
         "with the checkpoint.", bad, fact("facts.coverage.went_back", "!=", None),
         a=F("facts.coverage.went_back.attempt"), step=F("facts.coverage.went_back.step"),
         frm=F("facts.coverage.went_back.from_epoch"), to=F("facts.coverage.went_back.to_epoch"))
+    say("cause.coverage.restart_replay",
+        "Root cause: without any epoch going back, attempt {a} was dealt samples that an earlier attempt had "
+        "already trained on in the same epoch (id {id} of epoch {epoch}: {first}, again at {again}; {n} (epoch, id) "
+        "pair(s) in all): the resume restarted from a data position other than the one its checkpoint had reached.",
+        bad, fact("facts.coverage.went_back", "==", None), fact("facts.coverage.twice_span", "!=", None),
+        a=F("facts.coverage.twice_span.attempt"), id=F("facts.coverage.twice_span.id"),
+        epoch=F("facts.coverage.twice_span.epoch"), first=F("facts.coverage.twice_span.first"),
+        again=F("facts.coverage.twice_span.again"), n=F("verdicts.coverage.counts.duplicated_ids"))
     say("cause.coverage.duplicates",
         "Root cause: the lineage used {n} (epoch, id) pair(s) twice without any restart going back an epoch: "
         "the data pipeline itself deals some ids more than once per epoch.", bad,
         fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", ">", 0),
+        fact("facts.coverage.twice_span", "==", None), fact("facts.coverage.twice_within", "!=", None),
         n=F("verdicts.coverage.counts.duplicated_ids"))
     say("cause.coverage.skipped",
         "Root cause: {n} id(s) were never used in an epoch the run completed: the resume skipped samples.", bad,
+        fact("facts.coverage.went_back", "==", None),
         fact("verdicts.coverage.counts.duplicated_ids", "==", 0), fact("verdicts.coverage.counts.ids_not_covered", ">", 0),
         n=F("verdicts.coverage.counts.ids_not_covered"))
     say("cause.coverage.order",
         "Root cause: no id repeats and none is missing, but {n} lineage step(s) used another global batch than "
         "the uninterrupted golden run: the data order after the restart is not the one the run would have had.",
-        bad, fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
+        bad, fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
         fact("verdicts.coverage.counts.ids_not_covered", "==", 0),
         fact("verdicts.coverage.counts.golden_mismatched_steps", ">", 0),
         n=F("verdicts.coverage.counts.golden_mismatched_steps"))
@@ -73,11 +83,40 @@ def _continuity(say: Claims, report: dict[str, Any]) -> None:
         step=F("facts.continuity.first_step"), first=F("facts.continuity.first"))
 
 
+def _progress(say: Claims, report: dict[str, Any]) -> None:
+    bad = (verdict("progress", False), fact("facts.progress.short", "==", True),
+           fact("facts.progress.clean_exit", "==", True), fact("facts.progress.outcome", "==", "completed"))
+    say("cause.progress.signal_exits_clean",
+        "Root cause: after fault {fault} sent {signal} to rank(s) {ranks} at step {step}, every rank exited 0, so the "
+        "job ended completed at step {final} of {total} after {n} attempt(s) and was never resumed: the trainer "
+        "answered the signal by finishing cleanly instead of leaving the run to be restarted.", *bad,
+        fact("facts.progress.signal", "!=", None), fault=F("facts.progress.signal.fault"),
+        signal=F("facts.progress.signal.signal"), ranks=F("facts.progress.signal.ranks"),
+        step=F("facts.progress.signal.step"), final=F("facts.progress.final_step"),
+        total=F("facts.progress.total_steps"), n=F("facts.progress.attempts"))
+    say("cause.progress.exits_clean",
+        "Root cause: every rank of the last attempt exited 0 at step {final}, short of total_steps {total}, with "
+        "no signal fault fired in that attempt: the trainer stopped early and reported success.", *bad,
+        fact("facts.progress.signal", "==", None), final=F("facts.progress.final_step"),
+        total=F("facts.progress.total_steps"))
+
+
+def _hang(say: Claims, report: dict[str, Any]) -> None:
+    say("cause.hang.unnamed",
+        "Root cause: fault {fault} hung rank {rank} in attempt {a}, and the stall was ended by a hang event, raised "
+        "after {after} s without progress, that names no rank (it lists ranks {waiting} as waiting): no watchdog "
+        "identified the hung rank, so the job learned that it stalled, not which rank stalled.", verdict("hang", False),
+        fact("facts.hang.unnamed", "!=", None), fault=F("facts.hang.unnamed.fault"),
+        rank=F("facts.hang.unnamed.rank"), a=F("facts.hang.unnamed.attempt"), after=F("facts.hang.unnamed.after_s"),
+        waiting=F("facts.hang.unnamed.waiting"))
+
+
 def _crash(say: Claims, report: dict[str, Any]) -> None:
     say("cause.crash", "Root cause: {sentence}.", fact("root_cause", "!=", None), sentence=F("root_cause.sentence"))
 
 
-CAUSES: dict[str, Callable[[Claims, dict[str, Any]], None]] = {"coverage": _coverage, "continuity": _continuity}
+CAUSES: dict[str, Callable[[Claims, dict[str, Any]], None]] = {
+    "coverage": _coverage, "continuity": _continuity, "progress": _progress, "hang": _hang}
 """Invariant -> the claims that name its root cause from its evidence. The others use their summary."""
 
 
@@ -93,8 +132,9 @@ def cause_claims(say: Claims, report: dict[str, Any]) -> None:
     before = len(say.of("cause"))
     CAUSES.get(first, lambda s, r: None)(say, report)
     if not any(c.rendered for c in say.of("cause")[before:] if c.key != "cause.model_cleared"):
+        # Most summaries already quote the first evidence line: then it is not said twice.
         say("cause.summary", "Root cause: {name} is violated: {summary}; first evidence: {first}.",
-            verdict(first, False), name=first, summary=F(f"verdicts.{first}.summary"),
-            first=F(f"verdicts.{first}.evidence.0"))
+            verdict(first, False), fact("facts.first_evidence_new", "!=", None), name=first,
+            summary=F(f"verdicts.{first}.summary"), first=F("facts.first_evidence_new"))
         say("cause.summary_only", "Root cause: {name} is violated: {summary}.", verdict(first, False),
-            fact(f"verdicts.{first}.evidence", "empty", None), name=first, summary=F(f"verdicts.{first}.summary"))
+            fact("facts.first_evidence_new", "==", None), name=first, summary=F(f"verdicts.{first}.summary"))

@@ -16,7 +16,8 @@ from typing import Any
 from trainwreck.harness.report.rawlog import RawRun
 
 WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back from (\d+) to (\d+)")
-TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;")
+TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;(?: id (\d+) at (.*))?")
+USE = re.compile(r"attempt (\d+) rank (\d+) step (\d+)")
 RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): digest \w+ != \w+ recorded by its save")
 RESTORE_STEP = re.compile(r"attempt (\d+) rank (\d+) restored (\S+) as step (\d+), but it was saved at step (\d+)")
 SAVE_DIGEST = re.compile(r"attempt (\d+) saved (\S+) at step (\d+) with digest")
@@ -36,6 +37,9 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "rejects": rejects(raw),
         "coverage": coverage_facts(verdicts.get("coverage") or {}),
         "continuity": continuity_facts(verdicts.get("continuity") or {}),
+        "first_evidence_new": first_evidence_new(verdicts[bad[0]]) if bad else None,
+        "progress": progress_facts(report, raw),
+        "hang": hang_facts(report),
         # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
         # jobs' judge adds them): copied as they are, so a claim can presume "facts.verdicts.NAME.FIELD".
         "verdicts": {name: dict(v["facts"]) for name, v in verdicts.items() if isinstance(v.get("facts"), dict)},
@@ -78,15 +82,30 @@ def coverage_facts(v: dict[str, Any]) -> dict[str, Any]:
     """Where the sampler went back, and the repeated ids per epoch (the count is of (epoch, id) pairs)."""
     evidence = [str(e) for e in v.get("evidence") or []]
     back = next((m for m in map(WENT_BACK.match, evidence) if m), None)
-    twice = {int(m.group(1)): _count_intervals(m.group(2)) + int(m.group(3) or 0)
-             for m in map(TWICE.match, evidence) if m}
+    found = [m for m in map(TWICE.match, evidence) if m]
+    twice = {int(m.group(1)): _count_intervals(m.group(2)) + int(m.group(3) or 0) for m in found}
+    repeats = [_repeat(m) for m in found if m.group(4) is not None]
     return {
         "went_back": ({"attempt": int(back.group(1)), "rank": int(back.group(2)), "step": int(back.group(3)),
                        "from_epoch": int(back.group(4)), "to_epoch": int(back.group(5))} if back else None),
         "twice_by_epoch": {str(e): n for e, n in sorted(twice.items())},
         "twice_split": ", ".join(f"epoch {e}: {n} ids" for e, n in sorted(twice.items())),
         "twice_epochs": len(twice),
+        # The evidence shows every use of each epoch's first repeated id: whether one attempt used it
+        # twice (the pipeline deals it twice) or two attempts did (a restart replayed it).
+        "twice_span": next((r for r in repeats if r["across"]), None),
+        "twice_within": next((r for r in repeats if r["within"]), None),
     }
+
+
+def _repeat(m: re.Match[str]) -> dict[str, Any]:
+    """One evidence line's first repeated id and its uses ("attempt 0 rank 0 step 7"): the first
+    use, and the next one by another attempt when there is one (else simply the next one)."""
+    uses = [(int(u.group(1)), u.group(0)) for u in USE.finditer(m.group(5))] or [(-1, "")]
+    again = next((u for u in uses[1:] if u[0] != uses[0][0]), uses[1:][0] if uses[1:] else uses[0])
+    attempts = [a for a, _ in uses]
+    return {"epoch": int(m.group(1)), "id": int(m.group(4)), "first": uses[0][1], "again": again[1],
+            "attempt": again[0], "across": again[0] != uses[0][0], "within": len(attempts) > len(set(attempts))}
 
 
 def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
@@ -99,3 +118,43 @@ def continuity_facts(v: dict[str, Any]) -> dict[str, Any]:
                 return {"first_kind": kind, "first_step": step, "first": line}
         return {"first_kind": "other", "first_step": None, "first": line}
     return {"first_kind": None, "first_step": None, "first": None}
+
+
+def first_evidence_new(v: dict[str, Any]) -> str | None:
+    """The violated verdict's first evidence line when its summary does not already say it (most
+    summaries quote it: "1 violation(s): <the line>"), so a sentence says each thing once."""
+    evidence = [str(e) for e in v.get("evidence") or []]
+    return evidence[0] if evidence and evidence[0] not in str(v.get("summary", "")) else None
+
+
+def progress_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
+    """How the job ended against total_steps, whether the last attempt's ranks all exited 0, and the
+    signal fault that fired in that attempt (a preemption), from the events."""
+    end = (raw.of_kind("end") or [{}])[-1]
+    attempts = report.get("attempts") or []
+    last = attempts[-1] if attempts else {}
+    exits = list((last.get("exits") or {}).values())
+    signal = next((f for f in reversed(report.get("faults") or [])
+                   if f.get("signal") and f.get("attempt") == last.get("attempt")), None)
+    total, final = (report.get("spec") or {}).get("total_steps"), end.get("final_step")
+    return {
+        "outcome": end.get("outcome"), "final_step": final, "total_steps": total, "attempts": len(attempts),
+        "short": final is not None and total is not None and final < total,
+        "clean_exit": bool(exits) and all(code == 0 for code in exits),
+        "signal": ({"fault": signal["id"], "signal": signal["signal"], "ranks": signal.get("ranks"),
+                    "step": signal.get("in_step")} if signal else None),
+    }
+
+
+def hang_facts(report: dict[str, Any]) -> dict[str, Any]:
+    """A hang event that named no rank after a fault that was planned to hang one: the stall was
+    ended, but nothing said which rank stalled."""
+    for h in report.get("hangs") or []:
+        if h.get("ranks"):
+            continue
+        fault = next((f for f in report.get("faults") or [] if f.get("expect") == "hang"
+                      and f.get("attempt") == h.get("attempt") and f.get("t_s", 0) <= h.get("t_s", 0)), None)
+        if fault is not None:
+            return {"unnamed": {"fault": fault["id"], "rank": fault.get("rank"), "attempt": h.get("attempt"),
+                                "after_s": h.get("detected_after_s"), "waiting": h.get("waiting")}}
+    return {"unnamed": None}

@@ -9,7 +9,8 @@
   renders is there, and no sentence of any known claim form appears there whose presumptions
   fail (this reads reports written before claims existed: the landed main's sampler_not_saved
   report says "each of the 16 lineage steps matches" under an INVALID continuity verdict);
-- an INVALID report states its root cause before its verdict table (the first screen).
+- an INVALID report states exactly one root cause before its verdict table (the first screen), and
+  it is the root-cause claim rebuilt from the run's facts.
 
 It returns the problems, one line each; an empty list is a pass. tests/report/test_truth.py runs
 it over every report the defects table, the demo, the frameworks table and the handbook write.
@@ -45,7 +46,7 @@ def check_report(run_dir: Path, markdown: str | None = None) -> list[str]:
             if _flat(claim.text) not in _flat(text):
                 problems.append(f"{claim.key}: rendered claim missing from report.md: {claim.text!r}")
     problems += scan_text(text, claims, rebuilt, verdicts)
-    problems += _first_screen(text, verdicts)
+    problems += _first_screen(text, verdicts, rebuilt)
     return problems
 
 
@@ -101,12 +102,27 @@ def scan_text(text: str, claims: list[Claim], report: dict[str, Any], verdicts: 
     return out
 
 
-def _first_screen(text: str, verdicts: dict[str, Any]) -> list[str]:
+ROOT_CAUSE = re.compile(r"Root cause: ")
+"""How a root-cause sentence opens (cause.py): the first screen must hold exactly one."""
+
+
+def _first_screen(text: str, verdicts: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """An INVALID report states one root cause before its verdict table, and it is the one derived now:
+    a sentence the run's facts no longer give, or two causes side by side, is a problem."""
     if verdicts.get("valid") is not False:
         return []
-    head = text.split("## Verdicts")[0]
-    if not re.search(r"root cause", head, re.I):
+    head = _flat(text.split("## Verdicts")[0])
+    found = len(ROOT_CAUSE.findall(head))
+    if not found:
         return ["INVALID, but no root-cause sentence before the verdicts (the first screen)"]
+    derived = [_flat(c["text"]) for c in report["claims"]
+               if c["section"] == "cause" and c["rendered"] and ROOT_CAUSE.match(c["text"])]
+    if found != 1 or len(derived) != 1:
+        return [f"the first screen holds {found} root-cause sentence(s) and the facts give {len(derived)}: "
+                "there must be exactly one"]
+    if derived[0] not in head:
+        said = head[head.index("Root cause: "):][:160]
+        return [f"the first screen's root cause {said!r} is not the one the run's facts give: {derived[0][:160]!r}"]
     return []
 
 

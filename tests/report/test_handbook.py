@@ -1,8 +1,10 @@
 """trainwreck handbook: every chapter a question, every quoted number the number in its run's report.json.
 
-One real handbook (all chapters, 22 runs, about 90 s on 2 shared cores from an empty golden
-cache) is made once per module; the tests read what it wrote. The claim checker is also run on a
-tampered report, so a check that could not fail would show.
+One real handbook (all chapters, 22 runs, from an empty golden cache: 89-196 s of wall clock
+on the 2 shared cores, at load averages 7-26, 60-82 CPU-seconds; docs/REPORTS.md gives
+each measurement with its date and load) is made once per module; the tests read what it
+wrote. The claim checker is also run on a tampered report, so a check that could not fail
+would show.
 """
 from __future__ import annotations
 
@@ -486,6 +488,16 @@ def test_chapter_11_counts_the_gradients_and_tells_fp32_from_mixed_precision(han
     assert math.isclose(held["value"], 80 / (ddp["params"] + ddp["grads"] + ddp["optimizer"]))
     assert "16 with the gradients" in plain(handbook, "async") and "Mixed precision also comes to 16" in plain(
         handbook, "async")
+
+
+def test_the_progress_line_says_the_bytes_per_parameter_leave_out_the_gradients() -> None:
+    from trainwreck.harness.commands.handbook import measured_bytes
+
+    per = {"params": 4.0, "grads": 4.0, "optimizer": 8.0, "state": 12.0}  # what bytes-ddp measures in fp32
+    line = measured_bytes({"bytes_per_param": per})
+    assert line == ("rank 0 measured 12 bytes per parameter of weights and optimizer state (4 + 8), gradients not "
+                    "included: 4 more (16 in all)")
+    assert measured_bytes({"seconds": 0.01}) == "measured"
 
 
 def test_chapter_10_and_12_say_configured_or_measured_and_name_the_slow_rank(handbook: dict[str, Any]) -> None:

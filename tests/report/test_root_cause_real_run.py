@@ -53,6 +53,9 @@ def test_an_unplanned_exception_on_rank_1_is_named_in_the_cli_and_every_report(
     for name in ("report.md", "report.html"):
         page = (run / "report" / name).read_text()
         assert NUMPY in page and "logs/a000-r001.log" in page and "rank 1 crashed" in page, name
+    from trainwreck.harness.report.truth import check_report
+
+    assert check_report(run) == [], "the crash's one root-cause sentence is the claim its facts derive"
 
 
 def test_every_rank_crashing_before_the_planned_kill_fires_is_said_in_words(tmp_path: Path, golden: Path) -> None:

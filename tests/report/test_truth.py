@@ -1,7 +1,7 @@
 """Words as true as the verdicts: every sentence a report prints is re-derived from verdicts.json and events.
 
-The default part judges a planted defect (sampler_not_saved, with its control) and two demo
-scenarios (hang-detect, corrupt-newest): about 15 s on 2 shared cores. The whole defects
+The default part judges two planted defects (sampler_not_saved and resume_restarts_epoch, with
+their controls) and two demo scenarios (hang-detect, corrupt-newest). The whole defects
 table, the whole demo, the frameworks table and the handbook are swept by the `slow` tests.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ INVARIANTS = ("coverage", "continuity", "atomicity", "hang", "replicas", "progre
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("truth")
-    assert cli(["defects", "--only", "sampler_not_saved", "--out", str(root / "defects")]) == 0
+    assert cli(["defects", "--only", "sampler_not_saved,resume_restarts_epoch", "--out", str(root / "defects")]) == 0
     assert cli(["demo", "--scenarios", "hang-detect,corrupt-newest", "--out", str(root / "demo")]) == 0
     found = {p.name: p for p in (root / "defects").iterdir()}
     found.update({p.name.split("-", 1)[1]: p for p in (root / "demo" / "runs").iterdir()})
@@ -39,7 +39,7 @@ def all_reports(root: Path) -> list[Path]:
 
 def test_every_sentence_of_the_defect_and_demo_reports_is_true_to_its_verdicts_and_events(
         runs: dict[str, Path]) -> None:
-    assert len(runs) == 4
+    assert len(runs) == 5  # the two defects share the resume-mid-epoch control
     for name, run_dir in runs.items():
         assert check_report(run_dir) == [], name
 
@@ -66,6 +66,44 @@ def test_an_invalid_report_names_its_root_cause_on_the_first_screen(runs: dict[s
     assert cause in head
     html = (runs["defect-sampler_not_saved"] / "report" / "report.html").read_text()
     assert html.index('id="cause"') < html.index('id="verdicts"')
+
+
+OLD_DUPLICATES = ("Root cause: the lineage used {n} (epoch, id) pair(s) twice without any restart going back an "
+                  "epoch: the data pipeline itself deals some ids more than once per epoch.")
+"""What the report said before the repeats' attempts were read: resume_restarts_epoch's repeats span the restart."""
+
+
+def with_cause(run_dir: Path, sentence: str) -> str:
+    """The run's report.md with its root-cause sentence replaced by `sentence`."""
+    report = json.loads((run_dir / "report" / "report.json").read_text())
+    first = next(c["text"] for c in report["claims"] if c["rendered"] and c["key"].startswith("cause."))
+    text = (run_dir / "report" / "report.md").read_text(encoding="utf-8")
+    assert first in text
+    return text.replace(first, sentence)
+
+
+def test_repeats_spanning_the_restart_are_not_blamed_on_the_pipeline_and_the_check_catches_the_old_words(
+        runs: dict[str, Path]) -> None:
+    run = runs["defect-resume_restarts_epoch"]
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["facts"]["coverage"]["twice_span"]["first"] == "attempt 0 rank 0 step 7"
+    assert "attempt 1 was dealt samples that an earlier attempt had already trained on in the same epoch" \
+        in report["cause"] and "data pipeline itself" not in report["cause"]
+    n = report["verdicts"]["coverage"]["counts"]["duplicated_ids"]
+    problems = "\n".join(check_report(run, markdown=with_cause(run, OLD_DUPLICATES.format(n=n))))
+    assert "cause.coverage.duplicates: the text says 'Root cause: the lineage used" in problems
+    assert "facts.coverage.twice_span == None" in problems
+    assert "the first screen's root cause 'Root cause: the lineage used" in problems
+
+
+def test_the_first_screen_must_hold_exactly_one_root_cause_the_facts_derive(runs: dict[str, Path]) -> None:
+    run = runs["defect-sampler_not_saved"]
+    report = json.loads((run / "report" / "report.json").read_text())
+    first = next(c["text"] for c in report["claims"] if c["rendered"] and c["key"].startswith("cause."))
+    twice = with_cause(run, f"{first} Root cause: coverage is violated.")
+    assert any("holds 2 root-cause sentence(s)" in p for p in check_report(run, markdown=twice))
+    other = with_cause(run, "Root cause: the disk was full.")
+    assert any("is not the one the run's facts give" in p for p in check_report(run, markdown=other))
 
 
 def test_counts_say_what_they_count_and_defaults_say_they_are_configured(runs: dict[str, Path]) -> None:
