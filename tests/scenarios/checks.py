@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.harness.format_readers import assert_format_readers_agree
 from tests.invariants.readers import assert_readers_agree
 
 
@@ -38,3 +39,4 @@ def assert_valid(judged: Any, threatened: tuple[str, ...] = ()) -> None:
         f"{n}: {v.summary}" for n, v in judged.judgement.verdicts.items() if v.valid is not True)
     assert judged.record.outcome == "completed"
     assert_readers_agree(judged.record.run_dir)  # the streaming checker judges the suite's runs as the reference does
+    assert_format_readers_agree(judged.record.run_dir)  # and the report's forgiving reader sees what the checker saw
