@@ -118,6 +118,9 @@ class Chapter:
     """(case key, plot name in report.plots.PLOTS) shown under the answer."""
     list_paragraphs: tuple[int, ...] = ()
     """Paragraphs drawn as a bulleted list, one claim an item."""
+    full: bool = False
+    """True: its runs are too slow for the default handbook's time budget; `trainwreck handbook --full`
+    (or --chapters naming it) runs it."""
 
 
 def usable(report: dict[str, Any] | None) -> bool:

@@ -75,7 +75,7 @@ def test_the_handbook_passes_and_answers_at_least_ten_questions(handbook: dict[s
     assert handbook["code"] == 0
     assert handbook["json"]["valid"] == "VALID"
     answered = [c for c in handbook["json"]["chapters"] if c["answered"]]
-    assert len(answered) >= 10 and len(answered) == len(CHAPTERS)
+    assert len(answered) >= 10 and len(answered) == len([c for c in CHAPTERS if not c.full])
 
 
 def test_every_chapter_title_is_a_question(handbook: dict[str, Any]) -> None:
