@@ -21,14 +21,19 @@ from typing import Any
 
 from trainwreck.harness.report.rawlog import RawRun
 
-SLOW_FACTOR = 2.0
-"""An update is slow when its wall time exceeds this many times the median update around it."""
+SLOW_FACTOR = 3.0
+"""An update is slow when its wall time exceeds this many times the median update around it (on
+2 cores at a load average of 20, single updates often take twice the median; an update under a
+neighbour taking 0.95 of its core takes ten to twenty times)."""
 WINDOW = 5
 """Around it: the 2·WINDOW+1 updates of its attempt nearest it (a busy machine's load drifts over
 a run; a period is found against the updates near it, not the whole run's)."""
-GREW_SHARE = 0.25
-"""A rank's own time grew in an episode when its own extra seconds are at least this share of the
-episode's extra wall seconds."""
+GREW_SHARE = 0.1
+"""A rank's own time grew in an episode when its own extra seconds (its checkpoint extra, for an
+episode spent in the checkpoint) are at least this share of the episode's extra wall seconds ...
+(a rank stopped by a neighbour is stopped in its backward too, so its own work is only part of it)"""
+COMPARABLE = 0.5
+"""... and at least this share of the rank that grew most: one rank far ahead of the others is localized."""
 OWN = ("data", "forward", "optimizer")
 WAIT = ("backward", "sync")
 CKPT = ("checkpoint",)
@@ -56,9 +61,11 @@ def slowdowns(raw: RawRun) -> dict[str, Any]:
     typical = median(walls.values())
     base = {r: {n: median(p.get(n, 0.0) for k, v in steps.items() if k not in slow and r in v for _, p in [v[r]])
                 for n in OWN + WAIT + CKPT} for r in ranks}
+    where = {k: _where(steps[k], base) for k in slow}
     episodes: list[list[tuple[int, int]]] = []
-    for key in slow:
-        if episodes and episodes[-1][-1] == (key[0], key[1] - 1):
+    for key in slow:  # a save right after a burst is its own episode, not part of the burst
+        last = episodes[-1][-1] if episodes else None
+        if last == (key[0], key[1] - 1) and where[last] == where[key]:
             episodes[-1].append(key)
         else:
             episodes.append([key])
@@ -70,6 +77,13 @@ def slowdowns(raw: RawRun) -> dict[str, Any]:
     series.sort(key=lambda s: -s["episodes"])
     return {"slow_factor": SLOW_FACTOR, "window": WINDOW, "median_step_s": round(typical, 6), "slow_steps": len(slow),
             "series": series}
+
+
+def _where(ranks: dict[int, tuple[float, dict[str, float]]], base: dict[int, dict[str, float]]) -> str:
+    """Where a slow update's extra time went, summed over its ranks: the checkpoint, or the update."""
+    ckpt = sum(_extra(p, base[r], CKPT) for r, (_, p) in ranks.items())
+    own = sum(_extra(p, base[r], OWN) for r, (_, p) in ranks.items())
+    return "checkpoint" if ckpt > own else "update"
 
 
 def _local_medians(walls: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
@@ -93,10 +107,10 @@ def _episode(keys: list[tuple[int, int]], steps: dict[tuple[int, int], dict[int,
         timed = [steps[k][r][1] for k in keys if r in steps[k]]
         per_rank[r] = {group: sum(_extra(p, base[r], names) for p in timed)
                        for group, names in (("own", OWN), ("wait", WAIT), ("checkpoint", CKPT))}
-    ckpt = sum(v["checkpoint"] for v in per_rank.values())
-    own = sum(v["own"] for v in per_rank.values())
-    where = "checkpoint" if ckpt > own else "update"
-    grew = [r for r, v in per_rank.items() if v["own" if where == "update" else "checkpoint"] >= GREW_SHARE * extra]
+    where = _where(steps[keys[0]], base)
+    paid = {r: v["own" if where == "update" else "checkpoint"] for r, v in per_rank.items()}
+    top = max(paid.values(), default=0.0)
+    grew = [r for r, x in paid.items() if x >= max(GREW_SHARE * extra, COMPARABLE * top)]
     start = keys[0]
     return {"attempt": start[0], "first_step": start[1], "steps": len(keys), "extra_s": extra, "where": where,
             "grew": grew, "t": min(t for t, _ in steps[start].values()), "per_rank": per_rank}

@@ -26,6 +26,7 @@ from trainwreck.harness.launch.procs import signal_group
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
+from trainwreck.harness.report.chapters_ops import PERIOD_QUESTION
 from trainwreck.harness.report.handbook import (MEASUREMENT_FORMAT, Chapter, RunRow, build_chapter, fmt, page_word,
                                                 render_handbook)
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
@@ -70,7 +71,23 @@ FSDP_SHRINK = Scenario(
     summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
     question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
     plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
-PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK)}
+PERIOD_STEPS = 24
+"""Four or five episodes in each run, so a period is the commonest of several gaps."""
+NOISY_NEIGHBOUR = Scenario(
+    name="noisy-neighbour", question=PERIOD_QUESTION, threatens=("hang", "progress"),
+    # Saves off the bursts' updates; width 256 makes an update enough work that a burst stands out of
+    # the scheduling noise of a loaded 2-core box (a 32-wide update is mostly that noise).
+    config={"total_steps": PERIOD_STEPS, "ckpt_interval": 12, "width": 256},
+    summary="a busy process takes 0.95 of rank 1's core for one update every 6 from update 3 (a noisy neighbour)",
+    plan=({"id": "neighbour-r1", "kind": "noisy_neighbour", "rank": 1, "step": 3, "every": 6, "steps": 1,
+           "share": 0.95},))
+SLOW_STORAGE = Scenario(
+    name="slow-storage", question=PERIOD_QUESTION, threatens=("hang", "progress"),
+    config={"total_steps": PERIOD_STEPS, "ckpt_interval": 4},
+    summary="every checkpoint write stalls 0.1 s (storage that is slow on every save, every 4 updates)",
+    plan=({"id": "stall-every-write", "kind": "storage_stall", "step": 1, "seconds": 0.1, "count": 1000},))
+PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK, NOISY_NEIGHBOUR,
+                             SLOW_STORAGE)}
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
 MEASURE_TIMEOUT_S = 300.0
@@ -185,6 +202,8 @@ CASES: tuple[Case, ...] = (
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
+    Case("noisy-neighbour", "plan", "noisy-neighbour"),
+    Case("slow-storage", "plan", "slow-storage"),
 )
 
 
