@@ -50,6 +50,7 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},
     "harness.report.metrics": {"prometheus_client"},  # the [metrics] extra: report --metrics only
+    "benchmarks.loader": {"torchdata"},  # the [torchdata] extra: StatefulDataLoader, when installed
     "harness.suites.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
 

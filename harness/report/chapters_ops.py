@@ -128,3 +128,54 @@ def monitoring(ev: Evidence) -> list[Paragraph]:
              "commit, and the counter moved once.", fact("metrics.restarts", "==", 1, run=RESIZED),
              fact("totals.attempts", "==", 2, run=RESIZED)),
     ]]
+
+
+LOADER_QUESTION = ("A DataLoader with worker processes and prefetch is killed mid-epoch: which samples in flight "
+                   "are lost or replayed?")
+LOADER = "loader-kill"
+
+
+def data_loader(ev: Evidence) -> list[Paragraph]:
+    get = lambda *p: ev.get(LOADER, *p)  # noqa: E731 - a local shorthand
+    workers, prefetch, batch = get("workers"), get("prefetch_factor"), get("batch")
+    ahead = ev.derive("workers_x_prefetch", workers * prefetch, "workers * prefetch_factor",
+                      {"workers": workers, "prefetch_factor": prefetch})
+    skipped = ev.derive("in_flight_samples", get("in_flight_batches") * batch, "in_flight_batches * batch",
+                        {"in_flight_batches": get("in_flight_batches"), "batch": batch})
+    pos = ("positions",)
+
+    def outcome(name: str) -> str:
+        return (f"lost {ev.q(LOADER, *pos, name, 'lost')} and replayed {ev.q(LOADER, *pos, name, 'replayed')} "
+                "samples")
+
+    out = [[
+        ev.s(f"A torch DataLoader with {ev.q(LOADER, 'workers')} worker processes, each asked for "
+             f"{ev.q(LOADER, 'prefetch_factor')} batches ahead, was SIGKILLed after its loop had consumed "
+             f"{ev.q(LOADER, 'consumed_at_kill')} batches of {ev.q(LOADER, 'batch')} samples; by then its batch "
+             f"sampler had handed {ev.q(LOADER, 'dispatched_at_kill')} to the workers: "
+             f"{ev.q(LOADER, 'in_flight_batches')} batches ({ahead} = workers × prefetch) were in flight.",
+             fact("in_flight_batches", "==", workers * prefetch, run=LOADER)),
+    ], [
+        ev.s(f"Resumed at batch {ev.q(LOADER, *pos, 'consumed', 'resumed_at_batch')}, the count the loop consumed, "
+             f"the epoch {outcome('consumed')}: what was in flight died with the workers and was fetched again.",
+             fact("positions.consumed.lost", "==", 0, run=LOADER),
+             fact("positions.consumed.replayed", "==", 0, run=LOADER)),
+        ev.s(f"Resumed at batch {ev.q(LOADER, *pos, 'dispatched', 'resumed_at_batch')}, the sampler's own position, "
+             f"it {outcome('dispatched')}: the {skipped} samples in flight, skipped without an error, the omission "
+             "the coverage invariant exists to catch.",
+             fact("positions.dispatched.lost", "==", get("in_flight_batches") * batch, run=LOADER)),
+    ]]
+    if "stateful" in get("positions"):
+        out.append([
+            ev.s(f"torchdata's StatefulDataLoader ({ev.q(LOADER, 'torchdata')}) counts the batches it yielded, not "
+                 f"the ones it dispatched: resumed from its state_dict it {outcome('stateful')}.",
+                 fact("positions.stateful.lost", "==", 0, run=LOADER),
+                 fact("positions.stateful.replayed", "==", 0, run=LOADER)),
+        ])
+    out.append([
+        ev.s("So checkpoint the position the loop consumed, or a loader that tracks it, never the sampler object "
+             "the workers pull ahead of.",
+             fact("positions.consumed.lost", "==", 0, run=LOADER),
+             fact("positions.dispatched.lost", ">", 0, run=LOADER)),
+    ])
+    return out

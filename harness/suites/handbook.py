@@ -102,6 +102,10 @@ MEASURES: dict[str, tuple[list[str], str]] = {
     "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
              f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
              "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
+    "loader": (["python", "-m", "trainwreck.benchmarks.loader"],
+               "benchmarks/loader.py: a DataLoader with 2 worker processes prefetching 2 batches each, SIGKILLed "
+               "mid-epoch, resumed from the consumed count, from the sampler's own position and (with torchdata) "
+               "from StatefulDataLoader's state"),
 }
 """Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
 rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
@@ -204,6 +208,7 @@ CASES: tuple[Case, ...] = (
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
     Case("noisy-neighbour", "plan", "noisy-neighbour"),
     Case("slow-storage", "plan", "slow-storage"),
+    Case("loader-kill", "measure", "loader", expect="MEASURED"),
 )
 
 

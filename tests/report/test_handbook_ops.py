@@ -16,7 +16,7 @@ from trainwreck.harness.cli import main as cli
 from trainwreck.harness.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, get_chapter
 
-OPS_CHAPTERS = ("period", "metrics")
+OPS_CHAPTERS = ("period", "metrics", "loader")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_the_operations_chapters_pass_and_every_sentence_is_true(handbook: dict[
 
 def test_the_default_handbook_leaves_out_the_full_chapters_and_full_runs_them() -> None:
     assert get_chapter("period").full
-    assert {c.slug for c in CHAPTERS if c.full} >= {"period"}
+    assert {c.slug for c in CHAPTERS if c.full} >= {"period", "loader"} and not get_chapter("metrics").full
 
 
 def test_the_period_chapter_finds_the_planned_period_and_tells_one_slow_rank_from_slow_storage(
@@ -116,3 +116,17 @@ def test_report_metrics_writes_openmetrics_a_prometheus_parser_reads_back_as_the
     assert samples[("trainwreck_checkpoint_age_max_seconds", None)] == metrics["checkpoint_age_max_s"]
     for a in metrics["attempts"]:
         assert samples[("trainwreck_samples_per_second", str(a["attempt"]))] == a["samples_per_s"]
+
+
+def test_the_loader_chapter_says_the_sampler_position_loses_exactly_the_batches_in_flight(
+        handbook: dict[str, Any]) -> None:
+    measured = handbook["reports"]["loader-kill"]
+    assert measured["in_flight_batches"] == measured["workers"] * measured["prefetch_factor"]
+    positions = measured["positions"]
+    assert (positions["consumed"]["lost"], positions["consumed"]["replayed"]) == (0, 0)
+    assert positions["dispatched"]["lost"] == measured["in_flight_batches"] * measured["batch"]
+    text = plain(handbook, "loader")
+    assert f"{measured['in_flight_batches']} batches" in text and "the sampler's own position" in text
+    if measured["torchdata"] is not None:
+        assert (positions["stateful"]["lost"], positions["stateful"]["replayed"]) == (0, 0)
+        assert "StatefulDataLoader" in text
