@@ -15,6 +15,7 @@ import pytest
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, get_chapter
+from tests.report.test_handbook import SOURCE, misquoted, page_claims
 
 OPS_CHAPTERS = ("period", "metrics", "loader")
 
@@ -49,6 +50,15 @@ def test_the_operations_chapters_pass_and_every_sentence_is_true(handbook: dict[
     assert handbook["code"] == 0
     assert [c["answered"] for c in handbook["json"]["chapters"]] == [True] * len(OPS_CHAPTERS)
     assert check_handbook(handbook["out"]) == []
+
+
+def test_every_number_these_chapters_quote_is_the_value_at_the_field_its_tooltip_names(
+        handbook: dict[str, Any]) -> None:
+    claims = page_claims(handbook["html"])
+    for slug in OPS_CHAPTERS:
+        sourced = [SOURCE.fullmatch(t) for s, t, _ in claims if s == slug and SOURCE.fullmatch(t)]
+        assert sourced and {m.group(1) for m in sourced} <= set(get_chapter(slug).runs), slug
+    assert misquoted(handbook["html"], handbook["json"]["runs"]) == []
 
 
 def test_the_default_handbook_leaves_out_the_full_chapters_and_full_runs_them() -> None:
