@@ -24,6 +24,8 @@ How each kind acts (docs/FAULTS.md has the table):
   ``after_backward``, so this replica's parameters leave the others'; with at="local" into
   the rank's own gradient bucket inside the comm hook, before the all-reduce sums it into
   every rank's.
+- noisy_neighbour: a child process takes a share of the rank's core for bursts of
+  updates on a period (faults/neighbour.py).
 - storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainwreck.faults import blocking
 from trainwreck.faults.corrupt import corrupt_run_dir
+from trainwreck.faults.neighbour import NoisyNeighbour
 from trainwreck.faults.plan import COMM_HOOK_KINDS, HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
@@ -74,6 +77,7 @@ class FaultHooks:
         self.clock = StepClock()
         self.mine: list[dict[str, Any]] = []
         self.fired: set[str] = set()
+        self.neighbour: NoisyNeighbour | None = None
 
     # ----- Hooks protocol -----------------------------------------------------------------
 
@@ -81,6 +85,7 @@ class FaultHooks:
         self.events, self.rank, self.world_size, self.attempt = events, rank, world_size, attempt
         # A fault fires in its own attempt only: redo work after a restart replays steps.
         self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
+        self.neighbour = NoisyNeighbour(self.of_kind("noisy_neighbour"), self.record, rank)
         for fault in self.of_kind("corrupt"):
             corrupt_run_dir(fault, events.path, self._record_corruption)
         self._arm_gates(RunDir.of_events_file(events.path))
@@ -98,6 +103,8 @@ class FaultHooks:
         if name == fp.STEP_START:
             self._await_harness(step)
             self._straggle(step)
+            if self.neighbour is not None:
+                self.neighbour.at_step(step)
 
     def wrap_storage(self, storage: Storage) -> Storage:
         faults = self.of_kind(*STORAGE_KINDS)

@@ -161,6 +161,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           then=Field(STR, default="wait", choices=("wait", "continue"),
                      doc="wait: the rank then waits for the missing result (others hang in the all-reduce); "
                          "continue: it goes on to its next collective (gloo aborts on the size mismatch)")),
+    _kind("noisy_neighbour", IN_RANK, "a busy process takes `share` of the rank's core for `steps` updates "
+          "every `every` updates from `step` on", ("hang", "progress"),
+          injector="neighbour:NoisyNeighbour", strategy="noisy_neighbours", topics=("hang",), chaos=SLOW,
+          rank=_rank(), step=_step(doc="the first update of the first burst"),
+          every=Field(INT, required=True, minimum=1, doc="the period, in updates"),
+          steps=Field(INT, default=1, minimum=1, doc="updates per burst"),
+          share=Field(NUM, default=0.75, minimum=0, doc="the share of the core the neighbour takes (at most 0.95)"),
+          until=Field(INT, minimum=0, doc="no burst after this update (default: to the end)")),
     # ----- in-rank, through the Storage seam ---------------------------------------------
     _kind("storage_stall", STORAGE, "matching storage ops take `seconds` longer", ("hang", "progress"),
           injector="storage:FaultyStorage._stall", strategy="storage_stalls", topics=("hang", "frequency"),

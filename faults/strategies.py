@@ -113,6 +113,11 @@ def stragglers(slot: Slot) -> st.SearchStrategy[Fault]:
     return _at(slot, "straggler", rank=_ranks(slot.world_sizes), step=slot.steps(), seconds=_SECONDS)
 
 
+def noisy_neighbours(slot: Slot) -> st.SearchStrategy[Fault]:
+    return _at(slot, "noisy_neighbour", rank=_ranks(slot.world_sizes), step=slot.steps(),
+               every=st.integers(2, 4), steps=st.just(1), share=st.sampled_from((0.25, 0.5)))
+
+
 def comm_delays(slot: Slot) -> st.SearchStrategy[Fault]:
     return _at(slot, "comm_delay", rank=_ranks(slot.world_sizes), step=slot.steps(), seconds=_SECONDS)
 

@@ -49,6 +49,8 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},
+    "harness.report.metrics": {"prometheus_client"},  # the [metrics] extra: report --metrics only
+    "benchmarks.loader": {"torchdata"},  # the [torchdata] extra: StatefulDataLoader, when installed
     "harness.suites.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
 

@@ -20,8 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="casebook directory (default: ./trainwreck-out/handbook-TIMESTAMP)")
     parser.add_argument("--chapters", help="comma-separated chapter names instead of the default set")
     parser.add_argument("--full", action="store_true",
-                        help="also run the expensive chapters (mixed precision, omission, poison, activations), "
-                             "beyond the default set's time budget")
+                        help="also the chapters whose runs are too slow for the default handbook's time budget "
+                             "(mixed precision, omission, poison, activations, periodic slowdowns, the data loader)")
 
 
 def measured_bytes(measured: dict[str, Any]) -> str:

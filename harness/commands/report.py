@@ -1,4 +1,7 @@
-"""trainwreck report RUN_DIR: (re)render a run's report; exit 0/1/2 per the run's verdict."""
+"""trainwreck report RUN_DIR [--metrics]: (re)render a run's report; exit 0/1/2 per the run's verdict.
+
+--metrics also writes RUN_DIR/report/metrics.prom: forward progress, checkpoint age and restarts as
+OpenMetrics text (harness/report/metrics.py; needs the `metrics` extra, prometheus_client)."""
 from __future__ import annotations
 
 import argparse
@@ -6,13 +9,16 @@ import json
 from pathlib import Path
 
 from trainwreck.harness.report import NotARun, render_report
+from trainwreck.harness.report.metrics import METRICS_FILE, openmetrics
 from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
 from trainwreck.trainer.errors import InputError
 
 
-
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run directory (it holds run.json and events/)")
+    parser.add_argument("--metrics", action="store_true",
+                        help=f"also write report/{METRICS_FILE}: samples/s, checkpoint age and restarts as OpenMetrics "
+                             "text a Prometheus scraper reads (needs prometheus_client: the `metrics` extra)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,6 +31,10 @@ def main(args: argparse.Namespace) -> int:
     word = verdict_of(html)
     print(f"{word}  {html}")
     print(f"      {html.with_name('report.md')}")
+    if args.metrics:
+        prom = html.with_name(METRICS_FILE)
+        prom.write_bytes(openmetrics(json.loads(html.with_name("report.json").read_text())))
+        print(f"      {prom}")
     return exit_code(word_validity(word))
 
 

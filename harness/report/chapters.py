@@ -14,6 +14,8 @@ from typing import Any
 
 from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
 from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
+from trainwreck.harness.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
+                                                   monitoring, periodic_slowdowns)
 from trainwreck.harness.report.claims import Claim, fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
@@ -644,4 +646,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("memory", "How many bytes does a parameter cost, what do ZeRO's stages and FSDP save, and how much of a "
             "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
     *PRECISION_CHAPTERS,
+    Chapter("period", PERIOD_QUESTION, ("noisy-neighbour", "slow-storage"), periodic_slowdowns,
+            (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age")), full=True),
+    Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),
+    Chapter("loader", LOADER_QUESTION, ("loader-kill",), data_loader, full=True),
 )

@@ -16,6 +16,8 @@ from trainwreck.harness.report.angles import interview_angles
 from trainwreck.harness.report.cause import cause_claims
 from trainwreck.harness.report.claims import F, Claims, Presume, fact
 from trainwreck.harness.report.facts import build_facts
+from trainwreck.harness.report.metrics import baselines
+from trainwreck.harness.report.period import slowdowns
 from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.harness.report.rootcause import root_cause
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
@@ -67,6 +69,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
         "hangs": _hangs(raw, run_dir),
         "lineage": _lineage_json(lineage),
         "phases": _phases(raw, hung=bool(raw.of_kind("hang"))),
+        "slowdowns": slowdowns(raw),
         "loss": _loss(raw),
         "state": _state(run_dir, raw),
         "recovery": _recovery(raw, attempts, lineage),
@@ -76,6 +79,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     report["root_cause"] = cause.to_json() if cause is not None else None
     report["scenario"] = _scenario(raw.spec, report.get("reproduce"))
     report["totals"] = _totals(report)
+    report["metrics"] = baselines(report)
     report["loss"]["golden"] = _golden_loss(report)
     report["facts"] = build_facts(report, raw)
     say = Claims(report)

@@ -33,6 +33,8 @@ class LaneLog:
     checkpoint_steps: int = 0  # step events whose checkpoint phase was not zero: the steps that paid for a save
     work: list[float] = field(default_factory=list)  # per step: seconds in every phase but checkpoint
     started: float | None = None  # the `start` event's time
+    step_phases: dict[int, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    """Per step: the step event's time and its phases (a redone step keeps its last timing)."""
 
 
 @dataclass
@@ -128,5 +130,6 @@ def _ingest_step(lane: LaneLog, ev: dict[str, Any], t: float) -> None:
         lane.work.append(sum(phases.values()) - phases.get("checkpoint", 0.0))
         lane.phase_steps += 1
         lane.checkpoint_steps += phases.get("checkpoint", 0.0) > 0
+        lane.step_phases[ev["step"]] = (t, {k: float(v) for k, v in phases.items()})
     except TypeError:  # a phase that is not a number: that step's phases are not trusted
         pass

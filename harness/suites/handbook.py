@@ -29,6 +29,7 @@ from trainwreck.harness.report.angles import MTBF_ASSUMED_S
 from trainwreck.harness.report.casebook import load_case
 from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
 from trainwreck.harness.report.handbook import Chapter, RunRow, build_chapter, fmt, page_word, render_handbook
+from trainwreck.harness.report.chapters_ops import PERIOD_QUESTION
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenario
 from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
@@ -82,8 +83,24 @@ NAN_LOCAL = _poison("nan-local", "rank 1's own gradient gets a NaN at update 5, 
                     {"kind": "nan_grad", "at": "local"}, ("replicas", "continuity"))
 SKIP_COLLECTIVE = _poison("skip-collective", "rank 1 skips its gradient all-reduce of update 5 and waits for a result",
                           {"kind": "skip_collective", "then": "wait", "expect": "hang"}, ("hang", "progress"))
+PERIOD_STEPS = 24
+"""Four or five episodes in each run, so a period is the commonest of several gaps."""
+NOISY_NEIGHBOUR = Scenario(
+    name="noisy-neighbour", question=PERIOD_QUESTION, threatens=("hang", "progress"),
+    # Saves off the bursts' updates; width 256 makes an update enough work that a burst stands out of
+    # the scheduling noise of a loaded 2-core box (a 32-wide update is mostly that noise).
+    config={"total_steps": PERIOD_STEPS, "ckpt_interval": 12, "width": 256},
+    summary="a busy process takes 0.95 of rank 1's core for one update every 6 from update 3 (a noisy neighbour)",
+    plan=({"id": "neighbour-r1", "kind": "noisy_neighbour", "rank": 1, "step": 3, "every": 6, "steps": 1,
+           "share": 0.95},))
+SLOW_STORAGE = Scenario(
+    name="slow-storage", question=PERIOD_QUESTION, threatens=("hang", "progress"),
+    config={"total_steps": PERIOD_STEPS, "ckpt_interval": 4},
+    summary="every checkpoint write stalls 0.1 s (storage that is slow on every save, every 4 updates)",
+    plan=({"id": "stall-every-write", "kind": "storage_stall", "step": 1, "seconds": 0.1, "count": 1000},))
 PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (
-    RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, BF16_RESUME, NAN_REDUCED, NAN_LOCAL, SKIP_COLLECTIVE)))
+    RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, BF16_RESUME, NAN_REDUCED, NAN_LOCAL, SKIP_COLLECTIVE,
+    NOISY_NEIGHBOUR, SLOW_STORAGE)))
 """The handbook's own scenarios (the FSDP resharding case is the built-in fsdp-shrink-world: the registry
 refused the handbook's twin of it)."""
 
@@ -117,7 +134,11 @@ MEASURES: dict[str, Measure] = declare("measurements", (
     ("activations", Measure(("python", "-m", "trainwreck.benchmarks.activations"),
                             "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, "
                             "with every layer checkpointed and with √depth checkpointed segments (glibc malloc "
-                            "counters)"))))
+                            "counters)")),
+    ("loader", Measure(("python", "-m", "trainwreck.benchmarks.loader"),
+                       "benchmarks/loader.py: a DataLoader with 2 worker processes prefetching 2 batches each, "
+                       "SIGKILLed mid-epoch, resumed from the consumed count, from the sampler's own position and "
+                       "(with torchdata) from StatefulDataLoader's state"))))
 
 
 def measure_command(name: str) -> list[str]:
@@ -225,6 +246,9 @@ CASES: tuple[Case, ...] = (
     Case("scaler_not_saved", "defect", "scaler_not_saved"),
     Case("fp16_unscaled", "defect", "fp16_unscaled"),
     Case("activations", "measure", "activations", expect="MEASURED"),
+    Case("noisy-neighbour", "plan", "noisy-neighbour"),
+    Case("slow-storage", "plan", "slow-storage"),
+    Case("loader-kill", "measure", "loader", expect="MEASURED"),
 )
 
 

@@ -63,6 +63,22 @@ def test_a_straggler_slows_its_rank_every_update_without_being_called_a_hang(
     assert out.judgement.valid is True, out.explain()
 
 
+def test_a_noisy_neighbour_slows_its_rank_only_in_its_bursts_and_leaves_no_process_behind(
+        tmp_path: Path, golden: History) -> None:
+    plan = Plan().add("noisy_neighbour", rank=1, step=3, every=5, steps=2, share=0.8).to_list()
+    out = run_plan(plan, tmp_path / "run", golden)  # run_plan fails on a leftover process
+    [event] = out.fired("noisy_neighbour-1")
+    assert (event["rank"], event["step"], event["share"]) == (1, 3, 0.8)
+    own = {e["step"]: sum(e["phases"][p] for p in ("data", "forward", "optimizer"))
+           for e in out.events("step") if e["rank"] == 1}
+    burst, calm = [own[s] for s in (3, 4, 8, 9)], [own[s] for s in (2, 5, 6, 7, 10, 11)]
+    # Stopped for 0.8 of every slice, the rank's own work takes several times as long; a busy
+    # machine adds noise to both sides, so the test asks for the sum, not every update.
+    assert sum(burst) > 1.5 * sum(calm) * len(burst) / len(calm), own
+    assert out.record.attempts == 1 and not out.events("hang")
+    assert out.judgement.valid is True, out.explain()
+
+
 def test_a_delayed_all_reduce_holds_every_rank_back_and_changes_no_digest(
         tmp_path: Path, golden: History) -> None:
     plan = Plan().comm_delay(rank=1, step=3, seconds=0.5).to_list()

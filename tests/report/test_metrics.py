@@ -1,0 +1,32 @@
+"""report.json `metrics` (harness/report/metrics.py): progress per attempt, checkpoint age and restarts,
+computed from a hand-made report so each formula is checked on numbers one can do in one's head."""
+from __future__ import annotations
+
+from trainwreck.harness.report.metrics import baselines
+
+REPORT = {
+    "spec": {"global_batch": 16}, "wall_s": 10.0, "totals": {"final_step": 12},
+    "saves": [{"step": 4, "t_s": 2.0}, {"step": 8, "t_s": 7.0}],
+    "attempts": [
+        {"attempt": 0, "world_size": 4, "lanes": [{"rank": 1, "ranges": [[1, 5]], "first_s": 0.5, "last_s": 9.0},
+                                                  {"rank": 0, "ranges": [[1, 5]], "first_s": 1.0, "last_s": 3.0}]},
+        {"attempt": 1, "world_size": 2, "lanes": [{"rank": 0, "ranges": [[5, 12]], "first_s": 5.0, "last_s": 8.5}]},
+    ],
+}
+
+
+def test_progress_is_samples_per_second_from_rank_0s_first_to_last_update_of_each_attempt() -> None:
+    first, second = baselines(REPORT)["attempts"]
+    assert (first["updates"], first["samples_per_s"], first["samples_per_s_per_rank"], first["step_s"]) == (
+        5, 32.0, 8.0, 0.5)  # 4 intervals x 16 samples in 2 s
+    assert (second["updates"], second["samples_per_s"], second["samples_per_s_per_rank"]) == (8, 32.0, 16.0)
+
+
+def test_the_checkpoint_age_is_the_longest_gap_between_commits_and_restarts_count_attempts_after_the_first() -> None:
+    metrics = baselines(REPORT)
+    assert (metrics["checkpoint_age_max_s"], metrics["checkpoint_age_end_s"], metrics["restarts"]) == (5.0, 3.0, 1)
+
+
+def test_a_run_without_saves_is_as_old_as_it_is_long() -> None:
+    metrics = baselines({**REPORT, "saves": []})
+    assert metrics["checkpoint_age_max_s"] == metrics["checkpoint_age_end_s"] == 10.0
