@@ -46,12 +46,14 @@ def series(report: dict[str, Any], where: str) -> dict[str, Any]:
     return next(s for s in report["slowdowns"]["series"] if s["where"] == where)
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_operations_chapters_pass_and_every_sentence_is_true(handbook: dict[str, Any]) -> None:
     assert handbook["code"] == 0
     assert [c["answered"] for c in handbook["json"]["chapters"]] == [True] * len(OPS_CHAPTERS)
     assert check_handbook(handbook["out"]) == []
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_every_number_these_chapters_quote_is_the_value_at_the_field_its_tooltip_names(
         handbook: dict[str, Any]) -> None:
     claims = page_claims(handbook["html"])
@@ -66,6 +68,7 @@ def test_the_default_handbook_leaves_out_the_full_chapters_and_full_runs_them() 
     assert {c.slug for c in CHAPTERS if c.full} >= {"period", "loader"} and not get_chapter("metrics").full
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_period_chapter_finds_the_planned_period_and_tells_one_slow_rank_from_slow_storage(
         handbook: dict[str, Any]) -> None:
     neighbour, storage = handbook["reports"]["noisy-neighbour"], handbook["reports"]["slow-storage"]
@@ -82,6 +85,7 @@ def test_the_period_chapter_finds_the_planned_period_and_tells_one_slow_rank_fro
     assert f"every {saves['period_steps']} updates in" in text and "so the slowdown is systemic" in text
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_claim_check_fails_when_the_neighbour_run_is_made_to_say_every_rank_was_slow(
         handbook: dict[str, Any], tmp_path: Path) -> None:
     copy = tmp_path / "hb"
@@ -99,6 +103,7 @@ def test_the_claim_check_fails_when_the_neighbour_run_is_made_to_say_every_rank_
     assert any(p.startswith("period: period.") and "scope" in p for p in problems), problems
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_metrics_chapter_quotes_progress_per_world_size_and_the_one_restart(handbook: dict[str, Any]) -> None:
     report = handbook["reports"]["shrink-world"]
     metrics = report["metrics"]
@@ -110,6 +115,7 @@ def test_the_metrics_chapter_quotes_progress_per_world_size_and_the_one_restart(
     assert "Its restart counter reads 1" in text
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_report_metrics_writes_openmetrics_a_prometheus_parser_reads_back_as_the_reports_numbers(
         handbook: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -128,6 +134,7 @@ def test_report_metrics_writes_openmetrics_a_prometheus_parser_reads_back_as_the
         assert samples[("trainwreck_samples_per_second", str(a["attempt"]))] == a["samples_per_s"]
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_loader_chapter_says_the_sampler_position_loses_exactly_the_batches_in_flight(
         handbook: dict[str, Any]) -> None:
     measured = handbook["reports"]["loader-kill"]

@@ -51,6 +51,7 @@ def test_the_full_chapters_are_left_out_of_the_default_handbook_and_appended_las
     assert not any(c.full for c in CHAPTERS[:-len(SLUGS)])
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_full_chapters_pass_answer_and_every_sentence_is_true(handbook: dict[str, Any]) -> None:
     assert handbook["code"] == 0 and handbook["json"]["valid"] == "VALID"
     assert all(handbook["chapters"][s]["answered"] for s in SLUGS)
@@ -64,6 +65,7 @@ def test_the_full_chapters_pass_answer_and_every_sentence_is_true(handbook: dict
             assert value == claim["value"] or (isinstance(value, float) and math.isnan(value)), claim
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_precision_chapter_says_bf16_resumes_exactly_and_the_lost_scaler_is_caught_at_the_restore(
         handbook: dict[str, Any]) -> None:
     assert report(handbook, "bf16-resume")["verdicts"]["continuity"]["valid"] is True
@@ -75,6 +77,7 @@ def test_the_precision_chapter_says_bf16_resumes_exactly_and_the_lost_scaler_is_
     assert lost["facts"]["continuity"]["first"] in said and "the restore itself is caught" in said
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_precision_chapter_says_no_invariant_sees_underflow_only_the_golden_comparison(
         handbook: dict[str, Any]) -> None:
     unscaled = report(handbook, "fp16_unscaled")
@@ -86,6 +89,7 @@ def test_the_precision_chapter_says_no_invariant_sees_underflow_only_the_golden_
     assert equal_loss == (unscaled["loss"]["golden"]["max_gap"] == 0.0)
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_omission_chapter_quotes_the_ids_never_covered_beside_a_valid_control(handbook: dict[str, Any]) -> None:
     control, omitted = report(handbook, "resume"), report(handbook, "truncate_uneven_shards")
     assert control["verdicts"]["coverage"]["valid"] is True
@@ -97,6 +101,7 @@ def test_the_omission_chapter_quotes_the_ids_never_covered_beside_a_valid_contro
     assert handbook["json"]["runs"]["resume"]["status"] == "VALID"
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_poison_chapter_says_replicas_agree_only_when_the_nan_went_through_the_all_reduce(
         handbook: dict[str, Any]) -> None:
     reduced, local = report(handbook, "nan-reduced"), report(handbook, "nan-local")
@@ -110,6 +115,7 @@ def test_the_poison_chapter_says_replicas_agree_only_when_the_nan_went_through_t
     assert skip["hangs"] and 1 in skip["hangs"][0]["ranks"] and skip["outcome"] == "completed"
 
 
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
 def test_the_activations_chapter_quotes_the_measured_bytes_and_says_how_they_were_measured(
         handbook: dict[str, Any]) -> None:
     measured = json.loads(Path(handbook["json"]["runs"]["activations"]["report"]).read_text())
