@@ -80,7 +80,8 @@ class Trainer:
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.identity = cfg.identity()
         self.dataset = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
-        self.sampler = self.sampler_class(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
+        self.sampler = self.sampler_class(cfg.dataset_size, cfg.step_batch(self.world_size), cfg.seed,
+                                          cfg.drop_last)
         self.amp = amp_dtype(cfg, device)
         self.state = self._fresh_state()
         self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
@@ -103,7 +104,7 @@ class Trainer:
             self.probe.phase(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
-        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
+        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp, self.world_size)
 
     # ----- the loop ---------------------------------------------------------------------
 
