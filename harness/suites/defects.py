@@ -71,6 +71,15 @@ FSDP_RESUME_MID_EPOCH = Scenario(
     plan=({"id": "kill-r1", "kind": "kill", "rank": 1, "step": 10},),
     config={**MID_EPOCH, "parallelism": "fsdp"})
 
+ACCUM_MID_WINDOW = Scenario(
+    name="accum-mid-window",
+    summary="4 micro-batches per rank per update; rank 1 is SIGKILLed after the last micro-batch's forward of "
+            "update 10, its first three backwards accumulated; the job resumes from step 8",
+    question="What does a kill in the middle of a gradient-accumulation window lose?",
+    threatens=("coverage", "continuity", "progress"),
+    plan=({"id": "kill-mid-window", "kind": "kill", "rank": 1, "step": 10, "point": "after_forward"},),
+    config={"dataset_size": 96, "total_steps": 16, "ckpt_interval": 4, "grad_accum": 4})
+
 FSDP_CRASH_AFTER_POINTER = replace(
     _crash_in_save("save.after_pointer"), name="fsdp-crash-after-pointer",
     summary="FSDP on 2 ranks; rank 0 is SIGKILLed just after committing the step-8 sharded checkpoint",
@@ -142,6 +151,8 @@ DEFECTS: tuple[Defect, ...] = (
            bug="async writer commits before its data is durable"),
     Defect("async_no_snapshot", "continuity", _async_kill_persist(),
            bug="async writer lets training mutate tensors while they are written"),
+    Defect("ckpt_mid_window", "coverage", ACCUM_MID_WINDOW,
+           bug="a checkpoint taken one micro-batch into an accumulation window"),
 )
 
 
