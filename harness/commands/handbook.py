@@ -1,4 +1,4 @@
-"""trainwreck handbook [--out DIR] [--chapters A,B]: interview questions answered by runs made on the spot.
+"""trainwreck handbook [--out DIR] [--chapters A,B] [--full]: interview questions answered by runs made on the spot.
 
 Every chapter's runs are executed now (the golden runs built on first use), judged, reported
 and plotted; the casebook (OUT/index.html, with the claims in OUT/handbook.json) quotes their
@@ -17,16 +17,18 @@ from trainwreck.trainer.errors import InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="casebook directory (default: ./trainwreck-out/handbook-TIMESTAMP)")
-    parser.add_argument("--chapters", help="comma-separated chapter names instead of all of them")
+    parser.add_argument("--chapters", help="comma-separated chapter names instead of the default set")
+    parser.add_argument("--full", action="store_true",
+                        help="also the expensive chapters (marked full in the chapter list): about two more minutes")
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
+    from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, default_chapters, get_chapter, run_handbook
     from trainwreck.trainer.rundir import RunDir
 
     try:
         chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \
-            else list(CHAPTERS)
+            else (list(CHAPTERS) if args.full else default_chapters())
     except KeyError as exc:
         raise InputError(f"--chapters: {exc.args[0]}") from None
     out = args.out or Path("trainwreck-out") / f"handbook-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
+from trainwreck.harness.report.chapters_scale import SCALE_CHAPTERS
 from trainwreck.harness.report.claims import Claim, fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
@@ -642,4 +643,5 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("comm", "What does a gradient all-reduce cost, and why bucket it?", ("allreduce-cost",), communication),
     Chapter("memory", "How many bytes does a parameter cost, what do ZeRO's stages and FSDP save, and how much of a "
             "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
+    *SCALE_CHAPTERS,  # harness/report/chapters_scale.py: behind --full
 )

@@ -12,6 +12,7 @@ own table, never among the VALID runs.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import signal
@@ -33,7 +34,7 @@ from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir
 
-__all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "fmt", "get_case", "get_chapter",
+__all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "default_chapters", "fmt", "get_case", "get_chapter",
            "handbook_word", "run_handbook"]
 
 
@@ -70,7 +71,44 @@ FSDP_SHRINK = Scenario(
     summary="FSDP on 4 ranks loses a node of 2 mid-epoch; the 4-way sharded checkpoint is resumed on 2 ranks",
     question="What breaks when the world size changes on resume?", threatens=("coverage", "continuity", "progress"),
     plan=_SHRINK.plan, world_sizes=_SHRINK.world_sizes, config={**_SHRINK.config, "parallelism": "fsdp"})
-PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK)}
+# ----- the scale chapters' runs (harness/report/chapters_scale.py; all behind --full) -----------------
+PER_DEVICE = {"rank_batch": 4, "global_batch": 16, "lr": 0.01, "total_steps": 24, "dataset_size": 256,
+              "ckpt_interval": 4}
+"""4 samples per rank per update, so 16 on 4 ranks and 8 on 2; the LR (0.01) was tuned for 16."""
+
+
+def _lr_rule(rule: str) -> Scenario:
+    return Scenario(
+        name=f"lr-{rule}", question="What breaks when the world size changes with a fixed per-device batch?",
+        summary=f"4 ranks of 4 samples lose a node of 2 before update 9; the job resumes on 2 ranks, its global "
+                f"batch 16 → 8, the LR scaled by the {rule} rule",
+        threatens=("coverage", "continuity", "progress"),
+        plan=({"id": "node-loss", "kind": "node_loss", "ranks": [2, 3], "signal": "SIGKILL", "step": 9},),
+        world_sizes=(4, 2), config={**PER_DEVICE, "lr_scaling": rule})
+
+
+def _scale(world: int) -> Scenario:
+    return Scenario(name=f"scale-w{world}", question="What breaks first at 10x scale?",
+                    summary=f"{world} rank(s) of 4 samples each, no fault: the step's phases and the loss curve",
+                    threatens=("progress",), world_sizes=(world,), config=PER_DEVICE)
+
+
+SLOW_STEPS = (3, 4, 5, 6)
+SLOW_NETWORK = Scenario(
+    name="slow-network", question="A 30 % throughput drop: network, straggler or regression?",
+    summary="every rank's gradient all-reduce starts 0.3 s late in updates 3-6 (a slow network)",
+    threatens=("hang", "progress"),
+    plan=tuple({"id": f"net-r{r}-u{k}", "kind": "comm_delay", "rank": r, "step": k, "seconds": 0.3}
+               for k in SLOW_STEPS for r in (0, 1)))
+SLOW_MODEL = Scenario(
+    name="slow-model", question="A 30 % throughput drop: network, straggler or regression?",
+    summary="every rank's forward pass is 0.3 s slower in updates 3-6 (a regression in the model code)",
+    threatens=("hang", "progress"),
+    plan=tuple({"id": f"model-r{r}", "kind": "straggler", "rank": r, "step": SLOW_STEPS[0], "until": SLOW_STEPS[-1],
+                "seconds": 0.3, "point": "after_data"} for r in (0, 1)))
+PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK,
+                             *(_lr_rule(r) for r in ("none", "linear", "sqrt")), *(_scale(w) for w in (1, 2, 4)),
+                             SLOW_NETWORK, SLOW_MODEL)}
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
 MEASURE_TIMEOUT_S = 300.0
@@ -85,22 +123,38 @@ MEASURES: dict[str, tuple[list[str], str]] = {
     "comm": (["python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)],
              f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and the "
              "2.1 M-parameter model's gradients reduced one parameter at a time against one bucket"),
+    "restart": (["python", "-m", "trainwreck.harness.suites.restart_compare", "--json", "--out", "{run_dir}"],
+                "harness/suites/restart_compare.py: the same torchft job and kill, group 1 restarted alone (heals "
+                "from group 0) against the whole job restarted from its checkpoint"),
 }
 """Each benchmark job the handbook runs: its command and what it measures. The handbook runs the command
 rather than importing it: the harness may not import benchmarks/ (docs/DESIGN.md, Layout), and the command
 is its reproduce line."""
+MEASURE_NEEDS = {"restart": "torchft"}
+"""A benchmark job that needs an optional extra: without it the measurement says so instead of failing."""
 
 
-def measure_command(name: str) -> list[str]:
-    return list(MEASURES[name][0])
+def measure_command(name: str, run_dir: Path | None = None) -> list[str]:
+    """The job's command line; "{run_dir}" (a job that keeps its own runs) becomes RUN_DIR/runs."""
+    where = str(run_dir / "runs") if run_dir is not None else "DIR"
+    return [part.replace("{run_dir}", where) for part in MEASURES[name][0]]
 
 
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
     """The benchmark job's JSON, with bytes per parameter where it counts bytes (rank 0's parameters,
     gradients and AdamW state after a real step); written to RUN_DIR/measurement.json."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    command = measure_command(name, run_dir)
+    missing = MEASURE_NEEDS.get(name)
+    if missing and importlib.util.find_spec(missing) is not None:
+        missing = None
+    if missing:  # an optional extra: the chapter says it was not measured, and why
+        measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(command), "measure": name,
+                    "skipped": f"{missing} is not installed (pip install 'trainwreck[{missing}]')"}
+        (run_dir / "measurement.json").write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
+        return measured
     # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
-    proc = subprocess.Popen([sys.executable, *measure_command(name)[1:]], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
@@ -110,9 +164,11 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
             proc.wait()
     if proc.returncode:
         last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"{shlex.join(measure_command(name))} exited {proc.returncode}: {last}")
+        raise RuntimeError(f"{shlex.join(command)} exited {proc.returncode}: {last}")
     result = json.loads(out)
-    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(measure_command(name)), "measure": name,
+    if isinstance(result, list):  # one row per compared variant (restart_compare: one per restart scope)
+        result = {"rows": {str(row["scope"]): row for row in result}}
+    measured = {"format": MEASUREMENT_FORMAT, "command": shlex.join(command), "measure": name,
                 "world_size": MEASURE_WORLD, **result}
     if "params" in result:  # a byte-counting job of benchmarks/fsdp.py
         numel = result["numel"]
@@ -185,6 +241,18 @@ CASES: tuple[Case, ...] = (
     Case("bytes-ddp", "measure", "ddp", expect="MEASURED"),
     Case("bytes-fsdp", "measure", "fsdp", expect="MEASURED"),
     Case("allreduce-cost", "measure", "comm", expect="MEASURED"),
+    # the scale chapters (harness/report/chapters_scale.py), all behind --full
+    Case("lr-none", "plan", "lr-none"),
+    Case("lr-linear", "plan", "lr-linear"),
+    Case("lr-sqrt", "plan", "lr-sqrt"),
+    Case("accum", "control", "ckpt_mid_window"),
+    Case("ckpt_mid_window", "defect", "ckpt_mid_window"),
+    Case("restart-scope", "measure", "restart", expect="MEASURED"),
+    Case("scale-w1", "plan", "scale-w1"),
+    Case("scale-w2", "plan", "scale-w2"),
+    Case("scale-w4", "plan", "scale-w4"),
+    Case("slow-network", "plan", "slow-network"),
+    Case("slow-model", "plan", "slow-model"),
 )
 
 
@@ -198,6 +266,11 @@ def get_case(key: str) -> Case:
 NOT_ANSWERED: tuple[tuple[str, str], ...] = ()
 """The issue's questions that no run can answer yet, said so on the page (none since chapter 11 runs
 the async checkpoints and FSDP)."""
+
+
+def default_chapters() -> list[Chapter]:
+    """What `trainwreck handbook` runs without --full: every chapter not marked full."""
+    return [c for c in CHAPTERS if not c.full]
 
 
 def chapter_names() -> list[str]:
@@ -229,6 +302,8 @@ class CaseResult:
     def status(self) -> str:
         """CAUGHT / MISSED for a planted defect, MEASURED for a measurement, the verdict word for a run."""
         if self.case.kind == "measure":
+            if self.measured is not None and "skipped" in self.measured:
+                return "SKIPPED"  # an optional extra is missing; the chapter says which
             return "MEASURED" if self.measured is not None else "UNKNOWN"
         if self.judged is None:
             return "UNKNOWN"
@@ -242,7 +317,7 @@ class CaseResult:
         verdict it is there to show (VALID, or INVALID for a job that must be failed, a restart loop)."""
         if self.case.kind == "defect":
             return self.row is not None and self.row.caught and self.row.control_valid
-        return self.status == self.case.expect
+        return self.status in (self.case.expect, "SKIPPED")
 
 
 def cases_for(chapters: tuple[Chapter, ...] | list[Chapter]) -> list[Case]:
@@ -310,7 +385,7 @@ def run_handbook(out: Path, chapters: list[Chapter] | None = None, golden_cache:
 
     from trainwreck.harness.report.plots import write_plots
 
-    chosen = list(chapters or CHAPTERS)
+    chosen = list(chapters or default_chapters())
     cases = cases_for(chosen)
     started = time.monotonic()
     results: dict[str, CaseResult] = {}
