@@ -61,8 +61,11 @@ def batch_and_lr(ev: Evidence) -> list[Paragraph]:
         ev.s(f"Each rank keeps {ev.q(run, 'attempts', 0, 'rank_batch')} samples per update (configured "
              f"<code>rank_batch</code>), so the {ev.q(run, 'attempts', 0, 'world_size')}-rank job trained on "
              f"{before} per update and, after losing a node, the {ev.q(run, 'attempts', 1, 'world_size')}-rank job "
-             f"on {after}: every update after the change averages half as many gradients, so each is noisier "
-             "and, at the same LR, a larger step relative to the signal in it.",
+             f"on {after}: every update after the change averages "
+             + ev.derive("batch_ratio_after_change", b1 / b0, "global_batch_after / global_batch_before",
+                         {"global_batch_after": b1, "global_batch_before": b0}, "×")
+             + " as many per-sample gradients, so each is noisier and, at the same LR, a larger step relative to "
+               "the signal in it.",
              fact("verdicts.continuity.counts.global_batch_after_change", "==", b1, run=run),
              fact("verdicts.continuity.counts.global_batch_golden", "==", b0, run=run)),
         ev.s(f"The judge shows where the run stops being the golden run: it compared "
@@ -208,6 +211,9 @@ def at_scale(ev: Evidence) -> list[Paragraph]:
     timeout = float(ev.get("hang-sigstop", "spec", "hang_timeout_s"))
     growth = {"step time": step_v / step4, "checkpoint save": save_v / save4}
     first = max(growth, key=lambda k: growth[k])
+    b1 = ev.get("scale-w1", "attempts", 0, "rank_batch") * ev.get("scale-w1", "attempts", 0, "world_size")
+    b4 = ev.get(w4, "attempts", 0, "rank_batch") * ev.get(w4, "attempts", 0, "world_size")
+    ratio = b4 / b1
     return [[
         ev.s(f"Measured at 2 and 4 ranks of {ev.q(w2, 'attempts', 0, 'rank_batch')} samples each: the median update "
              f"took {ev.q(w2, 'phases', 'median_step_s', unit=' s')} and {ev.q(w4, 'phases', 'median_step_s', unit=' s')}, "
@@ -239,14 +245,17 @@ def at_scale(ev: Evidence) -> list[Paragraph]:
         ev.s(f"Against one rank at the same per-device batch and LR: after {ev.q('scale-w1', 'spec', 'total_steps')} "
              f"updates the 1-rank run ({ev.q('scale-w1', 'attempts', 0, 'rank_batch')} samples per update) ended at "
              f"loss {ev.q('scale-w1', 'loss', 'final')}, the 4-rank run ("
-             + ev.derive("w4_global_batch", ev.get(w4, "attempts", 0, "rank_batch") * 4, "rank_batch * 4",
-                         {"rank_batch": ev.get(w4, "attempts", 0, "rank_batch")}, " samples")
+             + ev.derive("w4_global_batch", b4, "rank_batch * world_size (scale-w4)", {"global_batch": b4}, " samples")
              + f") at {ev.q(w4, 'loss', 'final')}, the 2-rank run at {ev.q(w2, 'loss', 'final')}."),
-        ev.s("The 4-rank run is not worse per update: it averages four times the samples, so its gradient is less "
-             "noisy; per sample seen it had a quarter of the updates, which is why the same LR is not the same "
-             "training when the world size changes (chapter batch).",
+        ev.s("The 4-rank run is not worse per update: it averages "
+             + ev.derive("w4_over_w1_samples", ratio, "global batch (scale-w4) / global batch (scale-w1)",
+                         {"w4": b4, "w1": b1}, "×")
+             + " the samples, so its gradient is less noisy; per sample seen it had "
+             + ev.derive("w4_updates_per_sample_vs_w1", 1 / ratio, "1 / w4_over_w1_samples", {"ratio": ratio}, "×")
+             + " the updates, which is why the same LR is not the same training when the world size changes "
+               "(chapter batch).",
              fact("loss.final", "<=", float(ev.get("scale-w1", "loss", "final")), run=w4)),
-        ev.s("Here the 4-rank run ended above the 1-rank run: at this LR four times the samples per update did not "
+        ev.s("Here the 4-rank run ended above the 1-rank run: at this LR more samples per update did not "
              "make up for the updates it trained per sample seen, which is how \"it converges worse than on one "
              "GPU\" looks when the per-device batch, not the global batch, is held fixed.",
              fact("loss.final", ">", float(ev.get("scale-w1", "loss", "final")), run=w4)),
