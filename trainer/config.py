@@ -22,7 +22,7 @@ in proportion to the batch (Goyal et al.), or with its square root (the rule arg
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
-_DEFAULT_IDENTITY_FREE = {"rank_batch": 0, "lr_scaling": "none"}
+_DEFAULT_IDENTITY_FREE = {"rank_batch": 0, "lr_scaling": "none", "lr_rewarmup": 0}
 """Fields added after identities were first recorded: at their default they are left out of the hash, so
 every earlier configuration (and its golden cache and checkpoints) keeps its identity."""
 _NOT_IDENTITY = frozenset(
@@ -165,7 +165,7 @@ UPPER_BOUNDS: dict[str, int] = {
     "input_dim": 1 << 14, "num_classes": 1 << 16, "width": 1 << 14, "depth": 64,
     "dataset_size": 1 << 26, "global_batch": 1 << 20, "grad_accum": 1 << 10,
     "total_steps": 1_000_000, "ckpt_interval": 1_000_000, "warmup_steps": 1_000_000,
-    "keep_last": 1000, "max_world_size": 4096,
+    "keep_last": 1000, "max_world_size": 4096, "lr_rewarmup": 1_000_000,
 }
 """The largest value each count may take: far beyond any test, benchmark or case study (a
 width of 16384 is 1 GiB of fp32 weights per layer; a million steps of the tiny model take
@@ -235,6 +235,9 @@ class TrainConfig:
     lr_scaling: str = "none"
     """With rank_batch: none, linear or sqrt; the LR's multiplier for a global batch B is 1, B / global_batch or
     sqrt(B / global_batch), on top of the warmup and cosine schedule."""
+    lr_rewarmup: int = 0
+    """With rank_batch: after a resume onto another global batch, ramp the LR multiplier linearly from the
+    checkpoint world's to the new world's over this many updates (0: switch at once)."""
 
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
@@ -290,6 +293,9 @@ class TrainConfig:
                               f"multiple of grad_accum={self.grad_accum}")
         if self.lr_scaling not in LR_SCALINGS:
             raise ConfigError(f"lr_scaling={self.lr_scaling!r} is not one of {', '.join(LR_SCALINGS)}")
+        if self.lr_rewarmup < 0 or (self.lr_rewarmup and not self.rank_batch):
+            raise ConfigError(f"lr_rewarmup={self.lr_rewarmup} needs rank_batch > 0 and must be >= 0: only a "
+                              "per-device batch changes the global batch on a resume")
         if self.lr_scaling != "none" and not self.rank_batch:
             raise ConfigError(f"lr_scaling={self.lr_scaling!r} needs rank_batch > 0: with a fixed global batch "
                               "there is no other batch to scale the LR for")

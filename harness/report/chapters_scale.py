@@ -13,7 +13,7 @@ import math
 from trainwreck.harness.report.claims import fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph
 
-LR_RUNS = ("lr-none", "lr-linear", "lr-sqrt")
+LR_RUNS = ("lr-none", "lr-linear", "lr-sqrt", "lr-linear-rewarm")
 EXTRAPOLATE_TO = 40
 """Ranks the 2- and 4-rank measurements are extrapolated to: ten times the larger run."""
 SLOW_RUNS = ("straggler", "slow-network", "slow-model")
@@ -41,9 +41,12 @@ def _rule_sentence(ev: Evidence, run: str) -> object:
     formula = {"none": "1", "linear": "batch_after / batch_tuned", "sqrt": "sqrt(batch_after / batch_tuned)"}[rule]
     gold = ("loss", "golden")
     return ev.s(
-        f"Rule <code>{ev.q(run, 'spec', 'lr_scaling')}</code>: LR multiplier "
+        f"<code>{run}</code>, rule {ev.q(run, 'spec', 'lr_scaling')}: LR multiplier "
         + ev.derive(f"{run}_lr_multiplier", scale, formula, {"batch_after": after, "batch_tuned": tuned}, "×")
-        + f" on the 2-rank updates; final loss {ev.q(run, 'loss', 'final')} against the golden run's "
+        + " on the 2-rank updates"
+        + (f", reached over {ev.q(run, 'spec', 'lr_rewarmup')} updates of re-warmup from the 4-rank one"
+           if ev.get(run, "spec").get("lr_rewarmup") else "")
+        + f"; final loss {ev.q(run, 'loss', 'final')} against the golden run's "
         f"{ev.q(run, *gold, 'final')} at update {ev.q(run, *gold, 'final_step')}, a relative gap of "
         f"{ev.q(run, *gold, 'final_gap')} (largest {ev.q(run, *gold, 'max_gap')}, at update "
         f"{ev.q(run, *gold, 'max_gap_step')}); coverage {ev.q(run, 'verdicts', 'coverage', 'valid')}, continuity "
@@ -77,12 +80,13 @@ def batch_and_lr(ev: Evidence) -> list[Paragraph]:
              verdict("continuity", True, run=run)),
     ], [
         ev.s(f"The LR ({ev.q(run, 'spec', 'lr')}) was tuned for {ev.q(run, 'spec', 'global_batch')} samples, after "
-             f"a warmup of {ev.q(run, 'spec', 'warmup_steps')} updates; three runs with the same kill differ only in "
-             "how the LR follows the new batch:"),
+             f"a warmup of {ev.q(run, 'spec', 'warmup_steps')} updates; four runs with the same kill differ only in "
+             "how the LR follows the new batch (the first update after the resume still uses the LR its checkpoint "
+             "holds; the rule sets every later one):"),
     ], [
         *(_rule_sentence(ev, r) for r in LR_RUNS),
     ], [
-        ev.s(f"Closest to the golden run at the end: <code>{ev.q(best, 'spec', 'lr_scaling')}</code>, "
+        ev.s(f"Closest to the golden run at the end: <code>{best}</code>, "
              + ev.derive("closest_abs_final_gap", gaps[best], f"abs(loss.golden.final_gap of {best})",
                          {"final_gap": float(ev.get(best, "loss", "golden", "final_gap"))})
              + " off; these are single runs of a tiny model, so a gap of a few hundredths is within the noise of "

@@ -156,7 +156,7 @@ def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
             "world_sizes", "max_restarts", "launcher")
     summary = {k: spec.get(k) for k in keys if k in spec}
     for k in ("ckpt_interval", "keep_last", "variant", "backend", "parallelism", "ckpt_mode", "width", "depth",
-              "grad_accum", "rank_batch", "lr_scaling", "lr", "warmup_steps"):
+              "grad_accum", "rank_batch", "lr_scaling", "lr", "warmup_steps", "lr_rewarmup"):
         if k in config:
             summary[k] = config[k]
     return summary

@@ -77,14 +77,20 @@ PER_DEVICE = {"rank_batch": 4, "global_batch": 16, "lr": 0.01, "total_steps": 24
 """4 samples per rank per update, so 16 on 4 ranks and 8 on 2; the LR (0.01) was tuned for 16."""
 
 
-def _lr_rule(rule: str) -> Scenario:
+REWARMUP = 4
+"""Updates over which lr-linear-rewarm moves the LR multiplier from the 4-rank one to the 2-rank one."""
+
+
+def _lr_rule(rule: str, rewarmup: int = 0) -> Scenario:
     return Scenario(
-        name=f"lr-{rule}", question="What breaks when the world size changes with a fixed per-device batch?",
+        name=f"lr-{rule}" + ("-rewarm" if rewarmup else ""),
+        question="What breaks when the world size changes with a fixed per-device batch?",
         summary=f"4 ranks of 4 samples lose a node of 2 before update 9; the job resumes on 2 ranks, its global "
-                f"batch 16 → 8, the LR scaled by the {rule} rule",
+                f"batch 16 → 8, the LR scaled by the {rule} rule"
+                + (f", re-warmed over {rewarmup} updates" if rewarmup else ""),
         threatens=("coverage", "continuity", "progress"),
         plan=({"id": "node-loss", "kind": "node_loss", "ranks": [2, 3], "signal": "SIGKILL", "step": 9},),
-        world_sizes=(4, 2), config={**PER_DEVICE, "lr_scaling": rule})
+        world_sizes=(4, 2), config={**PER_DEVICE, "lr_scaling": rule, **({"lr_rewarmup": rewarmup} if rewarmup else {})})
 
 
 def _scale(world: int) -> Scenario:
@@ -107,7 +113,8 @@ SLOW_MODEL = Scenario(
     plan=tuple({"id": f"model-r{r}", "kind": "straggler", "rank": r, "step": SLOW_STEPS[0], "until": SLOW_STEPS[-1],
                 "seconds": 0.3, "point": "after_data"} for r in (0, 1)))
 PLANS = {s.name: s for s in (RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, FSDP_SHRINK,
-                             *(_lr_rule(r) for r in ("none", "linear", "sqrt")), *(_scale(w) for w in (1, 2, 4)),
+                             *(_lr_rule(r) for r in ("none", "linear", "sqrt")), _lr_rule("linear", REWARMUP),
+                             *(_scale(w) for w in (1, 2, 4)),
                              SLOW_NETWORK, SLOW_MODEL)}
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
@@ -245,6 +252,7 @@ CASES: tuple[Case, ...] = (
     Case("lr-none", "plan", "lr-none"),
     Case("lr-linear", "plan", "lr-linear"),
     Case("lr-sqrt", "plan", "lr-sqrt"),
+    Case("lr-linear-rewarm", "plan", "lr-linear-rewarm"),
     Case("accum", "control", "ckpt_mid_window"),
     Case("ckpt_mid_window", "defect", "ckpt_mid_window"),
     Case("restart-scope", "measure", "restart", expect="MEASURED"),

@@ -34,3 +34,11 @@ def test_an_lr_rule_without_a_per_device_batch_is_refused_with_the_fix() -> None
         TrainConfig.tiny(lr_scaling="linear")
     with pytest.raises(ConfigError, match="multiple of grad_accum"):
         TrainConfig.tiny(rank_batch=3, grad_accum=2)
+
+
+def test_a_rewarmup_moves_the_multiplier_from_the_old_worlds_to_the_new_over_its_updates() -> None:
+    cfg = TrainConfig.tiny(rank_batch=4, global_batch=16, lr_scaling="linear", lr_rewarmup=3, warmup_steps=0)
+    ramp = {"start": 8, "from": cfg.lr_scale(4)}
+    scales = [lr_factor(cfg, d, 2, ramp) / lr_factor(cfg, d) for d in range(8, 13)]
+    assert scales == pytest.approx([0.875, 0.75, 0.625, 0.5, 0.5])
+    assert lr_factor(cfg, 9, 2, {}) == pytest.approx(0.5 * lr_factor(cfg, 9))
