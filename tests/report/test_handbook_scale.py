@@ -1,6 +1,6 @@
 """trainwreck handbook --full's scale chapters (harness/report/chapters_scale.py): every sentence agrees with its runs.
 
-One handbook of the four chapters (batch, accum, restart-scope, scale; 13 runs, a few minutes on 2 shared
+One handbook of the four chapters (batch, accum, restart-scope, scale; 14 runs, a few minutes on 2 shared
 cores from an empty golden cache) is made once per module. The checks recompute what a sentence says from
 the run's own report, and tamper with a report to show a sentence its run contradicts is not rendered.
 """
