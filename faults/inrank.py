@@ -16,7 +16,7 @@ How each kind acts (docs/FAULTS.md has the table):
   call that keeps the GIL (libc pause() through ctypes.PyDLL; see faults/blocking.py
   for why that and not a spin); ``sigstop`` stops itself, and if continued it stays
   blocked, so the fault is a hang whatever the harness does to wake it.
-- straggler: sleeps `seconds` at the start of each update in [step, until].
+- straggler: sleeps `seconds` at its point (default the start) of each update in [step, until].
 - comm_delay / comm_fail / skip_collective: ``wrap_comm_hook`` wraps the trainer's own
   gradient reduction (trainer/gradsync.py) on the faulty rank only, so every rank runs
   the same collectives except at the faulty update.
@@ -102,9 +102,9 @@ class FaultHooks:
                 self._act(fault, name, step, ctx)
         if name == fp.STEP_START:
             self._await_harness(step)
-            self._straggle(step)
             if self.neighbour is not None:
                 self.neighbour.at_step(step)
+        self._straggle(name, step)
 
     def wrap_storage(self, storage: Storage) -> Storage:
         faults = self.of_kind(*STORAGE_KINDS)
@@ -222,9 +222,11 @@ class FaultHooks:
         with torch.no_grad():
             params[0].grad.view(-1)[0] = value
 
-    def _straggle(self, step: int) -> None:
+    def _straggle(self, point: str, step: int) -> None:
+        """The sleep lands in the phase the point opens: at step_start in data, at after_data in forward
+        (a slower model), at after_forward in backward."""
         for fault in self.of_kind("straggler"):
-            if not fault["step"] <= step <= fault.get("until", step):
+            if point != fault.get("point", fp.STEP_START) or not fault["step"] <= step <= fault.get("until", step):
                 continue
             if fault["id"] not in self.fired:
                 until = fault.get("until")

@@ -137,7 +137,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                     doc="wait on an Event (GIL released), block in C holding the GIL, or SIGSTOP self")),
     _kind("straggler", IN_RANK, "the rank is slower by `seconds` per update from `step` on", ("hang", "progress"),
           injector="inrank:FaultHooks._straggle", strategy="stragglers", topics=("hang",), chaos=SLOW,
-          rank=_rank(), step=_step(), seconds=_SECONDS,
+          rank=_rank(), step=_step(), seconds=_SECONDS, point=_POINT,
           until=Field(INT, minimum=0, doc="last slow update (default: to the end)")),
     _kind("comm_delay", IN_RANK, "the rank's gradient all-reduce of update `step` starts `seconds` late",
           ("hang", "replicas", "continuity"), comm_hook=True, rank=_rank(), step=_step(), seconds=_SECONDS,

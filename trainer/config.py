@@ -16,9 +16,15 @@ DEVICES = ("auto", "cpu", "cuda")
 AMP_DTYPES = ("auto", "none", "bf16", "fp16")
 PARALLELISMS = ("ddp", "fsdp")
 CKPT_MODES = ("sync", "async")
+LR_SCALINGS = ("none", "linear", "sqrt")
+"""How the peak LR follows a global batch other than `global_batch` (only with `rank_batch`): unchanged,
+in proportion to the batch (Goyal et al.), or with its square root (the rule argued for Adam-like optimizers)."""
 
 # Fields that do not change the training trajectory, so a checkpoint stays usable
 # when they change (world size is not a field at all: the trainer is elastic).
+_DEFAULT_IDENTITY_FREE = {"rank_batch": 0, "lr_scaling": "none", "lr_rewarmup": 0}
+"""Fields added after identities were first recorded: at their default they are left out of the hash, so
+every earlier configuration (and its golden cache and checkpoints) keeps its identity."""
 _NOT_IDENTITY = frozenset(
     {"ckpt_interval", "keep_last", "backend", "device", "instrument", "grad_accum", "max_world_size", "variant"}
     | {"ckpt_mode"}
@@ -159,7 +165,7 @@ UPPER_BOUNDS: dict[str, int] = {
     "input_dim": 1 << 14, "num_classes": 1 << 16, "width": 1 << 14, "depth": 64,
     "dataset_size": 1 << 26, "global_batch": 1 << 20, "grad_accum": 1 << 10,
     "total_steps": 1_000_000, "ckpt_interval": 1_000_000, "warmup_steps": 1_000_000,
-    "keep_last": 1000, "max_world_size": 4096,
+    "keep_last": 1000, "max_world_size": 4096, "lr_rewarmup": 1_000_000,
 }
 """The largest value each count may take: far beyond any test, benchmark or case study (a
 width of 16384 is 1 GiB of fp32 weights per layer; a million steps of the tiny model take
@@ -222,6 +228,17 @@ class TrainConfig:
     """sync: the save is written and committed inside the step; async: the step pays only for a
     snapshot to host memory and a background thread writes and commits it (trainer/async_ckpt.py)."""
 
+    rank_batch: int = 0
+    """0: `global_batch` is fixed and split over the ranks. N > 0: every rank takes N samples per update, so an
+    update's global batch is N x world size and changes with it (a per-device batch); `global_batch` is then
+    the batch the LR was tuned for, the one `lr_scaling` scales from."""
+    lr_scaling: str = "none"
+    """With rank_batch: none, linear or sqrt; the LR's multiplier for a global batch B is 1, B / global_batch or
+    sqrt(B / global_batch), on top of the warmup and cosine schedule."""
+    lr_rewarmup: int = 0
+    """With rank_batch: after a resume onto another global batch, ramp the LR multiplier linearly from the
+    checkpoint world's to the new world's over this many updates (0: switch at once)."""
+
     def __post_init__(self) -> None:
         positive = ("input_dim", "num_classes", "width", "depth", "dataset_size", "global_batch",
                     "grad_accum", "total_steps", "ckpt_interval", "max_world_size")
@@ -271,6 +288,17 @@ class TrainConfig:
         if self.parallelism == "fsdp" and self.amp_dtype == "fp16":
             raise ConfigError("amp_dtype='fp16' with parallelism='fsdp': GradScaler does not unscale sharded "
                               "gradients; use amp_dtype='bf16' (or 'none') with fsdp")
+        if self.rank_batch < 0 or self.rank_batch % self.grad_accum:
+            raise ConfigError(f"rank_batch={self.rank_batch} must be 0 (a fixed global batch) or a positive "
+                              f"multiple of grad_accum={self.grad_accum}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise ConfigError(f"lr_scaling={self.lr_scaling!r} is not one of {', '.join(LR_SCALINGS)}")
+        if self.lr_rewarmup < 0 or (self.lr_rewarmup and not self.rank_batch):
+            raise ConfigError(f"lr_rewarmup={self.lr_rewarmup} needs rank_batch > 0 and must be >= 0: only a "
+                              "per-device batch changes the global batch on a resume")
+        if self.lr_scaling != "none" and not self.rank_batch:
+            raise ConfigError(f"lr_scaling={self.lr_scaling!r} needs rank_batch > 0: with a fixed global batch "
+                              "there is no other batch to scale the LR for")
         if self.global_batch % self.grad_accum:
             raise ConfigError(
                 f"global_batch={self.global_batch} is not divisible by grad_accum={self.grad_accum}"
@@ -284,13 +312,30 @@ class TrainConfig:
         """Every update after which the trainer checkpoints, in order."""
         return [s for s in range(1, self.total_steps + 1) if self.saves_after(s)]
 
+    def step_batch(self, world_size: int) -> int:
+        """Samples per update over all ranks: global_batch, or rank_batch x world size with a per-device batch."""
+        return self.rank_batch * world_size if self.rank_batch else self.global_batch
+
+    def lr_scale(self, world_size: int) -> float:
+        """The LR multiplier lr_scaling gives this world size's global batch (1 without a per-device batch)."""
+        ratio = self.step_batch(world_size) / self.global_batch
+        return {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
+
     def valid_world_sizes(self) -> list[int]:
         """World sizes whose per-rank batch is a whole number of equal micro-batches."""
         return [w for w in range(1, self.max_world_size + 1)
-                if self.global_batch % (w * self.grad_accum) == 0]
+                if self._fits(w)]
+
+    def _fits(self, world_size: int) -> bool:
+        if self.rank_batch:
+            return self.step_batch(world_size) <= self.dataset_size
+        return self.global_batch % (world_size * self.grad_accum) == 0
 
     def check_world_size(self, world_size: int) -> None:
-        if world_size < 1 or self.global_batch % (world_size * self.grad_accum):
+        if self.rank_batch and world_size >= 1 and not self._fits(world_size):
+            raise ConfigError(f"world size {world_size} x rank_batch={self.rank_batch} exceeds dataset_size="
+                              f"{self.dataset_size}: an epoch would hold no full batch; use fewer ranks")
+        if world_size < 1 or (not self.rank_batch and self.global_batch % (world_size * self.grad_accum)):
             raise ConfigError(
                 f"world size {world_size} does not divide global_batch={self.global_batch} "
                 f"into grad_accum={self.grad_accum} equal micro-batches per rank; "
@@ -299,7 +344,8 @@ class TrainConfig:
 
     def identity(self) -> str:
         """A hash of the fields that shape the trajectory: checkpoints from another identity are refused."""
-        shaping = {k: v for k, v in asdict(self).items() if k not in _NOT_IDENTITY}
+        shaping = {k: v for k, v in asdict(self).items() if k not in _NOT_IDENTITY
+                   and not (k in _DEFAULT_IDENTITY_FREE and v == _DEFAULT_IDENTITY_FREE[k])}
         return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

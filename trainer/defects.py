@@ -82,6 +82,22 @@ class ResumeRestartsEpochTrainer(Trainer):
     sampler_class = EpochRestartingSampler
 
 
+@register_variant("ckpt_mid_window")
+class CheckpointMidWindowTrainer(Trainer):
+    """Counts micro-batches, not updates, toward its checkpoint interval, so a save lands one micro-batch
+    into the next accumulation window: the sampler position it records has handed out that micro-batch,
+    whose gradient lives only in .grad and is not saved. The resumed job never trains on those samples and
+    every later batch is shifted (caught by: coverage, the batches against the golden run's)."""
+
+    def checkpoint_files(self, rngs: list[Any]) -> dict[str, FileContent]:
+        files = super().checkpoint_files(rngs)
+        saved = payload_object(files["trainer.pt"])
+        micro = self.cfg.step_batch(self.world_size) // self.cfg.grad_accum  # one micro-batch, all ranks
+        cursor = min(int(saved["sampler"]["cursor"]) + micro, self.cfg.dataset_size)
+        files["trainer.pt"] = Payload({**saved, "sampler": {**saved["sampler"], "cursor": cursor}})
+        return files
+
+
 @register_variant("pad_uneven_shards")
 class PadUnevenShardsTrainer(Trainer):
     """Uneven shards of a partial batch are padded with repeated ids, as DistributedSampler

@@ -80,8 +80,11 @@ class Trainer:
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.identity = cfg.identity()
         self.dataset = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
-        self.sampler = self.sampler_class(cfg.dataset_size, cfg.global_batch, cfg.seed, cfg.drop_last)
+        self.sampler = self.sampler_class(cfg.dataset_size, cfg.step_batch(self.world_size), cfg.seed,
+                                          cfg.drop_last)
         self.amp = amp_dtype(cfg, device)
+        self.lr_ramp: dict[str, float] = {}
+        """Filled by a restore onto another global batch when cfg.lr_rewarmup asks to re-warm the LR."""
         self.state = self._fresh_state()
         self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
         if isinstance(self.ddp, DistributedDataParallel):
@@ -103,7 +106,8 @@ class Trainer:
             self.probe.phase(self.state.step, "checkpoint")
 
     def _fresh_state(self) -> TrainState:
-        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp)
+        return build_state(self.cfg, self.device, self.amp == torch.float16, self.amp, self.world_size,
+                           self.lr_ramp)
 
     # ----- the loop ---------------------------------------------------------------------
 
@@ -293,6 +297,9 @@ class Trainer:
         state.step = int(trainer_state["step"])
         self.sampler.load_state_dict(trainer_state["sampler"])
         self.load_rng(payloads["rng.pt"])
+        saved_world = int(verified.manifest.get("world_size") or self.world_size)
+        if self.cfg.lr_rewarmup and self.cfg.step_batch(saved_world) != self.cfg.step_batch(self.world_size):
+            self.lr_ramp.update(start=state.step, **{"from": self.cfg.lr_scale(saved_world)})
 
     def read_shards(self, verified: Verified) -> None:
         """Model and optimizer shards of a verified sharded checkpoint (a seam: planted defects override it)."""

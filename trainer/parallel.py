@@ -24,18 +24,19 @@ except ImportError:  # torch 2.4/2.5 ship FSDP2 under its composable name
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
 
 
-def build_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool, amp: torch.dtype | None) -> TrainState:
+def build_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool, amp: torch.dtype | None,
+                world_size: int | None = None, ramp: dict[str, float] | None = None) -> TrainState:
     """The state before update 1. For FSDP the model is sharded before the optimizer is
     built, so AdamW holds (and a checkpoint stores) only this rank's shard of its moments."""
     if cfg.parallelism == "ddp":
         from trainwreck.trainer.state import fresh_state
-        return fresh_state(cfg, device, grad_scaler=grad_scaler)
+        return fresh_state(cfg, device, grad_scaler=grad_scaler, world_size=world_size, ramp=ramp)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # the same full init on every rank, then each keeps its shard
     model = MLP(cfg).to(device)
     shard_model(model, device, amp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done, world_size, ramp))
     scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
     return TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
 

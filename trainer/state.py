@@ -28,22 +28,37 @@ class TrainState:
     """Updates applied so far: the state is 'after update `step`'."""
 
 
-def lr_factor(cfg: TrainConfig, done: int) -> float:
-    """LR multiplier for update done+1: linear warmup, then cosine down to min_lr_ratio."""
+def lr_factor(cfg: TrainConfig, done: int, world_size: int | None = None,
+              ramp: dict[str, float] | None = None) -> float:
+    """LR multiplier for update done+1: linear warmup, then cosine down to min_lr_ratio; with a
+    world size, times the batch rule's multiplier (TrainConfig.lr_scale). A lambda, never a saved
+    number: a resume on another world size schedules with the new world's multiplier. `ramp`
+    ({"start": update restored, "from": the checkpoint world's multiplier}, filled at a restore
+    onto another global batch) re-warms: the multiplier moves linearly to the new one over
+    cfg.lr_rewarmup updates."""
+    scale = 1.0 if world_size is None else cfg.lr_scale(world_size)
+    if ramp and cfg.lr_rewarmup and done - ramp["start"] < cfg.lr_rewarmup:
+        frac = (done - ramp["start"] + 1) / (cfg.lr_rewarmup + 1)
+        scale = ramp["from"] + (scale - ramp["from"]) * frac
     if done < cfg.warmup_steps:
-        return (done + 1) / (cfg.warmup_steps + 1)
+        return scale * (done + 1) / (cfg.warmup_steps + 1)
+    return scale * _decay(cfg, done)
+
+
+def _decay(cfg: TrainConfig, done: int) -> float:
     progress = (done - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def fresh_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool = False) -> TrainState:
+def fresh_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool = False,
+                world_size: int | None = None, ramp: dict[str, float] | None = None) -> TrainState:
     """The state before update 1: the same on every rank, and wherever it is built (the trainer,
     the crash-point sweep's recording of a save), because both seed the same way first."""
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # same init and same RNG stream on every rank
     model = MLP(cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: lr_factor(cfg, done, world_size, ramp))
     scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
     return TrainState(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
 

@@ -36,7 +36,7 @@ def measured_bytes(measured: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, get_chapter, run_handbook
+    from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, default_chapters, get_chapter, run_handbook
     from trainwreck.trainer.rundir import RunDir
 
     try:

@@ -16,6 +16,7 @@ from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUME
 from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
 from trainwreck.harness.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
                                                    monitoring, periodic_slowdowns)
+from trainwreck.harness.report.chapters_scale import SCALE_CHAPTERS
 from trainwreck.harness.report.claims import Claim, fact, verdict
 from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
@@ -650,4 +651,5 @@ CHAPTERS: tuple[Chapter, ...] = (
             (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age")), full=True),
     Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),
     Chapter("loader", LOADER_QUESTION, ("loader-kill",), data_loader, full=True),
+    *SCALE_CHAPTERS,  # harness/report/chapters_scale.py: behind --full
 )

@@ -132,7 +132,7 @@ def usable(report: dict[str, Any] | None) -> bool:
 def build_chapter(chapter: Chapter, reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The chapter's paragraphs (HTML), its sentences as claims, and the numbers they quote; a run
     without a report, or a number the runs lack, leaves it unanswered, saying which."""
-    base = {"slug": chapter.slug, "question": chapter.question, "runs": list(chapter.runs)}
+    base = {"slug": chapter.slug, "question": chapter.question, "runs": list(chapter.runs), "full": chapter.full}
     missing = [k for k in chapter.runs if not usable(reports.get(k))]
     if missing:
         return {**base, "paragraphs": [f"Not answered: run(s) {', '.join(missing)} produced no usable report."],
@@ -228,7 +228,8 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
             f"{sum(r.status == 'MEASURED' for r in reference)} benchmark measurements), "
             f"{sum(r.status == 'CAUGHT' for r in caught)}/{len(caught)} planted broken trainers caught. A broken "
             "trainer that trainwreck catches is the suite passing.</p></header>",
-            "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a></li>'
+            "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a>'
+                                               + (" <em>(--full)</em>" if c.get("full") else "") + "</li>"
                                                for c in chapters) + "</ol>"]
     # The caught broken trainers come first, in their own table: a failure shown as what it is.
     body.append(_caught_table(caught, links) + _reference_table(reference, links))

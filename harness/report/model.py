@@ -159,7 +159,8 @@ def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
     keys = ("dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "hang_slack_s",
             "world_sizes", "max_restarts", "launcher")
     summary = {k: spec.get(k) for k in keys if k in spec}
-    for k in ("ckpt_interval", "keep_last", "variant", "backend", "parallelism", "ckpt_mode", "width", "depth"):
+    for k in ("ckpt_interval", "keep_last", "variant", "backend", "parallelism", "ckpt_mode", "width", "depth",
+              "grad_accum", "rank_batch", "lr_scaling", "lr", "warmup_steps", "lr_rewarmup"):
         if k in config:
             summary[k] = config[k]
     return summary

@@ -76,6 +76,14 @@ FP16_RESUME_MID_EPOCH = replace(
     summary="fp16 autocast with a GradScaler; rank 1 is SIGKILLed before update 10; the job resumes from step 8",
     question="What must a mixed-precision checkpoint hold, and what does loss scaling protect?",
     config={**MID_EPOCH, "amp_dtype": "fp16"})
+ACCUM_MID_WINDOW = Scenario(
+    name="accum-mid-window",
+    summary="4 micro-batches per rank per update; rank 1 is SIGKILLed after the last micro-batch's forward of "
+            "update 10, its first three backwards accumulated; the job resumes from step 8",
+    question="What does a kill in the middle of a gradient-accumulation window lose?",
+    threatens=("coverage", "continuity", "progress"),
+    plan=({"id": "kill-mid-window", "kind": "kill", "rank": 1, "step": 10, "point": "after_forward"},),
+    config={"dataset_size": 96, "total_steps": 16, "ckpt_interval": 4, "grad_accum": 4})
 
 FSDP_CRASH_AFTER_POINTER = replace(
     _crash_in_save("save.after_pointer"), name="fsdp-crash-after-pointer",
@@ -86,8 +94,8 @@ CRASH_AFTER_FILE = _crash_in_save("save.after_file")
 CRASH_BEFORE_RENAME = _crash_in_save("save.before_rename")
 CRASH_AFTER_RENAME = _crash_in_save("save.after_rename")
 SCENARIOS = declare_scenarios("defects", RESUME_MID_EPOCH, HANG_QUICK, PREEMPT_ALL, FSDP_RESUME_MID_EPOCH,
-                              FP16_RESUME_MID_EPOCH, FSDP_CRASH_AFTER_POINTER, CRASH_AFTER_FILE, CRASH_BEFORE_RENAME,
-                              CRASH_AFTER_RENAME)
+                              FP16_RESUME_MID_EPOCH, ACCUM_MID_WINDOW, FSDP_CRASH_AFTER_POINTER, CRASH_AFTER_FILE,
+                              CRASH_BEFORE_RENAME, CRASH_AFTER_RENAME)
 """The defects table's own scenarios, in the one registry (the others are built-ins)."""
 
 
@@ -158,6 +166,8 @@ DEFECTS: tuple[Defect, ...] = (
            bug="the fp16 GradScaler's state is left out of the checkpoint"),
     Defect("fp16_unscaled", "continuity", FP16_RESUME_MID_EPOCH,
            bug="fp16 autocast without loss scaling: small gradients underflow"),
+    Defect("ckpt_mid_window", "coverage", ACCUM_MID_WINDOW,
+           bug="a checkpoint taken one micro-batch into an accumulation window"),
 )
 
 

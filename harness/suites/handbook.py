@@ -14,6 +14,7 @@ own table, never among the VALID runs.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import signal
@@ -36,7 +37,7 @@ from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECIS
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
 
-__all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "fmt", "get_case", "get_chapter",
+__all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "default_chapters", "fmt", "get_case", "get_chapter",
            "handbook_word", "run_handbook"]
 
 
@@ -98,9 +99,51 @@ SLOW_STORAGE = Scenario(
     config={"total_steps": PERIOD_STEPS, "ckpt_interval": 4},
     summary="every checkpoint write stalls 0.1 s (storage that is slow on every save, every 4 updates)",
     plan=({"id": "stall-every-write", "kind": "storage_stall", "step": 1, "seconds": 0.1, "count": 1000},))
+# ----- the scale chapters' runs (harness/report/chapters_scale.py; all behind --full) -----------------
+PER_DEVICE = {"rank_batch": 4, "global_batch": 16, "lr": 0.01, "total_steps": 24, "dataset_size": 256,
+              "ckpt_interval": 4}
+"""4 samples per rank per update, so 16 on 4 ranks and 8 on 2; the LR (0.01) was tuned for 16."""
+
+
+REWARMUP = 4
+"""Updates over which lr-linear-rewarm moves the LR multiplier from the 4-rank one to the 2-rank one."""
+
+
+def _lr_rule(rule: str, rewarmup: int = 0) -> Scenario:
+    return Scenario(
+        name=f"lr-{rule}" + ("-rewarm" if rewarmup else ""),
+        question="What breaks when the world size changes with a fixed per-device batch?",
+        summary=f"4 ranks of 4 samples lose a node of 2 before update 9; the job resumes on 2 ranks, its global "
+                f"batch 16 → 8, the LR scaled by the {rule} rule"
+                + (f", re-warmed over {rewarmup} updates" if rewarmup else ""),
+        threatens=("coverage", "continuity", "progress"),
+        plan=({"id": "node-loss", "kind": "node_loss", "ranks": [2, 3], "signal": "SIGKILL", "step": 9},),
+        world_sizes=(4, 2), config={**PER_DEVICE, "lr_scaling": rule, **({"lr_rewarmup": rewarmup} if rewarmup else {})})
+
+
+def _scale(world: int) -> Scenario:
+    return Scenario(name=f"scale-w{world}", question="What breaks first at 10x scale?",
+                    summary=f"{world} rank(s) of 4 samples each, no fault: the step's phases and the loss curve",
+                    threatens=("progress",), world_sizes=(world,), config=PER_DEVICE)
+
+
+SLOW_STEPS = (3, 4, 5, 6)
+SLOW_NETWORK = Scenario(
+    name="slow-network", question="A 30 % throughput drop: network, straggler or regression?",
+    summary="every rank's gradient all-reduce starts 0.3 s late in updates 3-6 (a slow network)",
+    threatens=("hang", "progress"),
+    plan=tuple({"id": f"net-r{r}-u{k}", "kind": "comm_delay", "rank": r, "step": k, "seconds": 0.3}
+               for k in SLOW_STEPS for r in (0, 1)))
+SLOW_MODEL = Scenario(
+    name="slow-model", question="A 30 % throughput drop: network, straggler or regression?",
+    summary="every rank's forward pass is 0.3 s slower in updates 3-6 (a regression in the model code)",
+    threatens=("hang", "progress"),
+    plan=tuple({"id": f"model-r{r}", "kind": "straggler", "rank": r, "step": SLOW_STEPS[0], "until": SLOW_STEPS[-1],
+                "seconds": 0.3, "point": "after_data"} for r in (0, 1)))
 PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (
     RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, BF16_RESUME, NAN_REDUCED, NAN_LOCAL, SKIP_COLLECTIVE,
-    NOISY_NEIGHBOUR, SLOW_STORAGE)))
+    NOISY_NEIGHBOUR, SLOW_STORAGE, *(_lr_rule(r) for r in ("none", "linear", "sqrt")),
+    _lr_rule("linear", REWARMUP), *(_scale(w) for w in (1, 2, 4)), SLOW_NETWORK, SLOW_MODEL)))
 """The handbook's own scenarios (the FSDP resharding case is the built-in fsdp-shrink-world: the registry
 refused the handbook's twin of it)."""
 
@@ -138,11 +181,18 @@ MEASURES: dict[str, Measure] = declare("measurements", (
     ("loader", Measure(("python", "-m", "trainwreck.benchmarks.loader"),
                        "benchmarks/loader.py: a DataLoader with 2 worker processes prefetching 2 batches each, "
                        "SIGKILLed mid-epoch, resumed from the consumed count, from the sampler's own position and "
-                       "(with torchdata) from StatefulDataLoader's state"))))
+                       "(with torchdata) from StatefulDataLoader's state")),
+    ("restart", Measure(("python", "-m", "trainwreck.harness.suites.restart_compare", "--json", "--out", "{run_dir}"),
+                        "harness/suites/restart_compare.py: the same torchft job and kill, group 1 restarted alone "
+                        "(heals from group 0) against the whole job restarted from its checkpoint"))))
+MEASURE_NEEDS = {"restart": "torchft"}
+"""A benchmark job that needs an optional extra: without it the measurement says so instead of failing."""
 
 
-def measure_command(name: str) -> list[str]:
-    return list(MEASURES[name].argv)
+def measure_command(name: str, run_dir: Path | None = None) -> list[str]:
+    """The job's command line; "{run_dir}" (a job that keeps its own runs) becomes RUN_DIR/runs."""
+    where = str(run_dir / "runs") if run_dir is not None else "DIR"
+    return [part.replace("{run_dir}", where) for part in MEASURES[name].argv]
 
 
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
@@ -150,8 +200,16 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
     with bytes per parameter where it counts bytes, rank 0's parameters, gradients and AdamW state after a
     real step); returns what the directory holds, read back as every reader reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    command = measure_command(name, run_dir)
+    missing = MEASURE_NEEDS.get(name)
+    if missing and importlib.util.find_spec(missing) is not None:
+        missing = None
+    if missing:  # an optional extra: the chapter says it was not measured, and why
+        write_measurement(run_dir, {"command": shlex.join(command), "measure": name,
+                                    "skipped": f"{missing} is not installed (pip install 'trainwreck[{missing}]')"})
+        return read_measurement(run_dir)
     # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
-    proc = subprocess.Popen([sys.executable, *measure_command(name)[1:]], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
@@ -161,10 +219,12 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
             proc.wait()
     if proc.returncode:
         last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"{shlex.join(measure_command(name))} exited {proc.returncode}: {last}")
+        raise RuntimeError(f"{shlex.join(command)} exited {proc.returncode}: {last}")
     result = json.loads(out)
-    measured = {"command": shlex.join(measure_command(name)), "measure": name, "world_size": MEASURE_WORLD,
-                **result}
+    if isinstance(result, list):  # one row per compared variant (restart_compare: one per restart scope)
+        result = {"rows": {str(row["scope"]): row for row in result}}
+    measured = {"command": shlex.join(command), "measure": name,
+                "world_size": MEASURE_WORLD, **result}
     if "params" in result:  # a byte-counting job of benchmarks/fsdp.py
         numel = result["numel"]
         measured.update(parallelism=name, steps=MEASURE_STEPS,
@@ -249,6 +309,19 @@ CASES: tuple[Case, ...] = (
     Case("noisy-neighbour", "plan", "noisy-neighbour"),
     Case("slow-storage", "plan", "slow-storage"),
     Case("loader-kill", "measure", "loader", expect="MEASURED"),
+    # the scale chapters (harness/report/chapters_scale.py), all behind --full
+    Case("lr-none", "plan", "lr-none"),
+    Case("lr-linear", "plan", "lr-linear"),
+    Case("lr-sqrt", "plan", "lr-sqrt"),
+    Case("lr-linear-rewarm", "plan", "lr-linear-rewarm"),
+    Case("accum", "control", "ckpt_mid_window"),
+    Case("ckpt_mid_window", "defect", "ckpt_mid_window"),
+    Case("restart-scope", "measure", "restart", expect="MEASURED"),
+    Case("scale-w1", "plan", "scale-w1"),
+    Case("scale-w2", "plan", "scale-w2"),
+    Case("scale-w4", "plan", "scale-w4"),
+    Case("slow-network", "plan", "slow-network"),
+    Case("slow-model", "plan", "slow-model"),
 )
 
 
@@ -262,6 +335,11 @@ def get_case(key: str) -> Case:
 NOT_ANSWERED: tuple[tuple[str, str], ...] = ()
 """The issue's questions that no run can answer yet, said so on the page (none since chapter 11 runs
 the async checkpoints and FSDP)."""
+
+
+def default_chapters() -> list[Chapter]:
+    """What `trainwreck handbook` runs without --full: every chapter not marked full."""
+    return [c for c in CHAPTERS if not c.full]
 
 
 def chapter_names() -> list[str]:
@@ -293,6 +371,8 @@ class CaseResult:
     def status(self) -> str:
         """CAUGHT / MISSED for a planted defect, MEASURED for a measurement, the verdict word for a run."""
         if self.case.kind == "measure":
+            if self.measured is not None and "skipped" in self.measured:
+                return "SKIPPED"  # an optional extra is missing; the chapter says which
             return "MEASURED" if self.measured is not None else "UNKNOWN"
         if self.judged is None:
             return "UNKNOWN"
@@ -306,7 +386,7 @@ class CaseResult:
         verdict it is there to show (VALID, or INVALID for a job that must be failed, a restart loop)."""
         if self.case.kind == "defect":
             return self.row is not None and self.row.caught and self.row.control_valid
-        return self.status == self.case.expect
+        return self.status in (self.case.expect, "SKIPPED")
 
 
 def cases_for(chapters: tuple[Chapter, ...] | list[Chapter]) -> list[Case]:
@@ -374,7 +454,7 @@ def run_handbook(out: Path, chapters: list[Chapter] | None = None, golden_cache:
 
     from trainwreck.harness.report.plots import write_plots
 
-    chosen = list(chapters or CHAPTERS)
+    chosen = list(chapters or default_chapters())
     cases = cases_for(chosen)
     started = time.monotonic()
     results: dict[str, CaseResult] = {}

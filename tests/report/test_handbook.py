@@ -22,17 +22,15 @@ import pytest
 
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.suites.defects import Row, get_defect
-from trainwreck.harness.suites.handbook import CHAPTERS as ALL_CHAPTERS
-from trainwreck.harness.suites.handbook import MTBF_ASSUMED_S, CaseResult, fmt, get_case, handbook_word
+from trainwreck.harness.suites.handbook import MTBF_ASSUMED_S, CaseResult, default_chapters, fmt, get_case, handbook_word
 from trainwreck.harness.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
 from trainwreck.harness.report.plots import coverage_svg, loss_svg
 from trainwreck.harness.report.truth import check_handbook
 from trainwreck.trainer.rundir import MEASUREMENT_FORMAT
 
 MIN_CAUGHT = 3
-CHAPTERS = tuple(c for c in ALL_CHAPTERS if not c.full)
-"""What a plain `trainwreck handbook` runs; the --full chapters have their own module (test_handbook_precision.py)."""
-DEFAULT_CHAPTERS = CHAPTERS
+CHAPTERS = tuple(default_chapters())
+"""What `trainwreck handbook` runs without --full (tests/report/test_handbook_scale.py has the rest)."""
 
 
 @pytest.fixture(scope="module")
