@@ -241,12 +241,16 @@ def _place_by_time(history: History) -> None:
 
     An attempt begins at its first rank event. A hang, an exit or a fault on a
     rank without `attempt` belongs to the latest attempt begun by its time.
-    Damage the harness did to a checkpoint (rank null) belongs to no running
-    attempt, so it is placed before the next one to begin - the first that could
-    restore it - whichever attempt it names (harnesses differ: the one that
-    ended or the one it affects); atomicity carries it to every later attempt
-    that considers it. Only when no attempt begins after it does its own
-    `attempt` (if any) decide."""
+    Damage to a checkpoint from outside training (rank null) belongs to no
+    running attempt, so it is placed before the first attempt that had not yet
+    looked at a checkpoint by its time - the first that could restore it -
+    whichever attempt it names (harnesses differ: the one that ended or the one
+    it affects); atomicity carries it to every later attempt that considers it.
+    An attempt looks at its first restore, reject or trained step, not at its
+    first event: rank 0 writes in-rank corruption (faults/corrupt.py) after its
+    own `start`, before any rank can read a checkpoint, and that is damage the
+    attempt must see. Equal times count as not yet looked. Only when no attempt
+    looks after it does its own `attempt` (if any) decide."""
     starts: dict[int, float] = {}
     for ev in history.events:
         if ev["kind"] not in _HARNESS and "attempt" in ev:
@@ -255,18 +259,32 @@ def _place_by_time(history: History) -> None:
         if log.first_pos is not None:
             starts[attempt] = min(starts.get(attempt, log.first_pos[0]), log.first_pos[0])
     order = sorted(starts, key=lambda a: (starts[a], a))
+    looks = _first_looks(history)
     for ev in history.events:
         if ev["kind"] not in _HARNESS or not order:
             continue
         if ev["kind"] == "fault" and ev.get("rank") is None and isinstance(ev.get("checkpoint"), str):
-            later = [a for a in order if starts[a] > ev["t"]]
+            later = sorted((looks[a], a) for a in looks if looks[a] >= ev["t"])
             if later:
-                ev["attempt"] = later[0]
+                ev["attempt"] = later[0][1]
             elif "attempt" not in ev:
                 ev["attempt"] = order[-1]
         elif "attempt" not in ev:
             begun = [a for a in order if starts[a] <= ev["t"]]
             ev["attempt"] = begun[-1] if begun else order[0]
+
+
+def _first_looks(history: History) -> dict[int, float]:
+    """When each attempt first looked at a checkpoint: its first restore, reject or
+    trained step on any rank (an attempt that did none of them never looked)."""
+    looks: dict[int, float] = {}
+    for ev in history.events:
+        if ev["kind"] in ("restore", "reject") and "attempt" in ev:
+            looks[ev["attempt"]] = min(looks.get(ev["attempt"], ev["t"]), ev["t"])
+    for (attempt, _), log in history.logs.items():
+        if log.first_pos is not None:
+            looks[attempt] = min(looks.get(attempt, log.first_pos[0]), log.first_pos[0])
+    return looks
 
 
 # ---------------------------------------------------------------- run.json

@@ -3,8 +3,9 @@
 report, the harness and the probes use (trainer/rundir.py iter_events) see the same
 events in every run directory a quick selection of the suite makes: a clean run, a
 restart after a kill (its torn last lines included), a torn checkpoint write, a corrupted
-checkpoint, a node loss and a detected hang. Every scenario run of tests/scenarios is compared
-the same way (tests/scenarios/checks.py), so the agreement holds on every run that suite makes."""
+checkpoint (also with a restart after it), a node loss and a detected hang. Every scenario run of
+tests/scenarios is compared the same way (tests/scenarios/checks.py), so the agreement holds on every
+run that suite makes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +25,9 @@ PLANS: dict[str, Plan] = {
     "kill": Plan().kill(rank=1, step=6),
     "torn_write": Plan().torn_write(step=8),
     "corrupt": Plan().kill(rank=0, step=10).corrupt("flip"),
+    # In-rank damage in attempt 1's bind with an attempt 2 after it: the strict loader
+    # once moved the fault to attempt 2 by its time, and the readers disagreed.
+    "corrupt_then_kill": Plan().kill(rank=0, step=6).corrupt("flip").kill(rank=1, step=10, attempt=1),
     "node_loss": Plan().node_loss(ranks=[0, 1], step=7),
     "hang": Plan().hang(rank=1, step=5),
 }

@@ -178,3 +178,26 @@ def test_no_rank_events_is_unknown(builder):
     b = builder()
     b.end()
     assert check_atomicity(b.load()).valid == "unknown"
+
+
+def test_in_rank_corruption_at_bind_counts_against_its_own_attempt_when_a_later_attempt_follows(builder):
+    # faults/corrupt.py: rank 0 of attempt 1 damages the newest checkpoints in bind(),
+    # after its own `start` and before any rank can look; attempt 1 rejects both and
+    # starts fresh, then dies, and attempt 2 resumes. The damage is attempt 1's to see:
+    # placed after attempt 1's first event it was counted against attempt 2 and the
+    # rejects read as "announced checkpoint lost" (the audit's plan-0006 of seed 9).
+    b = builder(total_steps=12, faults=[{"id": "c1", "kind": "corrupt", "attempt": 1}])
+    b.attempt(2).train(5, save_every=2).crash(1)
+    att = b.attempt(2)
+    for name in ("step-00000004", "step-00000002"):
+        b.write_event(att.file(0), "fault", attempt=1, rank=None, world_size=2, fault_id="c1",
+                      applied_by_rank=0, fault_kind="corrupt", checkpoint=name, detail="truncated")
+    for name in ("step-00000004", "step-00000002"):
+        att.emit(0, "reject", checkpoint=name, reason="model.pt is short")
+    att.train(7, save_every=2).crash(0)
+    b.attempt(2, restore="step-00000006").train(12)
+    history = b.load()
+    assert [ev["attempt"] for ev in history.of_kind("fault")] == [1, 1]
+    verdict = check_atomicity(history)
+    assert verdict.valid is True, verdict
+    assert verdict.counts["rejects_required"] == 2

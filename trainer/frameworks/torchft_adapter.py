@@ -18,6 +18,13 @@ Loopback (torchft 0.2.0, read from its source):
 - gloo's pair listeners follow ``GLOO_SOCKET_IFNAME`` (the harness sets ``lo``); the group's
   TCPStore and the lighthouse are the harness's (harness/supervise/replicas.py), both on 127.0.0.1.
 
+torchft-nightly (2026.10.26) adds one more: ``ProcessGroup.get_reconfigure_handle()`` starts a
+rendezvous TCPStore server with ``TCPStore(host_name=socket.gethostname(), port=0,
+is_master=True)``, which listens on every interface (a store server ignores its host), and
+advertises ``hostname:port`` in the handle. `loopback_only` replaces that method, where it
+exists, with one that starts the store through trainer/launch.py `loopback_store` (the socket
+bound to 127.0.0.1 and handed over) before torchft looks, and advertises 127.0.0.1.
+
 `tests/frameworks/test_torchft.py` lists a live run's listening sockets to prove it.
 """
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import json
 import logging
 import os
 import socket
@@ -38,9 +46,11 @@ from typing import Any, Callable
 import torch
 import torchft.checkpointing.http_transport as http_transport
 import torchft.manager
+import torchft.process_group
 from torchft.checkpointing.http_transport import HTTPTransport
 
 from trainwreck.trainer.hooks import IN_ALLREDUCE, IN_HEAL, Hooks, NoHooks
+from trainwreck.trainer.launch import loopback_store
 from trainwreck.trainer.probe import Probe, state_digest
 from trainwreck.trainer.rundir import read_run_json
 
@@ -53,6 +63,8 @@ ENV_INCARNATION = "TRAINWRECK_INCARNATION"
 ENV_GATE = "TRAINWRECK_REPLICA_GATE"
 """host:port of a store where every group's first incarnation meets before its first update."""
 GATE_TIMEOUT = timedelta(seconds=300)
+RENDEZVOUS_TIMEOUT = timedelta(seconds=300)
+"""torch's own TCPStore default, which the nightly's rendezvous store used."""
 RANK_FAULT_KINDS = ("kill", "hang")
 """The plan's kinds a replica rank fires itself; the others are the harness's (lighthouse kills)."""
 
@@ -71,8 +83,8 @@ class _LoopbackHTTPServer(ThreadingHTTPServer):
 
 
 def loopback_only() -> None:
-    """Patch torchft, in this process, so its Manager server and heal server bind 127.0.0.1.
-    Call it before building the Manager; idempotent."""
+    """Patch torchft, in this process, so its Manager server, heal server and (nightly)
+    rendezvous store bind 127.0.0.1. Call it before building the Manager; idempotent."""
     if getattr(torchft.manager, "_trainwreck_loopback", False):
         return
     server_cls = torchft.manager.ManagerServer
@@ -83,7 +95,26 @@ def loopback_only() -> None:
 
     torchft.manager.ManagerServer = loopback_server  # type: ignore[assignment,misc]
     http_transport._IPv6HTTPServer = _LoopbackHTTPServer  # type: ignore[attr-defined,misc]
+    group_cls = torchft.process_group.ProcessGroup
+    if hasattr(group_cls, "get_reconfigure_handle"):  # the nightly; 0.2.0 has no such store
+        group_cls.get_reconfigure_handle = _loopback_handle(group_cls.get_reconfigure_handle)
     torchft.manager._trainwreck_loopback = True  # type: ignore[attr-defined]
+
+
+def _loopback_handle(original: Callable[[Any], str]) -> Callable[[Any], str]:
+    """get_reconfigure_handle with its store started on 127.0.0.1 first (torchft then reuses
+    `_rendezvous_store`) and the handle's `store` naming 127.0.0.1, not the hostname.
+    Should a later torchft stop reading `_rendezvous_store`, its own store listens on every
+    interface again, and the listener checks of tests/frameworks/test_torchft.py fail."""
+
+    def handle(self: Any) -> str:
+        if getattr(self, "_rendezvous_store", None) is None:
+            self._rendezvous_store = loopback_store(0, None, RENDEZVOUS_TIMEOUT)
+        fields = json.loads(original(self))
+        fields["store"] = f"{LOOPBACK}:{self._rendezvous_store.port}"
+        return json.dumps(fields)
+
+    return handle
 
 
 class LoopbackHTTPTransport(HTTPTransport):  # type: ignore[type-arg]
