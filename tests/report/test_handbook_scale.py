@@ -54,12 +54,14 @@ def test_the_scale_chapters_are_behind_full_and_the_default_handbook_leaves_them
     assert not {c.slug for c in default_chapters()} & set(SLUGS)
 
 
+@pytest.mark.slow  # runs the --full chapters (two minutes or more on 2 cores): nightly
 def test_the_scale_chapters_pass_the_truth_check_and_every_run_is_as_expected(handbook: dict[str, Any]) -> None:
     assert handbook["code"] == 0 and handbook["json"]["valid"] == "VALID"
     assert all(chapter(handbook, s)["answered"] for s in SLUGS)
     assert check_handbook(handbook["out"]) == []
 
 
+@pytest.mark.slow  # runs the --full chapters (two minutes or more on 2 cores): nightly
 def test_the_batch_chapter_quotes_each_rules_multiplier_and_loss_gap_from_its_run(handbook: dict[str, Any]) -> None:
     said, derived = text(handbook, "batch"), {d["label"]: d["value"] for d in chapter(handbook, "batch")["derived"]}
     for run in LR_RUNS:
@@ -76,6 +78,7 @@ def test_the_batch_chapter_quotes_each_rules_multiplier_and_loss_gap_from_its_ru
     assert handbook["reports"]["lr-linear-rewarm"]["spec"]["lr_rewarmup"] > 0
 
 
+@pytest.mark.slow  # runs the --full chapters (two minutes or more on 2 cores): nightly
 def test_the_accum_chapter_says_caught_only_while_coverage_judges_the_mid_window_save_invalid(
         handbook: dict[str, Any]) -> None:
     said, bad = text(handbook, "accum"), handbook["reports"]["ckpt_mid_window"]
@@ -88,6 +91,7 @@ def test_the_accum_chapter_says_caught_only_while_coverage_judges_the_mid_window
     assert "CAUGHT" not in shown and "Nothing double-counted" in shown
 
 
+@pytest.mark.slow  # runs the --full chapters (two minutes or more on 2 cores): nightly
 def test_the_scale_chapter_tells_the_three_slowdowns_apart_by_their_phases(handbook: dict[str, Any]) -> None:
     said, reports = text(handbook, "scale"), handbook["reports"]
     net, model = reports["slow-network"]["phases"]["ranks"], reports["slow-model"]["phases"]["ranks"]
@@ -108,6 +112,7 @@ def test_without_torchft_the_restart_scope_chapter_says_it_was_not_measured() ->
     assert built["answered"] and "torchft is not installed" in unescape(built["paragraphs"][0])
 
 
+@pytest.mark.slow  # runs the --full chapters (two minutes or more on 2 cores): nightly
 def test_the_restart_scope_chapter_quotes_both_scopes_lost_work(handbook: dict[str, Any]) -> None:
     rows, said = handbook["reports"]["restart-scope"]["rows"], text(handbook, "restart-scope")
     assert (f"the group restart redid {rows['group']['figures']['updates_redone']} update(s), the job restart "
