@@ -8,6 +8,7 @@ from pathlib import Path
 from trainwreck.harness.report import NotARun, render_report
 from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
 from trainwreck.trainer.errors import InputError
+from trainwreck.trainer.files import describe
 
 
 
@@ -20,8 +21,8 @@ def main(args: argparse.Namespace) -> int:
         html = render_report(args.run_dir)
     except NotARun as exc:
         raise InputError(f"{args.run_dir} is not a run directory: {exc}") from None
-    except OSError as exc:
-        raise InputError(f"cannot write the report into {args.run_dir}: {exc}") from None
+    except OSError as exc:  # events/ unreadable, report/ unwritable, a full disk: which one, and the fix
+        raise InputError(f"cannot report on {args.run_dir}: {describe(exc)}") from None
     word = verdict_of(html)
     print(f"{word}  {html}")
     print(f"      {html.with_name('report.md')}")
