@@ -363,14 +363,22 @@ class CheckpointStore:
         """Clear `name` so a rename can land there; False when it cannot be moved."""
         if not self.storage.exists(name):
             return True
+        trash = self._rename_aside(name)
+        if trash is None:
+            return False
+        self.discard(trash)
+        return True
+
+    def _rename_aside(self, name: str) -> str | None:
+        """Rename `name` to a fresh trash name (out of the loader's view in one step) and return
+        that name; None when it cannot be renamed (it is then named once, left in place)."""
         trash = self._trash_name(name)
         try:
             self.storage.rename(name, trash)
         except OSError as exc:
             self._name_left_in_place(name, exc, "cannot be moved aside")
-            return False
-        self.discard(trash)
-        return True
+            return None
+        return trash
 
     def _name_left_in_place(self, entry: str, exc: OSError, what: str) -> None:
         """One `reject` event per entry the store had to leave where it is."""
@@ -420,8 +428,12 @@ class CheckpointStore:
         newest: dict[int | None, str] = {}
         current = [n for n in committed if newest.setdefault(checkpoint_step(n), n) == n]
         for name in committed:
-            if name not in current[:self.keep_last] and self._move_aside(name):  # gone from the loader's view in one step
+            if name in current[:self.keep_last]:
+                continue
+            trash = self._rename_aside(name)
+            if trash is not None:
                 self.events.emit("prune", checkpoint=name)
+                self.discard(trash)
         self.remove_stale()
 
     def remove_stale(self) -> None:
