@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         judgement = judge(history, golden)
     except InputError as exc:
         return _unusable(str(exc), args.json)
+    except OSError as exc:  # the machine, not the run: events/ or run.json that this user may not read
+        where = exc.filename or args.run_dir
+        return _unusable(f"{where} cannot be read ({exc.strerror or type(exc).__name__}): give this user read "
+                         f"access to the run directory (chmod -R u+rX), or check it as its owner", args.json)
     except (RecursionError, TypeError, ValueError, OverflowError, KeyError, AttributeError) as exc:
         # Last guard: a shape the loader let through that a checker could not
         # use is still unusable input (exit 2, one line), never a traceback.

@@ -3,6 +3,8 @@
 Layout under the storage root (``RUN_DIR/checkpoints``)::
 
     step-00000012/            one committed checkpoint: *.pt files + manifest.json
+    step-00000012.1/          the same step saved again while a rejected step-00000012/
+                              could not be moved aside (left in place, named once)
     .tmp-step-00000016-PID/   a save in progress (stale if its writer died)
     .trash-step-00000004-PID/ a checkpoint being removed by retention
     latest                    the commit record: {"step": 12, "checkpoint": "step-00000012"}
@@ -52,7 +54,7 @@ from trainwreck.trainer.storage import Sink, Storage, UnsafePathError, check_rel
 CKPT_FORMAT = "trainwreck-ckpt/1"
 POINTER = "latest"
 MANIFEST = "manifest.json"
-_NAME = re.compile(r"^step-(\d{8})$")
+_NAME = re.compile(r"^step-(\d{8})(?:\.([1-9]\d{0,5}))?$")
 
 
 class CheckpointRejected(Exception):
@@ -70,6 +72,13 @@ def checkpoint_name(step: int) -> str:
 def checkpoint_step(name: str) -> int | None:
     match = _NAME.match(name)
     return int(match.group(1)) if match else None
+
+
+def checkpoint_order(name: str) -> tuple[int, int]:
+    """(step, save number): a step saved again under a fresh name (`step-N.1`, because a
+    rejected `step-N` could not be moved aside) sorts after the one it replaces."""
+    match = _NAME.match(name)
+    return (int(match.group(1)), int(match.group(2) or 0)) if match else (-1, 0)
 
 
 def sha256(data: bytes) -> str:
@@ -220,19 +229,25 @@ UNUSABLE = (OSError, ValueError, RecursionError, UnicodeDecodeError, KeyError, T
 
 def _step_dirs(storage: Storage) -> list[str]:
     names = [n for n in storage.list(".") if checkpoint_step(n) is not None]
-    return sorted(names, key=lambda n: checkpoint_step(n) or 0, reverse=True)
+    return sorted(names, key=checkpoint_order, reverse=True)
 
 
 def read_pointer(storage: Storage) -> int | None | str:
     """The committed step; None when nothing was ever committed; an error text when torn."""
+    record = _pointer_record(storage)
+    return record[0] if isinstance(record, tuple) else record
+
+
+def _pointer_record(storage: Storage) -> tuple[int, str] | None | str:
+    """The committed (step, checkpoint name); None when nothing was ever committed; an error text when torn."""
     try:
         if not storage.exists(POINTER):
             return None
         record = json.loads(storage.read(POINTER, limit=SMALL_LIMIT))
-        step = record["step"]
-        if not isinstance(step, int) or checkpoint_name(step) != record["checkpoint"]:
+        step, name = record["step"], record["checkpoint"]
+        if not isinstance(step, int) or not isinstance(name, str) or checkpoint_step(name) != step:
             raise ValueError("fields do not agree")
-        return step
+        return step, name
     except UNUSABLE as exc:
         return f"commit pointer {POINTER!r} is unreadable ({type(exc).__name__}: {str(exc)[:200]})"
 
@@ -249,9 +264,9 @@ def committed_names(storage: Storage) -> list[str]:
       step directory counts, and verification decides which is intact. Losing the
       pointer must not make committed checkpoints vanish."""
     names = _step_dirs(storage)
-    pointer = read_pointer(storage)
-    if isinstance(pointer, int) and checkpoint_name(pointer) in names:
-        return [n for n in names if (checkpoint_step(n) or 0) <= pointer]
+    pointer = _pointer_record(storage)
+    if isinstance(pointer, tuple) and pointer[1] in names:
+        return [n for n in names if checkpoint_order(n) <= checkpoint_order(pointer[1])]
     if pointer is None and len(names) <= 1:
         return []
     return names
@@ -278,8 +293,7 @@ class CheckpointStore:
     def commit(self, step: int, tmp: str, meta: dict[str, Any], started: float) -> str:
         """Rename a durably staged directory into place and commit it with the pointer
         (also the sharded writer's commit: trainer/sharded.py stages, this commits)."""
-        name = checkpoint_name(step)
-        self._move_aside(name)
+        name = self._free_name(step)
         self.hooks.point(fp.SAVE_BEFORE_RENAME, step, checkpoint=name)
         self.storage.rename(tmp, name)
         self.storage.fsync_dir(".")
@@ -333,13 +347,46 @@ class CheckpointStore:
         self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
         return entry
 
-    def _move_aside(self, name: str) -> None:
-        """Clear a directory of the same step left by a save that never committed
-        (or one the loader rejected), so the rename below can land."""
-        if self.storage.exists(name):
-            trash = self._trash_name(name)
+    def _free_name(self, step: int) -> str:
+        """`step-N`, cleared of a directory left by a save that never committed (or one the
+        loader rejected). One that cannot be moved aside (no permission, immutable) stays
+        where it is, named once, and this save takes the next fresh name, `step-N.1`, ...:
+        the pointer then names the fresh one, so the loader tries it first and retention
+        never counts what was left in place."""
+        name, number = checkpoint_name(step), 0
+        while not self._move_aside(name):
+            number += 1
+            name = f"{checkpoint_name(step)}.{number}"
+        return name
+
+    def _move_aside(self, name: str) -> bool:
+        """Clear `name` so a rename can land there; False when it cannot be moved."""
+        if not self.storage.exists(name):
+            return True
+        trash = self._rename_aside(name)
+        if trash is None:
+            return False
+        self.discard(trash)
+        return True
+
+    def _rename_aside(self, name: str) -> str | None:
+        """Rename `name` to a fresh trash name (out of the loader's view in one step) and return
+        that name; None when it cannot be renamed (it is then named once, left in place)."""
+        trash = self._trash_name(name)
+        try:
             self.storage.rename(name, trash)
-            self.discard(trash)
+        except OSError as exc:
+            self._name_left_in_place(name, exc, "cannot be moved aside")
+            return None
+        return trash
+
+    def _name_left_in_place(self, entry: str, exc: OSError, what: str) -> None:
+        """One `reject` event per entry the store had to leave where it is."""
+        if entry not in self._left_in_place:
+            self._left_in_place.add(entry)
+            self.events.emit("reject", checkpoint=entry, reason=(
+                f"{what} ({exc.strerror or type(exc).__name__}); left in place: "
+                f"fix its permissions or delete it by hand"))
 
     def _trash_name(self, name: str) -> str:
         """A fresh `.trash-NAME-PID` (numbered when an undeletable one of ours is still there)."""
@@ -357,11 +404,7 @@ class CheckpointStore:
         try:
             self.storage.remove(entry)
         except OSError as exc:
-            if entry not in self._left_in_place:
-                self._left_in_place.add(entry)
-                self.events.emit("reject", checkpoint=entry, reason=(
-                    f"cannot be removed ({exc.strerror or type(exc).__name__}); left in place: "
-                    f"fix its permissions or delete it by hand"))
+            self._name_left_in_place(entry, exc, "cannot be removed")
 
     def _write_pointer(self, step: int, name: str) -> None:
         self.storage.write(f"{POINTER}.tmp", json.dumps({"step": step, "checkpoint": name}).encode())
@@ -370,20 +413,27 @@ class CheckpointStore:
         except IsADirectoryError:
             # A directory planted as `latest` (the loader rejected it): clear it so
             # the commit can land; it never held a commit record.
-            self._move_aside(POINTER)
+            if not self._move_aside(POINTER):
+                raise
             self.storage.rename(f"{POINTER}.tmp", POINTER)
         self.storage.fsync_dir(".")
 
     # ----- retention --------------------------------------------------------------------
 
     def retain(self) -> None:
-        """Keep the newest `keep_last` committed checkpoints; drop leftovers of dead saves."""
+        """Keep the newest `keep_last` committed checkpoints; drop leftovers of dead saves.
+        A step saved again (`step-N.1` beside an immovable `step-N`) counts once, by its
+        newest save: what was left in place never takes an intact checkpoint's slot."""
         committed = self.committed_names()
-        for name in committed[self.keep_last:]:
-            trash = self._trash_name(name)
-            self.storage.rename(name, trash)  # gone from the loader's view in one step
-            self.events.emit("prune", checkpoint=name)
-            self.discard(trash)
+        newest: dict[int | None, str] = {}
+        current = [n for n in committed if newest.setdefault(checkpoint_step(n), n) == n]
+        for name in committed:
+            if name in current[:self.keep_last]:
+                continue
+            trash = self._rename_aside(name)
+            if trash is not None:
+                self.events.emit("prune", checkpoint=name)
+                self.discard(trash)
         self.remove_stale()
 
     def remove_stale(self) -> None:

@@ -179,9 +179,23 @@ def is_environment_failure(exc: BaseException) -> bool:
     return isinstance(exc, HostileFile) or (isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS)
 
 
+FIXES = {
+    errno.ENOSPC: "free space on that disk, or write to another one",
+    errno.EDQUOT: "free space within your quota, or write to another disk",
+    errno.EROFS: "it is on a read-only file system: use a writable folder",
+    errno.EACCES: "give this user access to it (chmod/chown), or use a folder of your own",
+    errno.EPERM: "give this user access to it (chmod/chown; lsattr shows an immutable flag), or use a folder of your own",
+    errno.EADDRINUSE: "stop what holds that port, or pick another MASTER_PORT",
+    errno.EMFILE: "raise the open-file limit (ulimit -n)",
+    errno.ENFILE: "raise the system's open-file limit",
+}
+"""The fix an environment failure's one line names, by errno."""
+
+
 def describe(exc: OSError) -> str:
-    """An OSError in one line: what failed, on which file, and why."""
+    """An OSError in one line: what failed, on which file, why, and what to do about it."""
     if isinstance(exc, HostileFile):
         return str(exc)
     where = f" ({exc.filename})" if exc.filename else ""
-    return f"{exc.strerror or type(exc).__name__}{where}"
+    fix = FIXES.get(exc.errno or 0)
+    return f"{exc.strerror or type(exc).__name__}{where}" + (f": {fix}" if fix else "")

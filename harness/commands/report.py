@@ -12,6 +12,7 @@ from trainwreck.harness.report import NotARun, render_report
 from trainwreck.harness.report.metrics import METRICS_FILE, openmetrics
 from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
 from trainwreck.trainer.errors import InputError
+from trainwreck.trainer.files import describe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +27,8 @@ def main(args: argparse.Namespace) -> int:
         html = render_report(args.run_dir)
     except NotARun as exc:
         raise InputError(f"{args.run_dir} is not a run directory: {exc}") from None
-    except OSError as exc:
-        raise InputError(f"cannot write the report into {args.run_dir}: {exc}") from None
+    except OSError as exc:  # events/ unreadable, report/ unwritable, a full disk: which one, and the fix
+        raise InputError(f"cannot report on {args.run_dir}: {describe(exc)}") from None
     word = verdict_of(html)
     print(f"{word}  {html}")
     print(f"      {html.with_name('report.md')}")

@@ -89,15 +89,22 @@ def golden_for(spec: JobSpec, cache_dir: Path | None = None, fresh: bool = False
     # Build beside the cache entry, then rename: concurrent xdist workers racing for the
     # same key each build their own and the first to publish wins; nobody reads a half run.
     scratch = cache_dir / _build_name(final.name)
-    record = run_job(spec.target.golden_spec(spec, scratch))
-    failure = spec.target.golden_failure(record)
-    if failure is not None:
-        raise GoldenFailed(failure)
-    _repeat(spec, scratch, final, record.wall_s)
-    _write_manifest(scratch)
-    if fresh:
-        discard(final)
-    _publish(scratch, final)
+    try:
+        record = run_job(spec.target.golden_spec(spec, scratch))
+        failure = spec.target.golden_failure(record)
+        if failure is not None:
+            raise GoldenFailed(failure)
+        _repeat(spec, scratch, final, record.wall_s)
+        _write_manifest(scratch)
+        if fresh:
+            discard(final)
+        _publish(scratch, final)
+    except OSError as exc:  # the disk filled or the folder turned read-only while the entry was written
+        if not files.is_environment_failure(exc):
+            raise
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise SpecError(f"the golden cache could not be written: {files.describe(exc)}; "
+                        f"or set {CACHE_ENV} to another folder") from None
     return final
 
 

@@ -35,6 +35,7 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "first_violated": bad[0] if bad else None,
         "restores": restore_digests(raw),
         "rejects": rejects(raw),
+        "leftovers": leftovers(raw),
         "coverage": coverage_facts(verdicts.get("coverage") or {}),
         "continuity": continuity_facts(verdicts.get("continuity") or {}),
         "first_evidence_new": first_evidence_new(verdicts[bad[0]]) if bad else None,
@@ -68,6 +69,22 @@ def rejects(raw: RawRun) -> list[dict[str, Any]]:
         out.setdefault(key, {"attempt": ev.get("attempt"), "rank": ev.get("rank"), "checkpoint": ev.get("checkpoint"),
                              "reason": str(ev.get("reason") or "no reason recorded")})
     return list(out.values())
+
+
+def leftovers(raw: RawRun) -> list[dict[str, Any]]:
+    """Processes an attempt's ranks left running (children, `setsid` daemons) that the harness ended
+    with the attempt, from its `leftover` events; one row per attempt, in attempt order."""
+    out: dict[Any, dict[str, Any]] = {}
+    for ev in raw.of_kind("leftover"):
+        row = out.setdefault(ev.get("attempt"), {"attempt": ev.get("attempt"), "count": 0, "pids": [], "commands": []})
+        row["count"] += 1
+        row["pids"].append(ev.get("pid"))
+        row["commands"].append(str(ev.get("cmdline") or "?")[:120])
+    rows = sorted(out.values(), key=lambda r: (r["attempt"] is None, r["attempt"] if isinstance(r["attempt"], int) else 0))
+    for row in rows:  # as a sentence quotes them
+        row["pids"] = ", ".join(map(str, row["pids"]))
+        row["commands"] = "; ".join(dict.fromkeys(row["commands"]))
+    return rows
 
 
 def _count_intervals(text: str) -> int:

@@ -660,6 +660,11 @@ def recovery_claims(say: Claims, report: dict[str, Any]) -> None:
         if row["resumed_after_s"] is not None:
             say("recovery.resumed", "Training ran again {s:.3f} s after that failure, measured from its fault, hang or "
                 "first death.", s=F(f"{r}.resumed_after_s"))
+    for k, _ in enumerate(report["facts"]["leftovers"]):
+        left = f"facts.leftovers.{k}"
+        say("recovery.leftover", "Attempt {a} left {n} process(es) running after its ranks were done (pid {pids}: "
+            "{cmds}); the harness ended them with the attempt.", a=F(f"{left}.attempt"), n=F(f"{left}.count"),
+            pids=F(f"{left}.pids"), cmds=F(f"{left}.commands"))
 
 
 def _capital(text: str) -> str:

@@ -158,3 +158,37 @@ def test_a_corrupt_fault_before_the_first_attempt_is_refused_with_the_fix(tmp_pa
 
     with pytest.raises(SpecError, match="'attempt'=0"):
         cmd_spec("python t.py", tmp_path / "run", [{"id": "c1", "kind": "corrupt", "attempt": 0}])
+
+
+def test_a_per_device_batch_script_resized_from_two_ranks_to_one_is_judged_across_the_change(
+        tmp_path: Path, golden_cache: Path) -> None:
+    """plain_ddp.py --per-device-batch 8 (the global batch follows the world size): 2 ranks take
+    16 samples an update, killed at update 5, the one rank of attempt 1 takes 8 from update 3's
+    checkpoint on, past the 8 updates attempt 0 announced. Coverage is judged exactly once across
+    the change, continuity up to it, and the note says the global batch went 16 -> 8."""
+    command = f"{PYTHON} {PLAIN} --per-device-batch 8 --epochs 2 --save-every 3"
+    spec = JobSpec(target=Command(command), world_sizes=(2, 1), plan=[{"id": "k1", "kind": "kill", "rank": 0, "step": 5}],
+                   hang_timeout_s=30.0, run_dir=tmp_path / "run", keep=True)
+    judged = run_judged(spec, golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
+    assert {(e["attempt"], e["step"]) for e in events if e["kind"] == "restore"} == {(1, 3)}
+    # The run's own batches: attempt 0 up to its restored update, then attempt 1: each (epoch, id) once, all of them.
+    lineage = [(e["epoch"], i) for e in events if e["kind"] == "batch"
+               and (e["attempt"] == 1 or e["step"] <= 3) for i in e["samples"]]
+    assert sorted(lineage) == [(epoch, i) for epoch in (0, 1) for i in range(64)]
+    assert max(e["step"] for e in events if e["kind"] == "step") == 3 + (128 - 48) // 8  # 13, past total_steps=8
+    judgement = judged.judgement
+    assert judgement.valid is True, judgement.to_json()
+    assert judgement.verdicts["coverage"].valid is True and judgement.verdicts["continuity"].valid is True
+    counts = judgement.verdicts["continuity"].counts
+    assert (counts["global_batch_changed_at_step"], counts["global_batch_golden"], counts["global_batch_after_change"]) \
+        == (4, 16, 8), counts
+    assert counts["golden_steps_checked"] == 3  # continuity up to the change, not past it
+    assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 16 -> 8 samples per update, "
+                                         "with the world size (2 -> 1)"), judgement.notes
+    from trainwreck.harness.report import render_report
+
+    render_report(judged.record.run_dir)
+    report = (judged.record.run_dir / "report" / "report.md").read_text()
+    assert "the effective global batch changed at attempt 1: 16 -> 8" in report

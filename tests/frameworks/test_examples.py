@@ -7,6 +7,7 @@ shows the diff between them."""
 from __future__ import annotations
 
 import difflib
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.judge import judge
 from trainwreck.invariants.loader import load_history
+from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events
 
@@ -42,9 +44,12 @@ def test_each_public_script_takes_at_most_ten_added_lines_and_the_docs_show_ever
     assert all(f"+{line}" in docs for line in added), [line for line in added if f"+{line}" not in docs]
 
 
-def cmd_spec(name: str, out: Path, plan: list[dict[str, Any]]) -> JobSpec:
-    return JobSpec(target=Command(f"{sys.executable} {EXAMPLES / RUN[name]}"), world_sizes=(2, 2), plan=plan,
-                   hang_timeout_s=30.0, run_dir=out, keep=True)
+def cmd_spec(name: str, out: Path, plan: list[dict[str, Any]], script: Path | None = None) -> JobSpec:
+    """`--cmd` of the example (or of `script`, a copy of it), 2 ranks in each of two attempts."""
+    command = f"{sys.executable} {script}" if script else f"{sys.executable} {EXAMPLES / RUN[name]}"
+    if script and name.startswith("ddp_tutorial"):
+        command += " 4 1"
+    return JobSpec(target=Command(command), world_sizes=(2, 2), plan=plan, hang_timeout_s=30.0, run_dir=out, keep=True)
 
 
 def crash_after_first_save(name: str, out: Path, golden_cache: Path, step: int) -> tuple[Any, list[dict[str, Any]]]:
@@ -77,3 +82,61 @@ def test_the_mingpt_trainer_resumes_right_after_its_save_and_is_judged_valid(tmp
     restores = [e for e in events if e["kind"] == "restore"]
     assert sorted((e["rank"], e["step"]) for e in restores) == [(0, 8), (1, 8)]
     assert judged.judgement.valid is True, judged.judgement.to_json()
+
+
+TUTORIAL = "ddp_tutorial/multigpu_torchrun.py"
+
+
+@pytest.mark.slow  # the hang is declared after 30 s without progress: 101 s with its golden run (load 8-10)
+def test_a_hang_in_the_ddp_tutorial_script_names_the_hung_rank_alone_with_its_stack(tmp_path: Path, golden_cache: Path) -> None:
+    plan = [{"id": "h1", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]
+    judged = run_judged(cmd_spec(TUTORIAL, tmp_path / "run", plan), golden_cache=golden_cache)
+    run_dir = judged.record.run_dir
+    events = list(iter_events(run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["h1"]
+    (hang,) = [e for e in events if e["kind"] == "hang"]
+    assert hang["ranks"] == [1] and hang["waiting"] == [0], hang  # one suspect, the other rank waiting on it
+    (stack,) = [path for path in hang["stacks"] if "-r001-" in path]
+    dump = (run_dir / stack).read_text()
+    assert "multigpu_torchrun.py" in dump and "_run_epoch" in dump, dump[-2000:]  # the script's own frames
+    assert judged.judgement.verdicts["hang"].valid is True, judged.judgement.to_json()
+
+
+@pytest.mark.slow  # a two-attempt run after the golden run: 22 s with the golden run cached (load 8-10)
+def test_a_corrupted_newest_snapshot_of_the_ddp_tutorial_is_reported_as_its_failure_with_the_fault_event(
+        tmp_path: Path, golden_cache: Path) -> None:
+    """The script loads snapshot.pt without any check: flipped bytes that still unpickle are trained
+    on. The run is INVALID, and atomicity names the fault that damaged the file it never rejected."""
+    plan = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 10},
+            {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}]
+    judged = run_judged(cmd_spec(TUTORIAL, tmp_path / "run", plan), golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    faults = {e["fault_id"]: e for e in events if e["kind"] == "fault"}
+    assert set(faults) == {"k1", "c1"} and "snapshot.pt" in faults["c1"]["detail"], faults
+    restores = [e for e in events if e["kind"] == "restore" and e["attempt"] == 1]
+    rejected = [e for e in events if e["kind"] == "reject" and e.get("attempt") == 1]
+    if rejected:  # a script that checked its file would have rejected it and started afresh: VALID
+        assert judged.judgement.valid is True and not restores, judged.judgement.to_json()
+        return
+    assert restores and judged.judgement.valid is False, judged.judgement.to_json()
+    atomicity = judged.judgement.verdicts["atomicity"]
+    assert atomicity.valid is False
+    assert any("damaged by fault 'c1'" in line and "never rejected" in line for line in atomicity.evidence), atomicity.evidence
+
+
+@pytest.mark.slow  # its own golden run, the repeat of its first steps (the point) and the run: 30 s (load 8-10)
+def test_an_unseeded_copy_of_the_ddp_tutorial_is_judged_unknown_not_deterministic(tmp_path: Path, golden_cache: Path) -> None:
+    copy = tmp_path / "ddp_tutorial"
+    shutil.copytree(EXAMPLES / "ddp_tutorial", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    script = copy / "multigpu_torchrun.py"
+    text = script.read_text()
+    assert "Probe.from_env(seed=0)" in text
+    script.write_text(text.replace("Probe.from_env(seed=0)", "Probe.from_env()"))  # its dataset is torch.rand
+    judged = run_judged(cmd_spec(TUTORIAL, tmp_path / "run", [], script=script), golden_cache=golden_cache)
+    judgement = judged.judgement
+    assert judgement.valid == UNKNOWN and judged.exit_code == 2, judgement.to_json()
+    summary = judgement.verdicts["continuity"].summary
+    assert summary.startswith("the script is not deterministic (step 1 digest "), summary
+    assert "seed it: call probe.seed(...)" in summary
+    steps = {e["step"] for e in iter_events(judged.record.run_dir) if e["kind"] == "step"}
+    assert steps == set(range(1, 17))  # it did run to the end: unknown is about the script, not the run

@@ -321,7 +321,7 @@ def test_an_environment_failure_inside_a_command_exits_2_in_one_line(capsys: pyt
 
     assert run_command("run", DiskFull, SimpleNamespace()) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["trainwreck run: error: No space left on device (/run/verdicts.json)"], err
+    assert err == ["trainwreck run: error: No space left on device (/run/verdicts.json): free space on that disk, or write to another one"], err
 
 
 def test_a_run_directory_whose_name_is_not_utf8_gets_its_report(tmp_path: Path) -> None:

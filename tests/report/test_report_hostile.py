@@ -85,3 +85,25 @@ def test_a_fifo_as_a_golden_entrys_manifest_makes_it_damaged_not_a_wait(tmp_path
     mkfifo(entry / MANIFEST)
     assert within_deadline(lambda: _intact(entry)) is False
     os.unlink(entry / MANIFEST)
+
+
+def test_a_process_the_harness_ended_after_its_attempt_is_named_by_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainwreck.harness.report.model import build_report
+    from trainwreck.harness.report.truth import check_report  # the sentence is a claim: re-derived from the events
+    run = clean_run(tmp_path / "run")
+    harness = run / "events" / "harness.jsonl"
+    lines = harness.read_text().splitlines()
+    t = json.loads(lines[-1])["t"]
+    lines.insert(-1, json.dumps({"kind": "leftover", "t": t - 0.01, "attempt": 0, "pid": 4242, "sid": 4242,
+                                 "cmdline": "python -c import time; time.sleep(600)"}))
+    harness.write_text("\n".join(lines) + "\n")
+    judged = build_report(run)  # stored as verdicts.json, which the truth check reads
+    (run / "verdicts.json").write_text(json.dumps({"valid": judged["valid"], "verdicts": judged["verdicts"], "notes": [],
+                                                   "unfired_faults": [], "outcome": "completed", "attempts": 1}))
+    code, err = report(run, capsys)
+    assert code == 0, err
+    text = (run / "report" / "report.md").read_text()
+    assert "Attempt 0 left 1 process(es) running after its ranks were done (pid 4242: python -c import time" in text
+    assert "the harness ended them with the attempt" in (run / "report" / "report.html").read_text()
+    assert check_report(run) == []

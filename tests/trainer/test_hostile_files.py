@@ -7,6 +7,7 @@ regression fails the test instead of stalling the suite."""
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from tests.hostile import mkfifo, within_deadline
 from tests.trainer.test_checkpoint_store import FILES, IDENTITY, make_store, rejects, save_steps
 from trainwreck.trainer.storage import LocalStorage
+from tests.trainer.forkranks import Events
 
 # ----- the layer on its own ---------------------------------------------------------------
 
@@ -163,6 +165,36 @@ def test_an_undeletable_leftover_is_left_in_place_named_once_and_never_fatal(tmp
     assert ".trash-step-00000002-1" in left and left.count(".trash-step-00000002-1") == 1, left
     assert any(name.startswith(".trash-step-00000008-") for name in left), left
     assert store.select(IDENTITY).name == "step-00000008"
+
+
+class Immovable(Undeletable):
+    """A file system on which the entry `protected` can be neither removed nor renamed
+    (an immutable folder, a rename refused with EPERM)."""
+
+    def rename(self, src: str, dst: str) -> None:
+        if src == self.protected:
+            raise PermissionError(errno.EPERM, "Operation not permitted", src)
+        super().rename(src, dst)
+
+
+def test_a_rejected_step_folder_that_cannot_be_moved_is_left_in_place_and_its_step_saved_afresh(tmp_path: Path) -> None:
+    store = make_store(tmp_path, keep_last=2)
+    save_steps(store, 4, 8)
+    (tmp_path / "checkpoints" / "step-00000008" / "model.pt").write_bytes(b"damaged")
+    storage = Immovable(tmp_path / "checkpoints", "step-00000008")
+    store.storage = storage
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    save_steps(store, 8)  # before: PermissionError here, in every attempt
+    left = [name for name, reason in rejects(tmp_path) if "left in place" in reason]
+    assert left == ["step-00000008"], left  # named once, though both the save and retention met it
+    assert json.loads((tmp_path / "checkpoints" / "latest").read_text())["checkpoint"] == "step-00000008.1"
+    store = make_store(tmp_path, keep_last=2, storage=storage)  # the next attempt
+    assert store.select(IDENTITY).name == "step-00000008.1"
+    save_steps(store, 12, 16)  # retention keeps two intact ones; the immovable one takes no slot
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert names == ["step-00000008", "step-00000012", "step-00000016"], names
+    assert [e["checkpoint"] for e in Events.read(tmp_path).of("prune")] == ["step-00000004", "step-00000008.1"]
 
 
 def test_a_symlinked_checkpoints_folder_never_has_its_target_cleaned(tmp_path: Path) -> None:

@@ -19,8 +19,14 @@ p = argparse.ArgumentParser()
 p.add_argument("--run-dir"), p.add_argument("--ckpt-dir", default="checkpoints")
 p.add_argument("--steps", "--total-steps", type=int, default=12), p.add_argument("--save-every", type=int, default=3)
 p.add_argument("--global-batch", type=int, default=8)
+p.add_argument("--per-device-batch", type=int, help="samples per rank per update, as most scripts size it: the "
+               "global batch then follows the world size, and the job is --epochs epochs instead of --steps updates")
+p.add_argument("--epochs", type=int, default=2)
 args = p.parse_args()
-N, B, T = 64, args.global_batch, args.steps                             # dataset size, global batch, updates
+W = int(os.environ.get("WORLD_SIZE", "1"))
+N = 64                                                                  # dataset size
+B = args.per_device_batch * W if args.per_device_batch else args.global_batch   # global batch
+T = args.epochs * N // B if args.per_device_batch else args.steps       # updates (at this world size)
 
 probe = Probe.from_env(args.run_dir)                           # 1. the probe (a no-op without a run dir)
 probe.write_run_json(dataset_size=N, global_batch=B, drop_last=True, total_steps=T)   # 2.
@@ -36,7 +42,7 @@ ddp = DDP(model)
 ckpts = Path(probe.run_dir or ".") / args.ckpt_dir
 ckpts.mkdir(parents=True, exist_ok=True)
 
-done = 0
+done = seen = 0                                                # updates applied, samples consumed
 for path in sorted(ckpts.glob("ckpt-*.pt"), reverse=True):    # newest first; a bad one is skipped
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest()[:16] != path.stem.split("-")[2]:
@@ -45,6 +51,7 @@ for path in sorted(ckpts.glob("ckpt-*.pt"), reverse=True):    # newest first; a 
     state = torch.load(io.BytesIO(data), weights_only=True)
     model.load_state_dict(state["model"]), opt.load_state_dict(state["opt"])
     done = state["step"]
+    seen = state.get("seen", done * B)                         # a per-device batch resumes by samples, not updates
     probe.recover(done, path.name, state["digest"], state["attempt"], path=path)   # its writer may have died before 8.
     probe.restore(done, path.name, state_digest(model, opt), path=path)   # 5.
     break
@@ -54,7 +61,7 @@ def write_checkpoint(step: int, digest: str) -> str:
     """tmp + fsync + rename + fsync of the folder; the name carries the bytes' sha256, so a file
     under that name is whole and committed (what lets a resume `recover` an unreported save)."""
     buf = io.BytesIO()
-    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict(), "digest": digest,
+    torch.save({"step": step, "seen": seen, "model": model.state_dict(), "opt": opt.state_dict(), "digest": digest,
                 "attempt": probe.attempt}, buf)
     name = f"ckpt-{step:06d}-{hashlib.sha256(buf.getvalue()).hexdigest()[:16]}.pt"
     tmp = ckpts / f".{name}.tmp"
@@ -65,10 +72,19 @@ def write_checkpoint(step: int, digest: str) -> str:
     return name
 
 
-for step in range(done + 1, T + 1):
-    epoch, index = divmod(step - 1, N // B)
+def more(step: int) -> bool:
+    return seen + B <= args.epochs * N if args.per_device_batch else step < T
+
+
+step = done
+while more(step):
+    step += 1
+    epoch, offset = divmod(seen, N)
+    if offset + B > N:                                         # drop_last: the epoch's short tail is skipped
+        epoch, offset = epoch + 1, 0
     order = torch.randperm(N, generator=torch.Generator().manual_seed(epoch))
-    ids = order[index * B:(index + 1) * B][rank * B // world:(rank + 1) * B // world]
+    ids = order[offset:offset + B][rank * B // world:(rank + 1) * B // world]
+    seen = epoch * N + offset + B
     probe.point("step_start", step)                            # (a fault point: kill/hang faults fire here)
     probe.batch(step, epoch, ids)                              # 6.
     loss = F.cross_entropy(ddp(X[ids]), Y[ids], reduction="sum")
@@ -84,7 +100,7 @@ for step in range(done + 1, T + 1):
             with probe.saving(step, ckpts):                    # its file operations are crash points
                 name = write_checkpoint(step, digest)
             probe.commit(step, name, digest, path=ckpts / name)  # 8. only now, durable: `save`
-probe.phase(T, "done"), probe.end(T)                           # 9.
+probe.phase(step, "done"), probe.end(step)                     # 9.
 dist.barrier()                                                 # nobody tears gloo down under a peer
 # DDP holds the process group through reference cycles: freed only at interpreter teardown,
 # gloo's threads died still running and a rank aborted at exit (-6) now and then.
