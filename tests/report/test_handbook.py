@@ -30,8 +30,8 @@ from trainwreck.trainer.rundir import MEASUREMENT_FORMAT
 
 MIN_CAUGHT = 3
 CHAPTERS = tuple(default_chapters())
-DEFAULT_CHAPTERS = CHAPTERS  # what a plain `trainwreck handbook` runs (the --full chapters have their own modules)
-"""What `trainwreck handbook` runs without --full (tests/report/test_handbook_scale.py has the rest)."""
+"""What `trainwreck handbook` runs without --full (the --full chapters' tests have their own modules)."""
+DEFAULT_CHAPTERS = CHAPTERS
 
 
 @pytest.fixture(scope="module")
