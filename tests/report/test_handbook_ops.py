@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.report.handbooks import make_handbook
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, get_chapter
@@ -22,18 +23,7 @@ OPS_CHAPTERS = ("period", "metrics", "loader")
 
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("handbook-ops")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINWRECK_GOLDEN_CACHE", str(root / "golden"))
-    try:
-        out = root / "hb"
-        code = cli(["handbook", "--chapters", ",".join(OPS_CHAPTERS), "--out", str(out)])
-    finally:
-        mp.undo()
-    record = json.loads((out / "handbook.json").read_text())
-    reports = {key: json.loads(Path(run["report"]).read_text()) for key, run in record["runs"].items()}
-    return {"out": out, "code": code, "json": record, "reports": reports,
-            "html": (out / "index.html").read_text(encoding="utf-8")}
+    return make_handbook(tmp_path_factory, "handbook-ops", OPS_CHAPTERS)
 
 
 def plain(handbook: dict[str, Any], slug: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.cli import main as cli
+from tests.report.handbooks import make_handbook
 from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
 from trainwreck.harness.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, default_chapters
@@ -23,17 +23,7 @@ SLUGS = [c.slug for c in PRECISION_CHAPTERS]
 
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("handbook-full")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINWRECK_GOLDEN_CACHE", str(root / "golden"))
-    try:
-        out = root / "hb"
-        code = cli(["handbook", "--out", str(out), "--chapters", ",".join(SLUGS)])
-    finally:
-        mp.undo()
-    record = json.loads((out / "handbook.json").read_text())
-    return {"out": out, "code": code, "json": record,
-            "chapters": {c["slug"]: c for c in record["chapters"]}}
+    return make_handbook(tmp_path_factory, "handbook-full", SLUGS)
 
 
 def report(handbook: dict[str, Any], run: str) -> dict[str, Any]:

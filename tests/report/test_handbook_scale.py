@@ -7,16 +7,14 @@ the run's own report, and tamper with a report to show a sentence its run contra
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 from html import unescape
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from trainwreck.harness.cli import main as cli
+from tests.report.handbooks import make_handbook
 from trainwreck.harness.report.chapters_scale import LR_RUNS, NETWORK_RATIO, SCALE_CHAPTERS
 from trainwreck.harness.report.handbook import MEASUREMENT_FORMAT, build_chapter, fmt
 from trainwreck.harness.report.truth import check_handbook
@@ -27,18 +25,7 @@ SLUGS = [c.slug for c in SCALE_CHAPTERS]
 
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("handbook-scale")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINWRECK_GOLDEN_CACHE", str(root / "golden"))
-    try:
-        out = root / "hb"
-        code = cli(["handbook", "--chapters", ",".join(SLUGS), "--out", str(out)])
-    finally:
-        mp.undo()
-    record = json.loads((out / "handbook.json").read_text())
-    reports = {k: json.loads(Path(r["report"]).read_text()) for k, r in record["runs"].items()}
-    return {"out": out, "code": code, "json": record, "reports": reports,
-            "html": (out / "index.html").read_text(encoding="utf-8")}
+    return make_handbook(tmp_path_factory, "handbook-scale", SLUGS)
 
 
 def chapter(handbook: dict[str, Any], slug: str) -> dict[str, Any]:
