@@ -25,19 +25,22 @@ How each kind acts (docs/FAULTS.md has the table):
   the rank's own gradient bucket inside the comm hook, before the all-reduce sums it into
   every rank's.
 - noisy_neighbour: a child process takes a share of the rank's core for bursts of
-  updates on a period (faults/neighbour.py).
+  updates on a period (faults/neighbour.py). Like any in-rank kind whose declared injector
+  is a class with `at_step` (a `StepInjector`), it is built and driven from its declaration
+  in faults/plan.py KINDS alone: this module names no such kind.
 - storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from functools import cache
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from trainwreck.faults import blocking
 from trainwreck.faults.corrupt import corrupt_run_dir
-from trainwreck.faults.neighbour import NoisyNeighbour
 from trainwreck.faults.plan import COMM_HOOK_KINDS, HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
@@ -61,6 +64,30 @@ class InjectedFault(RuntimeError):
     """The exception a `kill` fault with how="exception" (or a comm_fail) raises."""
 
 
+class StepInjector(Protocol):
+    """An in-rank kind whose declared injector (faults/plan.py KINDS `injector`) is its own class:
+    built in `bind` from the rank's faults of that kind, told the start of every update."""
+
+    def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int) -> None: ...
+
+    def at_step(self, step: int) -> None: ...
+
+
+@cache
+def step_injectors() -> dict[str, type[StepInjector]]:
+    """Every kind whose declaration names a StepInjector class: adding such a kind is its
+    declaration and its class, with no edit to FaultHooks."""
+    found: dict[str, type[StepInjector]] = {}
+    for name, kind in KINDS.items():
+        module, _, attr = kind.injector.partition(":")
+        if kind.where == HARNESS or not attr or "." in attr:  # a FaultHooks method, or not the rank's
+            continue
+        obj = getattr(importlib.import_module(module), attr, None)
+        if isinstance(obj, type) and callable(getattr(obj, "at_step", None)):
+            found[name] = obj
+    return found
+
+
 class FaultHooks:
     """Fires the plan's in-rank faults in one rank (implements trainer.hooks.Hooks)."""
 
@@ -77,7 +104,7 @@ class FaultHooks:
         self.clock = StepClock()
         self.mine: list[dict[str, Any]] = []
         self.fired: set[str] = set()
-        self.neighbour: NoisyNeighbour | None = None
+        self.per_update: list[StepInjector] = []
 
     # ----- Hooks protocol -----------------------------------------------------------------
 
@@ -85,7 +112,8 @@ class FaultHooks:
         self.events, self.rank, self.world_size, self.attempt = events, rank, world_size, attempt
         # A fault fires in its own attempt only: redo work after a restart replays steps.
         self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
-        self.neighbour = NoisyNeighbour(self.of_kind("noisy_neighbour"), self.record, rank)
+        self.per_update = [cls(mine, self.record, rank) for kind, cls in step_injectors().items()
+                        if (mine := self.of_kind(kind))]
         for fault in self.of_kind("corrupt"):
             corrupt_run_dir(fault, events.path, self._record_corruption)
         self._arm_gates(RunDir.of_events_file(events.path))
@@ -102,8 +130,8 @@ class FaultHooks:
                 self._act(fault, name, step, ctx)
         if name == fp.STEP_START:
             self._await_harness(step)
-            if self.neighbour is not None:
-                self.neighbour.at_step(step)
+            for injector in self.per_update:
+                injector.at_step(step)
         self._straggle(name, step)
 
     def wrap_storage(self, storage: Storage) -> Storage:

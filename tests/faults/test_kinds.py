@@ -154,3 +154,42 @@ def test_a_new_fault_kind_is_one_declaration(monkeypatch: pytest.MonkeyPatch) ->
 def laggards(slot: Slot) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"kind": st.just("laggard"), "rank": st.just(0), "step": slot.steps(),
                                   "seconds": st.just(0.01)})
+
+
+class Ticker:
+    """A StepInjector a test declares: it records every update start it is told about."""
+
+    told: list[int] = []
+
+    def __init__(self, faults: list[dict[str, Any]], record: Any, rank: int) -> None:
+        self.faults = faults
+
+    def at_step(self, step: int) -> None:
+        Ticker.told.append(step)
+
+
+def test_a_kind_whose_injector_is_a_step_class_runs_in_the_rank_from_its_declaration_alone(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """FaultHooks names no such kind: the declaration's class is built in bind and told each update."""
+    from trainwreck.faults import inrank
+    from trainwreck.trainer import hooks as fp
+    from trainwreck.trainer.events import EventLog
+
+    straggler = KINDS["straggler"]
+    monkeypatch.setitem(KINDS, "ticker", Kind(
+        "ticker", IN_RANK, straggler.fields, "counts update starts", straggler.threatens,
+        injector="tests.faults.test_kinds:Ticker", strategy="tests.faults.test_kinds:laggards", topics=("hang",),
+        chaos=SLOW))
+    inrank.step_injectors.cache_clear()
+    monkeypatch.setattr(Ticker, "told", [])
+    events = EventLog(tmp_path / "events" / "a000-r0.jsonl", attempt=0, rank=0, world_size=1)
+    try:
+        assert inrank.step_injectors()["ticker"] is Ticker
+        hooks = inrank.FaultHooks([{"id": "t", "kind": "ticker", "rank": 0, "step": 2, "seconds": 0.01}])
+        hooks.bind(events, rank=0, world_size=1, attempt=0)
+        for step in (1, 2, 3):
+            hooks.point(fp.STEP_START, step)
+        assert Ticker.told == [1, 2, 3]
+    finally:
+        events.close()
+        inrank.step_injectors.cache_clear()
