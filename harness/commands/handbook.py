@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \
-            else [c for c in CHAPTERS if args.full or not c.full]
+            else (list(CHAPTERS) if args.full else default_chapters())
     except KeyError as exc:
         raise InputError(f"--chapters: {exc.args[0]}") from None
     out = args.out or Path("trainwreck-out") / f"handbook-{time.strftime('%Y%m%d-%H%M%S')}"
