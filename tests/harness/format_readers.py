@@ -32,8 +32,13 @@ def sparse_by_strict(history: History) -> Counter[str]:
     return Counter(_canonical(e) for e in history.events)
 
 
-def sparse_by_forgiving(run_dir: Path) -> Counter[str]:
-    return Counter(_canonical(e) for e in iter_events(run_dir) if e["kind"] not in DENSE)
+def forgiving_events(run_dir: Path) -> list[dict[str, Any]]:
+    """Every event as the forgiving reader yields it, read once for all the comparisons."""
+    return list(iter_events(run_dir))
+
+
+def sparse_by_forgiving(events: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(_canonical(e) for e in events if e["kind"] not in DENSE)
 
 
 def dense_by_strict(history: History) -> dict[tuple[int, int], tuple[list[int], list[int], list[int]]]:
@@ -41,9 +46,9 @@ def dense_by_strict(history: History) -> dict[tuple[int, int], tuple[list[int], 
             if log.steps or log.batch_steps}
 
 
-def dense_by_forgiving(run_dir: Path) -> dict[tuple[int, int], tuple[list[int], list[int], list[int]]]:
+def dense_by_forgiving(events: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[list[int], list[int], list[int]]]:
     found: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
-    for e in iter_events(run_dir):
+    for e in events:
         if e["kind"] in DENSE:
             steps, batches, ids = found.setdefault((e["attempt"], e["rank"]), ([], [], []))
             (steps if e["kind"] == "step" else batches).append(e["step"])
@@ -53,7 +58,7 @@ def dense_by_forgiving(run_dir: Path) -> dict[tuple[int, int], tuple[list[int], 
 
 def assert_format_readers_agree(run_dir: Path) -> None:
     """Both readers see the same sparse events, the same dense columns and the same count."""
-    history = load_history(run_dir)
-    assert sparse_by_strict(history) == sparse_by_forgiving(run_dir)
-    assert dense_by_strict(history) == dense_by_forgiving(run_dir)
-    assert history.event_count == sum(1 for _ in iter_events(run_dir))
+    history, events = load_history(run_dir), forgiving_events(run_dir)
+    assert sparse_by_strict(history) == sparse_by_forgiving(events)
+    assert dense_by_strict(history) == dense_by_forgiving(events)
+    assert history.event_count == len(events)

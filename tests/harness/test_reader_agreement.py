@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import CFG
-from tests.harness.format_readers import assert_format_readers_agree, sparse_by_forgiving, sparse_by_strict
+from tests.harness.format_readers import (assert_format_readers_agree, forgiving_events, sparse_by_forgiving,
+                                          sparse_by_strict)
 from trainwreck.faults.plan import Plan
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
@@ -60,4 +61,4 @@ def test_the_comparison_notices_an_event_only_one_reader_sees(runs: dict[str, Pa
     run_dir = run_of(runs, "clean", tmp_path_factory.mktemp("agree"))
     history = load_history(run_dir)
     history.events.pop()
-    assert sparse_by_strict(history) != sparse_by_forgiving(run_dir)
+    assert sparse_by_strict(history) != sparse_by_forgiving(forgiving_events(run_dir))
