@@ -25,7 +25,6 @@ import psutil
 from trainwreck.harness.errors import GoldenFailed, SpecError
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.targets import golden_key  # noqa: F401 - re-exported: its old home
 from trainwreck.trainer import files
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.rundir import RunDir, iter_events

@@ -88,8 +88,8 @@ def _triggers(report: dict[str, Any]) -> dict[str, set[str]]:
         found.setdefault("sharding", set()).add("parallelism fsdp")
     if spec.get("ckpt_mode") == "async":
         found.setdefault("async", set()).add("ckpt_mode async")
-    for name, verdict in report["verdicts"].items():
-        if verdict.get("valid") is False and name in INVARIANT_TOPICS:
+    for name, judged in report["verdicts"].items():
+        if judged.get("valid") is False and name in INVARIANT_TOPICS:
             found.setdefault(INVARIANT_TOPICS[name], set()).add(f"invariant {name} violated")
     return found
 

@@ -35,6 +35,7 @@ from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenario
 from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.invariants.verdict import verdict_word
+from trainwreck.trainer.errors import UnknownName
 from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
 
 __all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "default_chapters", "fmt", "get_case", "get_chapter",
@@ -329,7 +330,7 @@ def get_case(key: str) -> Case:
     for case in CASES:
         if case.key == key:
             return case
-    raise KeyError(f"unknown handbook run {key!r}; runs: {', '.join(c.key for c in CASES)}")
+    raise UnknownName(f"unknown handbook run {key!r}; runs: {', '.join(c.key for c in CASES)}")
 
 
 NOT_ANSWERED: tuple[tuple[str, str], ...] = ()
@@ -350,7 +351,7 @@ def get_chapter(slug: str) -> Chapter:
     for chapter in CHAPTERS:
         if chapter.slug == slug:
             return chapter
-    raise KeyError(f"unknown chapter {slug!r}; chapters: {', '.join(chapter_names())}")
+    raise UnknownName(f"unknown chapter {slug!r}; chapters: {', '.join(chapter_names())}")
 
 
 # ----- running the cases -------------------------------------------------------------------------
