@@ -88,9 +88,11 @@ TUTORIAL = "ddp_tutorial/multigpu_torchrun.py"
 
 
 @pytest.mark.slow  # the hang is declared after 30 s without progress: 101 s with its golden run (load 8-10)
-def test_a_hang_in_the_ddp_tutorial_script_names_the_hung_rank_alone_with_its_stack(tmp_path: Path, golden_cache: Path) -> None:
+@pytest.mark.parametrize("name", sorted(RUN))
+def test_a_hang_in_each_public_script_names_the_hung_rank_alone_with_its_stack(
+        tmp_path: Path, golden_cache: Path, name: str) -> None:
     plan = [{"id": "h1", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}]
-    judged = run_judged(cmd_spec(TUTORIAL, tmp_path / "run", plan), golden_cache=golden_cache)
+    judged = run_judged(cmd_spec(name, tmp_path / "run", plan), golden_cache=golden_cache)
     run_dir = judged.record.run_dir
     events = list(iter_events(run_dir))
     assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["h1"]
@@ -98,7 +100,7 @@ def test_a_hang_in_the_ddp_tutorial_script_names_the_hung_rank_alone_with_its_st
     assert hang["ranks"] == [1] and hang["waiting"] == [0], hang  # one suspect, the other rank waiting on it
     (stack,) = [path for path in hang["stacks"] if "-r001-" in path]
     dump = (run_dir / stack).read_text()
-    assert "multigpu_torchrun.py" in dump and "_run_epoch" in dump, dump[-2000:]  # the script's own frames
+    assert Path(name).name in dump and "_run_epoch" in dump, dump[-2000:]  # the script's own frames
     assert judged.judgement.verdicts["hang"].valid is True, judged.judgement.to_json()
 
 
