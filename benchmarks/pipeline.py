@@ -4,10 +4,12 @@ Each stage is a process holding a few Linear layers; a micro-batch's activation 
 torch.distributed send/recv, its gradient comes back the same way. GPipe runs every micro-batch's
 forward, then every backward; 1F1B (PipeDream-Flush) runs p - s - 1 forwards on stage s, then
 alternates one forward and one backward, then drains. For each schedule and m micro-batches a step is
-timed on every stage as two kinds of time: computing (inside a forward or a backward) and blocked
-(waiting in recv for a neighbour, for its own sends to be taken, or at the step's end for the slowest
-stage). The measured bubble is the blocked share of all stages' time; the formula's (p - 1)/(m + p - 1)
-is the handbook's to put beside it.
+timed on every stage from a common start (a barrier) to a common end (another) as computing (inside a
+forward or a backward), blocked (waiting in recv for a neighbour, for its own sends to be taken, or at
+the step's end for the slowest stage), starting sends (gloo moves part of the bytes inside isend) and
+the rest (Python between them). The measured bubble is the blocked share of all stages' time; the
+formula's (p - 1)/(m + p - 1) is the handbook's to put beside it. The schedules and micro-batch counts
+are timed in interleaved rounds, so each sees the same load from the machine's other jobs.
 
 Why blocked time and not wall minus busy: the machine this runs on has 2 cores shared with other jobs.
 When a stage loses its core, its compute stretches and its neighbour waits longer by the same amount,
@@ -20,7 +22,7 @@ Activations held: a saved-tensors hook counts the bytes autograd keeps for each 
 (parameters excluded); a stage holds a micro-batch from its forward to its backward, so the peak count
 in flight and the peak bytes are counted, not computed: GPipe holds all m, 1F1B at most p - s.
 
-    python -m trainwreck.benchmarks.pipeline [--stages 2] [--micro 1,2,4,8]   # one JSON object
+    python -m trainwreck.benchmarks.pipeline [--stages 2] [--micro 1,2,4,8] [--repeats 7]   # one JSON object
 """
 from __future__ import annotations
 
@@ -85,10 +87,17 @@ class Stage:
         work.wait()
         clock[key] += time.perf_counter() - started
 
+    def _post(self, tensor: torch.Tensor, dst: int, tag: int, sends: list[Any], clock: dict[str, float]) -> None:
+        """Start a send; gloo does part of the transfer in the call, so that time is the stage's sending."""
+        started = time.perf_counter()
+        sends.append(dist.isend(tensor, dst, tag=tag))
+        clock["send_post_s"] += time.perf_counter() - started
+
     def step(self, schedule: str, m: int) -> dict[str, Any]:
         """One step of m micro-batches; every stage leaves it together (the step's end is a barrier)."""
         s, last = self.rank, self.rank == self.stages - 1
-        clock = {"compute_s": 0.0, "compute_cpu_s": 0.0, "recv_wait_s": 0.0, "send_wait_s": 0.0, "end_wait_s": 0.0}
+        clock = {"compute_s": 0.0, "compute_cpu_s": 0.0, "recv_wait_s": 0.0, "send_wait_s": 0.0, "end_wait_s": 0.0,
+                 "send_post_s": 0.0}
         inputs: dict[int, torch.Tensor] = {}
         outputs: dict[int, torch.Tensor] = {}
         held: dict[int, int] = {}
@@ -121,7 +130,7 @@ class Stage:
                 peak_in_flight = max(peak_in_flight, in_flight)
                 peak_bytes = max(peak_bytes, sum(held.values()))
                 if not last:
-                    sends.append(dist.isend(y.detach(), s + 1, tag=FWD_TAG + i))
+                    self._post(y.detach(), s + 1, FWD_TAG + i, sends, clock)
             else:
                 grad = grads.pop(i, None)
                 if grad is not None:
@@ -134,7 +143,7 @@ class Stage:
                 held.pop(i)
                 in_flight -= 1
                 if s > 0:
-                    sends.append(dist.isend(x.grad, s - 1, tag=BWD_TAG + i))
+                    self._post(x.grad, s - 1, BWD_TAG + i, sends, clock)
         for work in sends:
             self._wait(work, clock, "send_wait_s")
         done = time.perf_counter()
@@ -142,7 +151,8 @@ class Stage:
         ended = time.perf_counter()
         digest = sum(float(p.grad.double().abs().sum()) for p in self.model.parameters())
         blocked = clock["recv_wait_s"] + clock["send_wait_s"] + clock["end_wait_s"]
-        return {**clock, "blocked_s": blocked, "other_s": ended - started - clock["compute_s"] - blocked,
+        return {**clock, "blocked_s": blocked, "own_s": ended - started,
+                "other_s": ended - started - clock["compute_s"] - blocked - clock["send_post_s"],
                 "started": started, "done": done, "ended": ended,
                 "peak_in_flight": peak_in_flight, "peak_saved_bytes": peak_bytes,
                 "saved_bytes_per_micro_batch": per_micro_batch,
@@ -156,11 +166,13 @@ def _summary(steps: list[list[dict[str, Any]]], stages: int, m: int) -> dict[str
         compute = sum(r["compute_s"] for r in per_stage)
         blocked = sum(r["blocked_s"] for r in per_stage)
         wall = max(r["ended"] for r in per_stage) - min(r["started"] for r in per_stage)
-        rows.append({"bubble": blocked / (compute + blocked), "idle_of_wall": 1 - compute / (stages * wall),
+        rows.append({"bubble": blocked / sum(r["own_s"] for r in per_stage),
+                     "idle_of_wall": 1 - compute / (stages * wall),
                      "step_s": wall, "stages": per_stage})
     rows.sort(key=lambda r: r["bubble"])
     mid = rows[len(rows) // 2]
-    keep = ("compute_s", "compute_cpu_s", "blocked_s", "other_s", "recv_wait_s", "send_wait_s", "end_wait_s",
+    keep = ("own_s", "compute_s", "compute_cpu_s", "blocked_s", "recv_wait_s", "send_wait_s", "end_wait_s",
+            "send_post_s", "other_s",
             "peak_in_flight", "peak_saved_bytes", "saved_bytes_per_micro_batch")
     return {"stages": stages, "micro_batches": m, "bubble": mid["bubble"], "idle_of_wall": mid["idle_of_wall"],
             "step_s": mid["step_s"], "bubble_min": rows[0]["bubble"], "bubble_max": rows[-1]["bubble"],
@@ -172,15 +184,21 @@ def _summary(steps: list[list[dict[str, Any]]], stages: int, m: int) -> dict[str
 
 
 def _measure(stage: Stage, micro: list[int], repeats: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for schedule in SCHEDULES:
-        for m in micro:
-            for _ in range(WARMUP):
-                stage.step(schedule, m)
-            steps = [stage.step(schedule, m) for _ in range(repeats)]
-            gathered: list[Any] = [None] * stage.stages
-            dist.all_gather_object(gathered, steps)
-            out.setdefault(schedule, {})[f"m{m}"] = _summary([list(r) for r in zip(*gathered)], stage.stages, m)
+    """Every (schedule, m) once to warm up, then `repeats` rounds of all of them: interleaved, so both
+    schedules are timed under the same load from the machine's other jobs."""
+    cases = [(schedule, m) for m in micro for schedule in SCHEDULES]
+    for schedule, m in cases * WARMUP:
+        stage.step(schedule, m)
+    steps: dict[tuple[str, int], list[dict[str, Any]]] = {case: [] for case in cases}
+    for _ in range(repeats):
+        for schedule, m in cases:
+            steps[schedule, m].append(stage.step(schedule, m))
+    gathered: list[Any] = [None] * stage.stages
+    dist.all_gather_object(gathered, list(steps.values()))
+    out: dict[str, Any] = {s: {} for s in SCHEDULES}
+    for i, (schedule, m) in enumerate(cases):
+        per_step = [list(stages) for stages in zip(*(g[i] for g in gathered))]
+        out[schedule][f"m{m}"] = _summary(per_step, stage.stages, m)
     return out
 
 
