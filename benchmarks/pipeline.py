@@ -45,7 +45,8 @@ WIDTH, LAYERS, ROWS = 256, 4, 1024
 forward and backward take milliseconds, large against a loopback send."""
 STAGES, MICRO = (2,), (1, 2, 4, 8)
 """What the handbook measures: 2 stages, one per core when the machine is quiet. `--stages 2,4` adds a
-4-stage job (about a minute here, and 4 stages on 2 cores time the contention as much as the schedule)."""
+4-stage job, about 45 s more here, which the handbook leaves out for its cost (docs/HANDBOOK.md has its
+figures)."""
 SCHEDULES = ("gpipe", "1f1b")
 WARMUP, REPEATS = 1, 7
 FWD_TAG, BWD_TAG = 0, 1 << 16

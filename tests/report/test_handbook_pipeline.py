@@ -117,12 +117,15 @@ def test_the_chapter_leaves_out_what_a_tampered_measurement_contradicts() -> Non
 
 def test_two_real_stages_show_gpipes_bubble_shrink_with_m_and_1f1b_hold_fewer_activations() -> None:
     """A real job, every time: the measured idle share falls from m = 1 to m = 8 for both schedules (the
-    formula says 0.5 to 0.11, far more than this machine's noise), and at m = 8 > p 1F1B holds fewer
-    micro-batches' activations than GPipe, in counted bytes too, for the same gradients."""
-    measured = measure([2], [1, 8], repeats=3)["p2"]
+    formula says 0.5 to 0.11), and at m = 8 > p 1F1B holds fewer micro-batches' activations than GPipe,
+    in counted bytes too, for the same gradients. The bubble compared is each case's least disturbed step
+    (bubble_min): other jobs on the 2 cores lengthen a stage's waits far more often than they shorten
+    them, and under the whole test suite a median step can carry many of them."""
+    measured = measure([2], [1, 8], repeats=5)["p2"]
     for schedule in SCHEDULES:
-        assert measured[schedule]["m8"]["bubble"] < measured[schedule]["m1"]["bubble"], measured[schedule]
-        assert measured[schedule]["m1"]["bubble"] > 0.25  # one micro-batch: a stage waits about half the step
+        one, eight = measured[schedule]["m1"], measured[schedule]["m8"]
+        assert eight["bubble_min"] < one["bubble_min"], measured[schedule]
+        assert one["bubble_min"] > 0.25  # one micro-batch: each stage waits while the other computes it
     g8, f8 = measured["gpipe"]["m8"], measured["1f1b"]["m8"]
     assert g8["peak_in_flight"] == 8 and f8["peak_in_flight"] == 2
     assert f8["peak_saved_bytes"] < g8["peak_saved_bytes"]
