@@ -477,8 +477,8 @@ def communication(ev: Evidence) -> list[Paragraph]:
 
 
 PIPELINE_CASES: tuple[tuple[int, int], ...] = ((4, 4), (4, 16), (8, 16), (10, 4), (10, 32))
-"""(stages p, micro-batches m), configured: depths no CPU run here could host, so their bubble is computed
-(chapter pipeline measures 2 stages)."""
+"""(stages p, micro-batches m), configured: depths the 2 cores cannot give a core per stage, so their bubble
+is computed (chapter pipeline measures 2 stages)."""
 
 
 def memory(ev: Evidence) -> list[Paragraph]:
@@ -520,8 +520,8 @@ def memory(ev: Evidence) -> list[Paragraph]:
                          {"fsdp_bytes_per_rank": fsdp, "zero3_bytes_per_rank": stages["zero3"][0]}, "×")
              + " the arithmetic."),
     ], [
-        ev.s("A pipeline bubble, computed here for depths no CPU run could host (chapter pipeline, under --full, "
-             "measures it on 2 stage processes): with p stages and m micro-batches the first and last p − 1 slots "
+        ev.s("A pipeline bubble, computed here for depths a 2-core machine cannot give a core per stage (chapter "
+             "pipeline, under --full, measures it on 2 stage processes): with p stages and m micro-batches the first and last p − 1 slots "
              "of a step have idle stages, a fraction (p − 1)/(m + p − 1) of the step, or (p − 1)/m of the compute "
              "time. GPipe and 1F1B leave the same bubble; 1F1B starts each micro-batch's backward as soon as it "
              "can, so a stage holds at most p micro-batches' activations instead of all m."),
