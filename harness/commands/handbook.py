@@ -21,7 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chapters", help="comma-separated chapter names instead of the default set")
     parser.add_argument("--full", action="store_true",
                         help="also the chapters whose runs are too slow for the default handbook's time budget "
-                             "(mixed precision, omission, poison, activations, periodic slowdowns, the data loader)")
+                             "(mixed precision, omission, poison, activations, the measured pipeline bubble, periodic "
+                             "slowdowns, the data loader, the scale chapters)")
 
 
 def measured_bytes(measured: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
+from trainwreck.harness.report.chapters_pipeline import PIPELINE_CHAPTERS, bubble_sentence
 from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
 from trainwreck.harness.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
                                                    monitoring, periodic_slowdowns)
@@ -476,22 +477,8 @@ def communication(ev: Evidence) -> list[Paragraph]:
 
 
 PIPELINE_CASES: tuple[tuple[int, int], ...] = ((4, 4), (4, 16), (8, 16), (10, 4), (10, 32))
-"""(stages p, micro-batches m), configured: the pipeline arithmetic is computed, no run here is pipelined."""
-
-
-def _bubble(ev: Evidence, p: int, m: int) -> Claim:
-    bubble = (p - 1) / (m + p - 1)
-    tag = f"p{p}_m{m}"
-    return ev.s(
-        ev.derive(f"stages_{tag}", p, "configured (PIPELINE_CASES)", {}) + " stages, "
-        + ev.derive(f"microbatches_{tag}", m, "configured (PIPELINE_CASES)", {}) + " micro-batches: bubble "
-        + ev.derive(f"bubble_percent_{tag}", 100 * bubble, "100 * (p - 1) / (m + p - 1)", {"p": p, "m": m}, " %")
-        + " of the step ("
-        + ev.derive(f"bubble_over_compute_percent_{tag}", 100 * (p - 1) / m, "100 * (p - 1) / m", {"p": p, "m": m},
-                    " %")
-        + " of the compute time); the first stage holds the activations of "
-        + ev.derive(f"gpipe_inflight_{tag}", m, "m", {"m": m}) + " micro-batch(es) under GPipe and "
-        + ev.derive(f"onef1b_inflight_{tag}", min(p, m), "min(p, m)", {"p": p, "m": m}) + " under 1F1B.")
+"""(stages p, micro-batches m), configured: depths the 2 cores cannot give a core per stage, so their bubble
+is computed (chapter pipeline measures 2 stages)."""
 
 
 def memory(ev: Evidence) -> list[Paragraph]:
@@ -533,13 +520,13 @@ def memory(ev: Evidence) -> list[Paragraph]:
                          {"fsdp_bytes_per_rank": fsdp, "zero3_bytes_per_rank": stages["zero3"][0]}, "×")
              + " the arithmetic."),
     ], [
-        ev.s("A pipeline bubble, computed, not measured (no run here is pipelined): with p stages and m "
-             "micro-batches the first and last p − 1 slots of a step have idle stages, a fraction (p − 1)/(m + p − 1) "
-             "of the step, or (p − 1)/m of the compute time. GPipe and 1F1B leave the same bubble; 1F1B starts each "
-             "micro-batch's backward as soon as it can, so a stage holds at most p micro-batches' activations "
-             "instead of all m."),
+        ev.s("A pipeline bubble, computed here for depths a 2-core machine cannot give a core per stage (chapter "
+             "pipeline, under --full, measures it on 2 stage processes): with p stages and m micro-batches the first and last p − 1 slots "
+             "of a step have idle stages, a fraction (p − 1)/(m + p − 1) of the step, or (p − 1)/m of the compute "
+             "time. GPipe and 1F1B leave the same bubble; 1F1B starts each micro-batch's backward as soon as it "
+             "can, so a stage holds at most p micro-batches' activations instead of all m."),
     ], [
-        *(_bubble(ev, p, m) for p, m in PIPELINE_CASES),
+        *(bubble_sentence(ev, p, m) for p, m in PIPELINE_CASES),
     ]]
 
 
@@ -647,6 +634,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("memory", "How many bytes does a parameter cost, what do ZeRO's stages and FSDP save, and how much of a "
             "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
     *PRECISION_CHAPTERS,
+    *PIPELINE_CHAPTERS,  # harness/report/chapters_pipeline.py: the bubble measured, behind --full
     Chapter("period", PERIOD_QUESTION, ("noisy-neighbour", "slow-storage"), periodic_slowdowns,
             (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age")), full=True),
     Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),

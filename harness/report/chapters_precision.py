@@ -178,9 +178,9 @@ def activations(ev: Evidence) -> list[Paragraph]:
         ev.s(f"With k segments of a {depth}-layer stack the held activations are about k + {depth}/k layers, least at "
              "k = √depth: memory O(√n) for one extra forward."),
     ], [
-        ev.s("A pipeline bubble is computed, not measured, here (the memory chapter does the GPipe and 1F1B "
-             "arithmetic): two pipeline stages as processes on a 2-core machine shared with other jobs would time "
-             "the scheduler's contention, not the schedule's idle slots."),
+        ev.s("A pipeline multiplies these bytes by the micro-batches a stage holds between their forward and "
+             "backward: chapter pipeline counts them on real stage processes, all m under GPipe and at most p "
+             "under 1F1B."),
     ]]
 
 

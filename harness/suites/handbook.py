@@ -179,6 +179,10 @@ MEASURES: dict[str, Measure] = declare("measurements", (
                             "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, "
                             "with every layer checkpointed and with √depth checkpointed segments (glibc malloc "
                             "counters)")),
+    ("pipeline", Measure(("python", "-m", "trainwreck.benchmarks.pipeline", "--stages", "2", "--micro", "1,2,4,8"),
+                         "benchmarks/pipeline.py: 2 processes as pipeline stages on loopback gloo (activations "
+                         "forward, gradients back), GPipe and 1F1B at 1, 2, 4 and 8 micro-batches: each stage's time "
+                         "blocked against computing, and the activations it holds")),
     ("loader", Measure(("python", "-m", "trainwreck.benchmarks.loader"),
                        "benchmarks/loader.py: a DataLoader with 2 worker processes prefetching 2 batches each, "
                        "SIGKILLed mid-epoch, resumed from the consumed count, from the sampler's own position and "
@@ -307,6 +311,7 @@ CASES: tuple[Case, ...] = (
     Case("scaler_not_saved", "defect", "scaler_not_saved"),
     Case("fp16_unscaled", "defect", "fp16_unscaled"),
     Case("activations", "measure", "activations", expect="MEASURED"),
+    Case("pipeline", "measure", "pipeline", expect="MEASURED"),
     Case("noisy-neighbour", "plan", "noisy-neighbour"),
     Case("slow-storage", "plan", "slow-storage"),
     Case("loader-kill", "measure", "loader", expect="MEASURED"),

@@ -542,7 +542,8 @@ def test_the_memory_chapter_computes_zero_stages_from_the_measured_bytes(handboo
     assert math.isclose(derived["bubble_percent_p4_m4"], 100 * 3 / 7)
     assert math.isclose(derived["bubble_percent_p8_m16"], 100 * 7 / 23)
     assert derived["onef1b_inflight_p4_m16"] == 4 and derived["gpipe_inflight_p4_m16"] == 16
-    assert "computed, not measured" in text and "2 (half-precision weights) + 2" in text
+    assert "computed here for depths a 2-core machine cannot give a core per stage" in text and "2 (half-precision weights) + 2" in text
+    assert "chapter pipeline, under --full, measures it" in text  # the measured bubble: test_handbook_pipeline.py
 
 
 def test_the_handbook_check_catches_an_altered_all_reduce_time_and_an_altered_byte_count(
