@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainwreck.harness.suites.handbook import CASES, CHAPTERS, cases_for, get_chapter
+from trainwreck.harness.suites.handbook import CASES, CHAPTERS, cases_for, default_chapters, get_chapter
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "HANDBOOK.md"
@@ -69,3 +69,34 @@ def test_the_coverage_check_fails_on_a_run_chapter_or_test_that_does_not_exist()
     assert problems([{**comm, "test": "test_that_was_never_written"}], source)
     assert problems([comm], source) == []
     assert "allreduce-cost" in {c.key for c in CASES}
+
+
+ISSUE_25_ITEMS = 11
+
+
+def item_rows(text: str) -> dict[int, list[str]]:
+    """Issue 25's item table: item number -> the chapters named for it."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"\d{1,2}", cells[0]):
+            rows[int(cells[0])] = [c.strip() for c in cells[2].split(",")]
+    return rows
+
+
+def test_every_item_of_issue_25_names_chapters_that_exist_and_have_a_coverage_row() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    items = item_rows(text)
+    assert sorted(items) == list(range(1, ISSUE_25_ITEMS + 1))
+    covered = {r["chapter"] for r in coverage_rows(text)}
+    slugs = {c.slug for c in CHAPTERS}
+    assert [(n, c) for n, chapters in items.items() for c in chapters if c not in slugs or c not in covered] == []
+
+
+def test_the_item_tables_default_sentence_names_exactly_its_default_chapters() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    named = {c for chapters in item_rows(text).values() for c in chapters}
+    default = sorted(named & {c.slug for c in default_chapters()})
+    sentence = re.search(r"Of the chapters above, (.+?) (?:is|are) in the\s+default handbook", text)
+    assert sentence, "the sentence saying which chapters are in the default handbook is missing"
+    assert sorted(re.findall(r"`([^`]+)`", sentence.group(1))) == default
