@@ -2,7 +2,12 @@
 
 Throughput: kill-and-resume scenarios per minute, and the ratio of a scenario's wall
 time to the training compute inside it (the sum of rank 0's step phases), i.e. what
-the harness, restarts and judging cost on top of the training itself.
+the harness, restarts and judging cost on top of the training itself. A scenario is
+measured alone (`scenario_wall_s`, `scenarios_per_min_single`), and `scenarios_per_min`
+counts scenarios finished per minute of wall with `scenarios_concurrency` of them side by
+side: that many harness processes, each with its own fork server, as `pytest -n N` runs a
+suite. Much of one scenario is waiting (fsyncs, a rank waiting for its peer, process
+start and exit), which another scenario's ranks can use.
 
 Hang latency: inject a SIGSTOP hang N times and measure fault → `hang` event,
 against the configured timeout; beside it, what gloo does alone: its default
@@ -10,8 +15,12 @@ collective timeout (read from torch) and that its timeout error names no rank.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -30,22 +39,95 @@ def _compute_seconds(run_dir: Path) -> float:
                if e.get("kind") == "step" and e.get("rank") == 0)
 
 
-def bench_throughput(runs: int = 5) -> dict[str, Any]:
+SIDE_BY_SIDE = 2
+"""Scenarios run side by side for `scenarios_per_min`: the 2 cores the targets are stated on."""
+
+
+def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float]]:
+    """`runs` kill-resume scenarios one after another in this process (after an unmeasured one that
+    builds the golden run and the fork server): each one's wall seconds and wall/compute ratio.
+    Raises unless every scenario was judged valid."""
     scenario = get_scenario("kill-resume")
     walls, ratios = [], []
+    run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden + fork server
+    for i in range(runs):
+        started = time.perf_counter()
+        judged = run_judged(spec_for(scenario, out / f"run{i}"), scenario.name)
+        wall = time.perf_counter() - started
+        if judged.judgement.valid is not True:
+            raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
+        walls.append(wall)
+        ratios.append(wall / _compute_seconds(judged.record.run_dir))
+    return walls, ratios
+
+
+def bench_throughput(runs: int = 5, concurrency: int = SIDE_BY_SIDE) -> dict[str, Any]:
+    """Scenarios alone (median wall of `runs`), then `concurrency` harness processes side by side,
+    `runs` scenarios each: finished scenarios per minute of the wall from the common start to the last."""
     with tempfile.TemporaryDirectory(prefix="tw-throughput-") as tmp:
-        run_judged(spec_for(scenario, Path(tmp) / "warmup"), scenario.name)  # golden + fork server
-        for i in range(runs):
-            started = time.perf_counter()
-            judged = run_judged(spec_for(scenario, Path(tmp) / f"run{i}"), scenario.name)
-            wall = time.perf_counter() - started
-            if judged.judgement.valid is not True:
-                raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
-            walls.append(wall)
-            ratios.append(wall / _compute_seconds(judged.record.run_dir))
-    return {"scenarios_per_min": round(60.0 / statistics.median(walls), 1),
+        walls, ratios = run_scenarios(Path(tmp), runs)
+        side_by_side_s = _side_by_side(Path(tmp), concurrency, runs) if concurrency > 1 else sum(walls)
+    return {"scenarios_per_min": round(60.0 * concurrency * runs / side_by_side_s, 1),
+            "scenarios_concurrency": concurrency,
+            "scenarios_per_min_single": round(60.0 / statistics.median(walls), 1),
             "scenario_wall_s": round(statistics.median(walls), 3),
             "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1)}
+
+
+def _side_by_side(out: Path, workers: int, runs: int) -> float:
+    """Seconds from the moment `workers` warmed-up harness processes are told to go until the
+    last of them has finished its `runs` scenarios (each judged valid, or this raises).
+    Fresh interpreters, not forks of this process (whose threads may hold locks) and not
+    multiprocessing's spawn (which leaves a resource-tracker process behind)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "trainwreck.benchmarks.scenarios", "--worker",
+                               "--runs", str(runs), "--out", str(out / f"worker{i}")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(workers)]
+    try:
+        for proc in procs:
+            _expect(proc, "ready")
+        started = time.perf_counter()
+        for proc in procs:
+            proc.stdin.write("go\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        for proc in procs:
+            _expect(proc, "done")
+        return time.perf_counter() - started
+    except BaseException:
+        for proc in procs:
+            proc.kill()  # its fork server and ranks follow it (parent-death signals)
+        raise
+    finally:
+        for proc in procs:
+            proc.stdin.close()  # type: ignore[union-attr]  # a worker still waiting for "go" ends
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _expect(proc: subprocess.Popen[str], word: str) -> None:
+    line = proc.stdout.readline().strip()  # type: ignore[union-attr]
+    if line != word:
+        raise RuntimeError(f"a side-by-side scenario worker said {line!r} instead of {word!r}; "
+                           "its stderr above says why")
+
+
+def _worker(out: Path, runs: int) -> None:
+    """One side-by-side harness: warm up, say ready, wait for go, run, say done. The protocol owns
+    stdout; everything else this process (and its fork server) prints goes to stderr."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    scenario = get_scenario("kill-resume")
+    run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden (cached) + this process's fork server
+    print("ready", file=protocol, flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    for i in range(runs):
+        judged = run_judged(spec_for(scenario, out / f"run{i}"), scenario.name)
+        if judged.judgement.valid is not True:
+            raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
+    print("done", file=protocol, flush=True)
 
 
 def hang_latencies(hangs: int, timeout_s: float, world_size: int | None = None,
@@ -149,5 +231,17 @@ def _hang_latency(run_dir: Path) -> float:
     return float(hang["t"]) - float(fault["t"])
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainwreck.benchmarks.scenarios", description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help="internal: one side-by-side harness of bench_throughput")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args.out, args.runs)
+    else:
+        print(json.dumps({**bench_throughput(args.runs), **bench_hang(3)}, indent=1))
+
+
 if __name__ == "__main__":
-    print(json.dumps({**bench_throughput(3), **bench_hang(3)}, indent=1))
+    main()

@@ -43,6 +43,7 @@ WARM_MODULES = (
     # threads, so it is safe to hold in the fork server.
     "torch._dynamo",
     "torch.utils.serialization",  # torch.save in the first checkpoint
+    "torch.profiler._cupti_monitor",  # record_function (DDP's forward) imports it on first use
     "trainwreck.trainer.config",
     "trainwreck.trainer.events",
     "trainwreck.trainer.progress",
@@ -63,6 +64,14 @@ def warm_imports() -> None:
                 importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
             pass
+    # Every rank's FaultHooks.bind imports the injector module of each in-rank kind that
+    # KINDS declares (faults/inrank.py step_injectors, cached): about 3 ms per rank per attempt.
+    try:
+        from trainwreck.faults.inrank import step_injectors
+
+        step_injectors()
+    except Exception:  # noqa: BLE001 - as above: the rank then imports them itself
+        pass
 
 
 def arm_stack_dump(ctx: RankContext) -> Path:

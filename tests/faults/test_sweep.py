@@ -10,7 +10,7 @@ from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, run_sweep
 
 # The reference save's mutating ops (tests/faults/test_injectors.py checks the recording):
 # 2 = write(.tmp-step-00000016-PID/model.pt), 9 = rename(.tmp..., step-00000016),
-# 12 = rename(latest.tmp, latest), the commit. The naive writer's op 1 is
+# 11 = rename(latest.tmp, latest), the commit. The naive writer's op 1 is
 # mkdir(step-00000016), right after it advanced the pointer and announced the save.
 
 
@@ -36,7 +36,7 @@ def test_the_naive_writer_breaks_when_it_crashes_after_announcing_a_save_it_has_
 def test_a_crash_right_after_the_commit_pointer_is_renamed_is_judged_valid(tmp_path: Path) -> None:
     # The writer dies after committing but before its `save` event: the next attempt
     # restores the committed checkpoint and announces the commit on its behalf.
-    result = run_sweep(SweepRequest("reference", points=((0, 12, "after"),)), out=tmp_path)
+    result = run_sweep(SweepRequest("reference", points=((0, 11, "after"),)), out=tmp_path)
     assert result.rows[0].op == "rename(latest.tmp, latest)"
     assert result.first_failure is None, result.rows[0].summary
     recovered = [line for p in Path(result.rows[0].run_dir, "events").glob("a001-r000-*.jsonl")
@@ -56,7 +56,7 @@ def test_every_crash_point_is_judged_through_run_and_judge_with_its_verdicts_and
 
 @pytest.fixture(scope="module")
 def reference_sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepResult:
-    """The full reference sweep (39 jobs), run once for the slow tests that read it."""
+    """The full reference sweep (37 jobs), run once for the slow tests that read it."""
     return run_sweep(SweepRequest("reference"), out=tmp_path_factory.mktemp("sweep"))
 
 
