@@ -27,7 +27,8 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -159,6 +160,10 @@ PARALLEL_HASH_MIN = 1 << 20
 """Chunks at least this big are hashed on a second thread while they are written (or
 read); smaller ones are not worth the hand-off."""
 _CRC32_LOCK = threading.Lock()
+HASH_LAG = 2
+"""Chunks a verified read may have read but not yet hashed: past that the reader waits, so
+the hash reads a chunk the read has just written, still in the cache. Unbounded, the
+reader ran ahead (it is twice as fast) and the hash read most chunks back from memory."""
 
 
 class HashingSink:
@@ -566,15 +571,19 @@ class CheckpointStore:
         thread while the next is read. The bytes returned are the bytes hashed, so what is
         later unpickled is exactly what was verified (the file is never read twice)."""
         digest = hashlib.sha256()
+        pending: deque[Future[None]] = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
-            pending = []
+
+            def hash_chunk(chunk: memoryview) -> None:
+                pending.append(pool.submit(digest.update, chunk))
+                if len(pending) > HASH_LAG:
+                    pending.popleft().result()
+
             try:
-                data = self.storage.read(path, on_chunk=lambda chunk: pending.append(pool.submit(digest.update, chunk)),
-                                         limit=limit)
+                data = self.storage.read(path, on_chunk=hash_chunk, limit=limit)
             finally:
-                for hashed in pending:  # one worker: the chunks are hashed in file order
-                    hashed.result()
-        pending.clear()
+                while pending:  # one worker: the chunks are hashed in file order
+                    pending.popleft().result()
         return data, digest.hexdigest()
 
     @staticmethod
