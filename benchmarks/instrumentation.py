@@ -4,15 +4,16 @@ One rank in this process (gloo, world size 1) trains two identical trainers that
 differ only in `instrument`. A single rank has no communication time to hide behind, so
 the ratio is an upper bound on what a multi-rank step pays.
 
-The figure is the median of paired differences: the two trainers take single steps in
-turn (on, off, then off, on, ...), each pair's difference is taken, and the median
-difference is divided by the median uninstrumented step. Each step is timed in the
+The figure comes from paired differences: the two trainers take single steps in turn
+(on, off, then off, on, ...), each pair's difference is taken, and the mean of the middle
+half of the differences is divided by the median uninstrumented step. Each step is timed in the
 process's CPU time, not wall time: what the instrumentation costs is CPU work (JSON,
 digests, writes to the page cache; nothing is fsynced per step), and on a shared machine
 a step's wall time also holds whatever the neighbours took from the core meanwhile.
-Medians of 5-step blocks timed by the wall clock gave 0.41-3.24 % in three runs; paired
-CPU time gave 0.94-2.12 % in four runs of 60 pairs on the same loaded machine (30 pairs:
-1.33-5.91 % in ten), so a run takes 60 pairs or more. The wall-clock figure, paired the
+Medians of 5-step blocks timed by the wall clock gave 0.41-3.24 % in three runs. On the
+same loaded machine (load 3-4), 60 pairs in CPU time gave 0.92-1.63 % in four runs this
+way, 0.94-2.12 % by their median difference (-1.61 % once at load 7), and 30 pairs
+1.05-2.85 % in six, so a run takes 60 pairs or more. The wall-clock figure, paired the
 same way, is reported beside it (`instrumentation_overhead_wall_pct`).
 """
 from __future__ import annotations
@@ -111,9 +112,13 @@ def _paired_steps(on: Trainer, off: Trainer, steps: range) -> tuple[Samples, Sam
 
 
 def _paired_overhead_pct(samples: Samples) -> float:
-    """The median of the pairs' differences (on - off), in percent of the median off step."""
-    differences = [with_ - without for with_, without in zip(samples[True], samples[False])]
-    return statistics.median(differences) / statistics.median(samples[False]) * 100.0
+    """The interquartile mean of the pairs' differences (on - off: the middle half, the
+    quarter of pairs a neighbour hit hardest either way left out), in percent of the median
+    off step. The median alone rests on one or two pairs and moved twice as far."""
+    differences = sorted(with_ - without for with_, without in zip(samples[True], samples[False]))
+    quarter = len(differences) // 4
+    middle = differences[quarter:len(differences) - quarter]
+    return statistics.fmean(middle) / statistics.median(samples[False]) * 100.0
 
 if __name__ == "__main__":
     print(json.dumps(bench_instrumentation(), indent=1))
