@@ -68,19 +68,48 @@ def _release_freed_memory() -> None:
 
 
 def _alternating(contenders: dict[str, Callable[[], Any]], rounds: int, warmup: dict[str, int]) -> dict[str, float]:
-    """Median seconds of each contender, timed in turn within every round (see _timed)."""
+    """Median seconds of each contender, timed in turn within every round (see _timed).
+    The order rotates from round to round: the machine's state one contender leaves (pages
+    just freed, writeback under way) otherwise always lands on the same next contender."""
     for name, fn in contenders.items():
         for _ in range(warmup.get(name, 1)):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
+    names = list(contenders)
+    for round_ in range(rounds):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             os.sync()  # no dirty pages from the previous contender (see _timed)
             _release_freed_memory()
             started = time.perf_counter()
-            fn()
+            contenders[name]()
             samples[name].append(time.perf_counter() - started)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _torch_save_new_files(state: dict[str, torch.Tensor], root: Path, prefix: str, keep: int,
+                          durable: bool) -> Callable[[], None]:
+    """A baseline like the atomic save in what it asks of the file system: `torch.save` to
+    a NEW file each call (overwriting one path reuses its blocks: 1 GB then took 1.0-1.4 s
+    against 2.8-3.0 s for new blocks), the oldest deleted past `keep` as retention deletes
+    old checkpoints, and with `durable` the file and its folder fsynced (the new name must
+    be durable too)."""
+    paths: list[Path] = []
+
+    def save() -> None:
+        path = root / f"{prefix}-{len(paths)}.pt"
+        torch.save(state, path)
+        targets = ((path, os.O_RDONLY), (root, os.O_RDONLY | os.O_DIRECTORY)) if durable else ()
+        for target, flags in targets:
+            fd = os.open(target, flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        paths.append(path)
+        if len(paths) > keep:
+            paths[-keep - 1].unlink(missing_ok=True)
+
+    return save
 
 
 def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
@@ -94,37 +123,21 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
     def atomic_save() -> None:
         store.save(next(step), {"model.pt": Payload(state)}, {"config_identity": "bench", "digest": None})
 
-    def plain_save() -> None:
-        torch.save(state, plain_path)
-
-    durable_paths: list[Path] = []
-
-    def plain_durable_save() -> None:
-        # The fair baseline for durability: the same torch.save to a NEW file, as every
-        # atomic save writes new files (overwriting one path reuses its blocks: 1 GB then
-        # took 1.0-1.4 s against 2.8-3.0 s for new blocks), fsync of the file and of its
-        # folder (the new name must be durable too); old files go as retention deletes
-        # old checkpoints.
-        path = root / f"plain-durable-{len(durable_paths)}.pt"
-        torch.save(state, path)
-        for target, flags in ((path, os.O_RDONLY), (root, os.O_RDONLY | os.O_DIRECTORY)):
-            fd = os.open(target, flags)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        durable_paths.append(path)
-        if len(durable_paths) > store.keep_last:
-            durable_paths[-store.keep_last - 1].unlink(missing_ok=True)
+    plain_save = _torch_save_new_files(state, root, "plain", store.keep_last, durable=False)
+    plain_durable_save = _torch_save_new_files(state, root, "plain-durable", store.keep_last, durable=True)
+    torch.save(state, plain_path)  # what the plain load reads
 
     parts = _breakdown(state, root, repeats)
     # Contenders alternate round by round, so a busy moment on the shared machine lands
-    # on all of them rather than on whichever was timed then. The atomic save warms up
-    # to steady state, as in a job that saves repeatedly: retention has started deleting
-    # old checkpoints, so new files reuse page cache (torch.save overwrites one path).
-    rounds = max(repeats, MIN_ROUNDS if megabytes < 1024 else 2)
+    # on all of them rather than on whichever was timed then. Every save warms up to
+    # steady state, as in a job that saves repeatedly: each call deletes the oldest of its
+    # files, as retention deletes old checkpoints. At 1 GB three rounds, so that each save
+    # is timed once in each place of the rotating order.
+    rounds = max(repeats, MIN_ROUNDS if megabytes < 1024 else 3)
+    steady = store.keep_last + 1
     saves = _alternating({"plain_save_s": plain_save, "plain_durable_save_s": plain_durable_save,
-                          "atomic_save_s": atomic_save}, rounds, {"atomic_save_s": store.keep_last + 1})
+                          "atomic_save_s": atomic_save}, rounds,
+                         {"plain_save_s": steady, "plain_durable_save_s": steady, "atomic_save_s": steady})
     loads = _alternating({"verified_load_s": lambda: from_bytes(store.select("bench").files["model.pt"]),  # type: ignore[union-attr]
                           "plain_load_s": lambda: torch.load(plain_path, weights_only=True)}, rounds, {})
     stall = _async_stall(store, state, step, repeats)

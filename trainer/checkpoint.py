@@ -28,7 +28,8 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -160,6 +161,11 @@ PARALLEL_HASH_MIN = 1 << 20
 """Chunks at least this big are hashed on a second thread while they are written (or
 read); smaller ones are not worth the hand-off."""
 _CRC32_LOCK = threading.Lock()
+HASH_LAG = 1
+"""Chunks a verified read may have read but not yet hashed: the next chunk is read while
+this one is hashed, no further ahead, so the hash reads what the read has just written,
+still in the cache. Further ahead the hash reads chunks the cache has already let go
+(100 MB in 256 KB chunks: 61 ms of hash CPU at 1, 77 at 3)."""
 
 
 class HashingSink:
@@ -570,15 +576,19 @@ class CheckpointStore:
         thread while the next is read. The bytes returned are the bytes hashed, so what is
         later unpickled is exactly what was verified (the file is never read twice)."""
         digest = hashlib.sha256()
+        pending: deque[Future[None]] = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
-            pending = []
+
+            def hash_chunk(chunk: memoryview) -> None:
+                pending.append(pool.submit(digest.update, chunk))
+                if len(pending) > HASH_LAG:
+                    pending.popleft().result()
+
             try:
-                data = self.storage.read(path, on_chunk=lambda chunk: pending.append(pool.submit(digest.update, chunk)),
-                                         limit=limit)
+                data = self.storage.read(path, on_chunk=hash_chunk, limit=limit)
             finally:
-                for hashed in pending:  # one worker: the chunks are hashed in file order
-                    hashed.result()
-        pending.clear()
+                while pending:  # one worker: the chunks are hashed in file order
+                    pending.popleft().result()
         return data, digest.hexdigest()
 
     @staticmethod
