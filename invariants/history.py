@@ -44,6 +44,15 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
     if not values:
         return column
     if isinstance(column, array):
+        # Most values fit the column as it is: try that first (one C-level pass, no
+        # min/max); an array refuses a value that does not fit with OverflowError,
+        # having appended the values before it, which are taken back.
+        size = len(column)
+        try:
+            column.extend(values)
+            return column
+        except OverflowError:
+            del column[size:]
         lo, hi = min(values), max(values)
         bits = column.itemsize * 8 - 1
         if lo < -(1 << bits) or hi >= 1 << bits:

@@ -618,6 +618,7 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
 _STEP_COLUMNS = ("attempt", "rank", "world_size", "step", "loss", "digest")
 _BATCH_COLUMNS = ("attempt", "rank", "world_size", "step", "epoch", "samples")
 _GET = {name: itemgetter(name) for name in ("kind", "t") + _STEP_COLUMNS + _BATCH_COLUMNS}
+_HEAD = itemgetter("attempt", "rank", "world_size")
 
 
 def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int], src: str, unknown: dict[str, int]) -> bool:
@@ -629,19 +630,17 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     names any bad line."""
     try:
         kinds = list(map(_GET["kind"], parsed))
-        times = list(map(_GET["t"], parsed))
-        if not set(map(type, times)) <= _TIME_TYPES:
+        if not set(map(type, map(_GET["t"], parsed))) <= _TIME_TYPES:
             return False
-        step_evs = list(compress(parsed, map("step".__eq__, kinds)))
-        batch_evs = list(compress(parsed, map("batch".__eq__, kinds)))
+        step_evs, batch_evs, sparse_at = _split_kinds(parsed, kinds)
         if not step_evs and not batch_evs:
             return False
-        s_att, s_rank, s_ws, steps, losses, digests = (list(map(_GET[k], step_evs)) for k in _STEP_COLUMNS)
-        b_att, b_rank, b_ws, batch_steps, epochs, samples = (list(map(_GET[k], batch_evs)) for k in _BATCH_COLUMNS)
-        attempts, ranks, sizes = set(s_att) | set(b_att), set(s_rank) | set(b_rank), set(s_ws) | set(b_ws)
-        if len(attempts) != 1 or len(ranks) != 1 or len(sizes) != 1:
+        steps, losses, digests = (list(map(_GET[k], step_evs)) for k in ("step", "loss", "digest"))
+        batch_steps, epochs, samples = (list(map(_GET[k], batch_evs)) for k in ("step", "epoch", "samples"))
+        heads = set(map(_HEAD, step_evs)) | set(map(_HEAD, batch_evs))  # (attempt, rank, world_size)
+        if len(heads) != 1:
             return False
-        ((attempt,), (rank,), (ws,)) = attempts, ranks, sizes
+        ((attempt, rank, ws),) = heads
         if type(attempt) is not int or type(rank) is not int or type(ws) is not int or attempt < 0 or rank < 0:
             return False
         if max(attempt, 0) > MAX_COUNT or rank > MAX_RANKS or not 0 <= ws <= MAX_RANKS:
@@ -660,15 +659,13 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
             return False
         if max(steps, default=0) > MAX_COUNT or max(batch_steps, default=0) > MAX_COUNT or max(epochs, default=0) > MAX_COUNT:
             return False  # the reference path names the field
-        dense_mask = list(map(_DENSE.__contains__, kinds))
-        sparse_at = list(compress(range(len(parsed)), map(not_, dense_mask)))
         for i in sparse_at:  # few: validate them before touching the history
             _validate(parsed[i], src, numbers[i])
     except (KeyError, TypeError):
         return False
-    first = dense_mask.index(True)
+    first = next(i for i, kind in enumerate(kinds) if kind in _DENSE)
     log = _log_for(history, attempt, rank, ws, src, numbers[first])
-    pos = (float(times[first]), src, numbers[first])
+    pos = (float(parsed[first]["t"]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
     log.steps = extend_ints(log.steps, steps)
@@ -685,6 +682,20 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         else:
             unknown[kind] = unknown.get(kind, 0) + 1
     return True
+
+
+def _split_kinds(parsed: list[Any], kinds: list[Any]) -> tuple[list[Any], list[Any], list[int]]:
+    """(step events, batch events, indices of the other events). A trainer writes batch k,
+    step k, batch k+1...: when a block alternates and holds nothing else, two slices
+    split it; otherwise C-level compress passes do."""
+    evens, odds = kinds[0::2], kinds[1::2]
+    if evens and odds and {evens[0], odds[0]} == _DENSE and evens.count(evens[0]) == len(evens) \
+            and odds.count(odds[0]) == len(odds):
+        return (parsed[0::2], parsed[1::2], []) if evens[0] == "step" else (parsed[1::2], parsed[0::2], [])
+    step_evs = list(compress(parsed, map("step".__eq__, kinds)))
+    batch_evs = list(compress(parsed, map("batch".__eq__, kinds)))
+    sparse_at = list(compress(range(len(parsed)), map(not_, map(_DENSE.__contains__, kinds))))
+    return step_evs, batch_evs, sparse_at
 
 
 def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]) -> list[Any]:
