@@ -25,11 +25,12 @@ import json.scanner
 import multiprocessing
 import os
 import threading
+from array import array
 from bisect import bisect_left
 from collections import deque
 from itertools import accumulate, chain, compress, islice
 from operator import itemgetter, not_
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -117,6 +118,7 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
         if not _load_parallel(history, files, unknown):
             for path, src in files:
                 _load_file(history, run_dir, path, src, unknown)
+                _share_columns(history, history.__dict__.pop("_touched", {}).values())
     finally:
         if enabled:
             gc.enable()
@@ -126,6 +128,9 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
+    for log in history.logs.values():
+        log.__dict__.pop("_borrowed", None)  # loaded: no column grows any more
+    history.__dict__.pop("_in_order", None)
     _check_steps(history)
     _place_by_time(history)
     return history
@@ -168,6 +173,7 @@ def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict
             for log in part.logs.values():
                 _share_digests(merged, log)
             merged.logs.update(part.logs)
+            _share_columns(merged, part.logs.values())
             merged.world_sizes.update(part.world_sizes)
             merged.events.extend(part.events)
             merged.notes.extend(part.notes)
@@ -195,6 +201,7 @@ def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[
     _load_file(part, run_dir, path, src, unknown)
     part.__dict__.pop("_first_log", None)
     part.__dict__.pop("_odd_world_sizes", None)
+    part.__dict__.pop("_touched", None)
     for log in part.logs.values():  # digests travel as one string: no object per event on arrival
         if log.digests and set(map(type, log.digests)) == {str}:
             joined = "\n".join(log.digests)
@@ -580,9 +587,13 @@ def _keep_sparse(history: History, ev: dict[str, Any], src: str, line: int) -> N
 
 
 def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line: int) -> RankLog:
+    """The rank log to extend (its own columns, never ones it shares: see _share_columns)."""
     log = history.logs.get((attempt, rank))
     if log is None:
         log = history.logs[(attempt, rank)] = RankLog(attempt, rank, ws)
+    elif log.__dict__.get("_borrowed"):
+        _own(log)
+    history.__dict__.setdefault("_touched", {})[(attempt, rank)] = log
     known = history.world_sizes.setdefault(attempt, ws)
     noted = history.__dict__.setdefault("_odd_world_sizes", set())
     if ws != known and (attempt, ws) not in noted:
@@ -711,10 +722,49 @@ def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]
     return candidate if candidate == digests else digests
 
 
+# Columns that the ranks of one attempt normally report alike: all replicas apply the
+# same updates (steps, digests; losses too where the loss is the global one) from batches
+# of the same shape (batch_steps, epochs, offsets). Only the sample ids differ by rank.
+_SHAREABLE = ("steps", "losses", "digests", "batch_steps", "epochs", "offsets")
+
+
+def _share_columns(history: History, logs: Iterable[RankLog]) -> None:
+    """Each column of `logs` equal to the one of the attempt's first rank log becomes that
+    very object: memory for those columns is then per update, not per (update, rank).
+    Equal values only, so no checker can see a difference; a log that grows afterwards
+    (a second file for one rank) copies its columns first (_own)."""
+    firsts: dict[int, RankLog] = {}
+    for log in history.logs.values():
+        firsts.setdefault(log.attempt, log)
+    for log in logs:
+        ref = firsts.get(log.attempt)
+        if ref is None or ref is log:
+            continue
+        for name in _SHAREABLE:
+            mine, theirs = getattr(log, name), getattr(ref, name)
+            if mine is not theirs and len(mine) == len(theirs) and type(mine) is type(theirs) and mine == theirs:
+                setattr(log, name, theirs)
+                log.__dict__["_borrowed"] = ref.__dict__["_borrowed"] = True
+
+
+def _own(log: RankLog) -> None:
+    """Give a log copies of the columns it may share, before it grows."""
+    log.__dict__.pop("_borrowed", None)
+    for name in _SHAREABLE:
+        column = getattr(log, name)
+        setattr(log, name, array(column.typecode, column) if isinstance(column, array) else list(column))
+
+
 def _finish(history: History, log: RankLog) -> None:
     """Put a rank log in update order (files may come in any order) and move
     repeated `step` events aside, so that each column has one row per update."""
-    if not all(map(int.__lt__, log.steps, log.steps[1:])):  # out of order or repeated (no set of every step)
+    # Shared columns (_share_columns) known to be in order, by id (held, so no id is reused).
+    in_order: dict[int, Any] = history.__dict__.setdefault("_in_order", {})
+    if id(log.steps) in in_order:
+        pass
+    elif all(map(int.__lt__, log.steps, log.steps[1:])):
+        in_order[id(log.steps)] = log.steps
+    else:  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
         steps, losses, digests = [], [], []
         for i in order:
@@ -729,7 +779,11 @@ def _finish(history: History, log: RankLog) -> None:
         log.steps = extend_ints(log.steps[:0], steps)
         log.losses = extend_losses(log.losses[:0], losses)
         log.digests = digests
-    if any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
+    if id(log.batch_steps) in in_order:
+        pass
+    elif not any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
+        in_order[id(log.batch_steps)] = log.batch_steps
+    else:
         order = sorted(range(len(log.batch_steps)), key=log.batch_steps.__getitem__)
         chunks = [log.ids[log.offsets[i] : log.offsets[i + 1]] for i in order]
         log.batch_steps = extend_ints(log.batch_steps[:0], [log.batch_steps[i] for i in order])
