@@ -28,11 +28,16 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import deque
-from itertools import accumulate, chain, compress, islice
-from operator import itemgetter, not_
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import attrgetter, is_, itemgetter, not_
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence, Union
 
 import orjson
+
+try:  # optional (extra `fast`): typed decoding of the bulk kinds, no dict per event
+    import msgspec
+except ImportError:  # pragma: no cover - the orjson path reads everything alone
+    msgspec = None
 
 from trainwreck.invariants.files import open_regular, read_bounded
 from trainwreck.invariants.history import FORMAT, History, InputError, RankLog, extend_ints, extend_losses
@@ -439,6 +444,11 @@ def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length:
 
 
 def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
+    try:
+        if _ingest_typed(history, data, first, src, unknown):
+            return
+    except InputError:
+        pass  # _ingest_typed changed nothing; the reference path names the line
     fast = _parse_fast(data)
     if fast is not None:
         try:
@@ -679,13 +689,7 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     pos = (float(parsed[first]["t"]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    log.steps = extend_ints(log.steps, steps)
-    log.losses = extend_losses(log.losses, losses)
-    log.digests.extend(_shared(history, log, steps, digests))
-    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
-    log.epochs = extend_ints(log.epochs, epochs)
-    log.offsets = extend_ints(log.offsets, list(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None)))
-    log.ids = extend_ints(log.ids, ids)
+    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)), ids)
     for i in sparse_at:
         kind = kinds[i]
         if kind in REQUIRED:
@@ -693,6 +697,112 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         else:
             unknown[kind] = unknown.get(kind, 0) + 1
     return True
+
+
+def _typed_decoder() -> Any:
+    """A msgspec decoder of one event line: `batch` and `step` as typed structs (strict:
+    an int field takes only a JSON integer - no bool, no 1.0 - of any size; repeated keys:
+    the last one, as the standard library), every other kind this reader knows as an empty
+    struct of that tag, fields unread (the line is parsed again as a dict, few are).
+    An unknown kind, a missing field or a wrong type is an error: the block then takes
+    the orjson path, which handles and names all of that."""
+    common = [("t", float), ("attempt", int), ("rank", int), ("world_size", int), ("step", int)]
+    options = {"tag_field": "kind", "gc": False}
+    batch = msgspec.defstruct("Batch", common + [("epoch", int), ("samples", list[int])], tag="batch", **options)
+    step = msgspec.defstruct("Step", common + [("loss", Any, None), ("digest", Any, None)], tag="step", **options)
+    others = [msgspec.defstruct(f"Other_{kind}", [], tag=kind, **options) for kind in REQUIRED if kind not in _DENSE]
+    return batch, step, msgspec.json.Decoder(Union[tuple([batch, step] + others)])  # type: ignore[valid-type]
+
+
+_TYPED = _typed_decoder() if msgspec is not None else None
+_TYPED_HEAD = attrgetter("attempt", "rank", "world_size")
+
+
+def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: dict[str, int]) -> bool:
+    """The fastest path, when msgspec is installed: each line decoded straight into a
+    typed struct (msgspec checks every field's type, so no pass over a column does), the
+    columns taken by attribute. The same rules as `_ingest_columns` otherwise: one attempt,
+    rank and world size, fields within bounds, the other events validated as dicts; False,
+    having changed nothing, for anything else, and the orjson path decides."""
+    if _TYPED is None:
+        return False
+    batch_type, step_type, decoder = _TYPED
+    text = data.rstrip()
+    if not text:
+        return False
+    lines = text.split(b"\n")
+    try:
+        decoded = list(map(decoder.decode, lines))
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included; too deep a line
+        return False
+    types = list(map(type, decoded))
+    step_evs, batch_evs, sparse_at = _split_typed(decoded, types, batch_type, step_type)
+    if not step_evs and not batch_evs:
+        return False
+    heads = set(map(_TYPED_HEAD, step_evs)) | set(map(_TYPED_HEAD, batch_evs))
+    if len(heads) != 1:
+        return False
+    ((attempt, rank, ws),) = heads
+    if not (0 <= attempt <= MAX_COUNT and 0 <= rank <= MAX_RANKS and 0 <= ws <= MAX_RANKS):
+        return False  # the reference path names the field that is out of bounds
+    times = list(map(_T_OF, batch_evs)) + list(map(_T_OF, step_evs))
+    if not -_T_LIMIT < min(times) <= max(times) < _T_LIMIT:
+        return False
+    steps, losses, digests = (list(map(attrgetter(k), step_evs)) for k in ("step", "loss", "digest"))
+    batch_steps, epochs, samples = (list(map(attrgetter(k), batch_evs)) for k in ("step", "epoch", "samples"))
+    for column in (steps, batch_steps, epochs):
+        if column and (min(column) < 0 or max(column) > MAX_COUNT):
+            return False
+    numbers = range(first, first + len(lines))
+    sparse = []
+    for i in sparse_at:  # few: read again as dicts, validated before touching the history
+        try:
+            ev = orjson.loads(lines[i])
+        except orjson.JSONDecodeError:
+            return False
+        sparse.append((_validate(ev, src, numbers[i]), ev, numbers[i]))
+    at = next(i for i, kind in enumerate(types) if kind is batch_type or kind is step_type)
+    log = _log_for(history, attempt, rank, ws, src, numbers[at])
+    pos = (float(decoded[at].t), src, numbers[at])
+    if log.first_pos is None or pos < log.first_pos:
+        log.first_pos = pos
+    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)),
+                list(chain.from_iterable(samples)))
+    for kind, ev, line in sparse:
+        if kind in REQUIRED:
+            _keep_sparse(history, ev, src, line)
+        else:
+            unknown[kind] = unknown.get(kind, 0) + 1
+    history.event_count += len(lines)
+    return True
+
+
+_T_OF = attrgetter("t")
+
+
+def _split_typed(decoded: list[Any], types: list[type], batch_type: type, step_type: type
+                 ) -> tuple[list[Any], list[Any], list[int]]:
+    """(step structs, batch structs, indices of the other lines), as `_split_kinds`."""
+    evens, odds = types[0::2], types[1::2]
+    if evens and odds and {evens[0], odds[0]} == {batch_type, step_type} and evens.count(evens[0]) == len(evens) \
+            and odds.count(odds[0]) == len(odds):
+        return (decoded[0::2], decoded[1::2], []) if evens[0] is step_type else (decoded[1::2], decoded[0::2], [])
+    step_evs = list(compress(decoded, map(is_, types, repeat(step_type))))
+    batch_evs = list(compress(decoded, map(is_, types, repeat(batch_type))))
+    dense = {batch_type, step_type}
+    sparse_at = list(compress(range(len(decoded)), map(not_, map(dense.__contains__, types))))
+    return step_evs, batch_evs, sparse_at
+
+
+def _extend_log(history: History, log: RankLog, steps: list[int], losses: list[Any], digests: list[Any],
+                batch_steps: list[int], epochs: list[int], lengths: list[int], ids: list[int]) -> None:
+    log.steps = extend_ints(log.steps, steps)
+    log.losses = extend_losses(log.losses, losses)
+    log.digests.extend(_shared(history, log, steps, digests))
+    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
+    log.epochs = extend_ints(log.epochs, epochs)
+    log.offsets = extend_ints(log.offsets, list(islice(accumulate(lengths, initial=len(log.ids)), 1, None)))
+    log.ids = extend_ints(log.ids, ids)
 
 
 def _split_kinds(parsed: list[Any], kinds: list[Any]) -> tuple[list[Any], list[Any], list[int]]:

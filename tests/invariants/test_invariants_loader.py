@@ -134,12 +134,12 @@ def test_fast_and_reference_paths_load_the_same_history(builder):
     b.end()
     b.write()
     fast = load_history(b.dir)
-    original = loader._ingest_columns
-    loader._ingest_columns = lambda *args: False  # force the per-event path
+    original = loader._ingest_columns, loader._ingest_typed
+    loader._ingest_columns = loader._ingest_typed = lambda *args: False  # force the per-event path
     try:
         slow = load_history(b.dir)
     finally:
-        loader._ingest_columns = original
+        loader._ingest_columns, loader._ingest_typed = original
     assert fast.logs == slow.logs
     assert fast.events == slow.events
     assert fast.event_count == slow.event_count
