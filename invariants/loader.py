@@ -30,7 +30,7 @@ from bisect import bisect_left
 from collections import deque
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import attrgetter, is_, itemgetter, not_
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence, Union
+from typing import Annotated, Any, BinaryIO, Iterable, Iterator, Sequence, Union
 
 import orjson
 
@@ -706,9 +706,13 @@ def _typed_decoder() -> Any:
     struct of that tag, fields unread (the line is parsed again as a dict, few are).
     An unknown kind, a missing field or a wrong type is an error: the block then takes
     the orjson path, which handles and names all of that."""
-    common = [("t", float), ("attempt", int), ("rank", int), ("world_size", int), ("step", int)]
+    # The reference path's bounds, checked by msgspec as it decodes (no pass over a column).
+    count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+    ranks = Annotated[int, msgspec.Meta(ge=0, le=MAX_RANKS)]
+    time = Annotated[float, msgspec.Meta(gt=-_T_LIMIT, lt=_T_LIMIT)]
+    common = [("t", time), ("attempt", count), ("rank", ranks), ("world_size", ranks), ("step", count)]
     options = {"tag_field": "kind", "gc": False}
-    batch = msgspec.defstruct("Batch", common + [("epoch", int), ("samples", list[int])], tag="batch", **options)
+    batch = msgspec.defstruct("Batch", common + [("epoch", count), ("samples", list[int])], tag="batch", **options)
     step = msgspec.defstruct("Step", common + [("loss", Any, None), ("digest", Any, None)], tag="step", **options)
     others = [msgspec.defstruct(f"Other_{kind}", [], tag=kind, **options) for kind in REQUIRED if kind not in _DENSE]
     return batch, step, msgspec.json.Decoder(Union[tuple([batch, step] + others)])  # type: ignore[valid-type]
@@ -723,7 +727,8 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     typed struct (msgspec checks every field's type, so no pass over a column does), the
     columns taken by attribute. The same rules as `_ingest_columns` otherwise: one attempt,
     rank and world size, fields within bounds, the other events validated as dicts; False,
-    having changed nothing, for anything else, and the orjson path decides."""
+    having changed nothing, for anything else, and the orjson path decides. Bounds are
+    part of the types (`_typed_decoder`): a value beyond one fails the decoding."""
     if _TYPED is None:
         return False
     batch_type, step_type, decoder = _TYPED
@@ -743,16 +748,8 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     if len(heads) != 1:
         return False
     ((attempt, rank, ws),) = heads
-    if not (0 <= attempt <= MAX_COUNT and 0 <= rank <= MAX_RANKS and 0 <= ws <= MAX_RANKS):
-        return False  # the reference path names the field that is out of bounds
-    times = list(map(_T_OF, batch_evs)) + list(map(_T_OF, step_evs))
-    if not -_T_LIMIT < min(times) <= max(times) < _T_LIMIT:
-        return False
     steps, losses, digests = (list(map(attrgetter(k), step_evs)) for k in ("step", "loss", "digest"))
     batch_steps, epochs, samples = (list(map(attrgetter(k), batch_evs)) for k in ("step", "epoch", "samples"))
-    for column in (steps, batch_steps, epochs):
-        if column and (min(column) < 0 or max(column) > MAX_COUNT):
-            return False
     numbers = range(first, first + len(lines))
     sparse = []
     for i in sparse_at:  # few: read again as dicts, validated before touching the history
@@ -775,9 +772,6 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
             unknown[kind] = unknown.get(kind, 0) + 1
     history.event_count += len(lines)
     return True
-
-
-_T_OF = attrgetter("t")
 
 
 def _split_typed(decoded: list[Any], types: list[type], batch_type: type, step_type: type
