@@ -7,14 +7,17 @@ InputError naming file, line and field). A checker that guessed over broken
 input would pass runs it never saw.
 
 Speed and memory: each file is streamed in blocks of whole lines (files.py
-opens it without trusting it); a block is parsed by orjson (several times
-faster than the stdlib on these small objects) and, when it is one process's
-events (one attempt, one rank: the normal case), split into compact columns
-with C-level map/compress passes. A block that does not fit - a torn or bad
-line, a mixed file, a field of the wrong type - is parsed again by the stdlib
-and goes through the per-event path, which is the reference: every message
-about bad input comes from it, so both parsers judge the same input the same
-way. A big run's files are parsed by forked workers (`_load_parallel`).
+opens it without trusting it). A block of one process's events (one attempt,
+one rank: the normal case) is decoded by msgspec into typed structs when it is
+installed (`_ingest_typed`), else parsed by orjson (several times faster than
+the stdlib on these small objects, `_ingest_columns`), and split into compact
+columns with C-level map/compress passes. A block that does not fit - a torn or
+bad line, a mixed file, a field of the wrong type - goes to the next path and at
+last is parsed again by the stdlib through the per-event path, which is the
+reference: every message about bad input comes from it, so all parsers judge
+the same input the same way. A big run's files are parsed by forked workers
+(`_load_parallel`); the rank logs of one attempt share their equal columns
+(`_share_columns`).
 """
 
 from __future__ import annotations
