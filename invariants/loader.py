@@ -654,7 +654,8 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     names any bad line."""
     try:
         kinds = list(map(_GET["kind"], parsed))
-        if not set(map(type, map(_GET["t"], parsed))) <= _TIME_TYPES:
+        times = list(map(_GET["t"], parsed))
+        if not set(map(type, times)) <= _TIME_TYPES or not -_T_LIMIT < min(times) <= max(times) < _T_LIMIT:
             return False
         step_evs, batch_evs, sparse_at = _split_kinds(parsed, kinds)
         if not step_evs and not batch_evs:
@@ -663,6 +664,10 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         batch_steps, epochs, samples = (list(map(_GET[k], batch_evs)) for k in ("step", "epoch", "samples"))
         heads = set(map(_HEAD, step_evs)) | set(map(_HEAD, batch_evs))  # (attempt, rank, world_size)
         if len(heads) != 1:
+            return False
+        # Equal is not enough: 0.0 and false equal 0 in a set; the reference wants an int.
+        if any(not set(map(type, map(_GET[k], evs))) <= _INT_TYPE
+               for k in ("attempt", "rank", "world_size") for evs in (step_evs, batch_evs)):
             return False
         ((attempt, rank, ws),) = heads
         if type(attempt) is not int or type(rank) is not int or type(ws) is not int or attempt < 0 or rank < 0:
@@ -689,7 +694,7 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         return False
     first = next(i for i, kind in enumerate(kinds) if kind in _DENSE)
     log = _log_for(history, attempt, rank, ws, src, numbers[first])
-    pos = (float(parsed[first]["t"]), src, numbers[first])
+    pos = (float(times[first]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
     _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)), ids)

@@ -83,14 +83,24 @@ def test_the_msgspec_typed_path_loads_the_same_history_as_the_stdlib_reference(t
     '{"kind": "batch", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "epoch": 0, "samples": [1, false]}',
     '{"kind": "note", "t": 2.0}',
     '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "loss": 18446744073709551616}',
+    # With every field present, so that the orjson path (msgspec refusing) must decide too:
+    '{"kind": "step", "t": 1e301, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": 0.0, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": false, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1.0, "step": 75, "loss": 1.0, "digest": "x"}',
 ])
-def test_lines_the_typed_path_refuses_or_reads_are_judged_as_the_reference_path_judges_them(tmp_path: Path, line: str):
+@pytest.mark.parametrize("typed", [True, False], ids=["msgspec", "orjson"])
+def test_lines_the_fast_paths_refuse_or_read_are_judged_as_the_reference_path_judges_them(
+        tmp_path: Path, monkeypatch, line: str, typed: bool):
     from readers import reference_judgement
     run = _one_rank_run(tmp_path, line)
+    if not typed:
+        monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)
     try:
         ours: Any = {"judgement": judge(load_history(run)).to_json(), "events": load_history(run).event_count}
     except InputError as exc:
         ours = f"InputError: {exc}"
+    monkeypatch.undo()
     assert ours == reference_judgement(run)
 
 
