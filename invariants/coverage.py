@@ -16,7 +16,7 @@ from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, absent_int
 
 NAME = "coverage"
 
-# epoch -> (where its ids are, [ids used in all, lowest id, highest id]). An epoch's
+# epoch -> (where its ids are, [ids used in all]). An epoch's
 # ids are kept as (column, start, stop) references into the rank logs, not copied
 # into a set: the set of one epoch is built only when that epoch is judged, so the
 # checker holds one epoch's ids at a time, not every epoch's (2 GB at 16 M events).
@@ -50,8 +50,9 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     twice_by_epoch: dict[int, int] = {}
     ordered = sorted(epochs)
     for n, epoch in enumerate(ordered):
-        parts, (used, lowest, highest) = epochs.pop(epoch)
+        parts, (used,) = epochs.pop(epoch)
         seen = _seen(parts)
+        lowest, highest = min(seen), max(seen)  # over the distinct ids: cheaper than over every use
         if used != len(seen):
             twice, line = _where_twice(history, lineage, epoch)
             duplicated += twice
@@ -141,17 +142,13 @@ def _add_events(log: RankLog, i: int, j: int, epochs: EpochIds, last_epoch: int 
         else:
             listed = [x for n, e in enumerate(eps) if e == epoch for x in log.samples(i + n)]
             part = (listed, 0, len(listed))
-        ids = part[0][part[1] : part[2]]
-        if not ids:
+        if part[1] == part[2]:
             continue
         entry = epochs.get(epoch)
         if entry is None:
-            entry = epochs[epoch] = ([], [0, ids[0], ids[0]])
+            entry = epochs[epoch] = ([], [0])
         entry[0].append(part)
-        tally = entry[1]
-        tally[0] += len(ids)
-        tally[1] = min(tally[1], min(ids))
-        tally[2] = max(tally[2], max(ids))
+        entry[1][0] += part[2] - part[1]
     return eps[-1] if in_order else max(eps)
 
 

@@ -5,8 +5,11 @@ real run a hundred million. The two bulk kinds, `batch` and `step`, are stored
 as columns per (attempt, rank) in a `RankLog`: integers in `array`s of the
 narrowest item type that holds them (widened as larger values arrive; a plain
 list past 64 bits), losses in an `array('d')` while they are all floats, digests
-in a list of shared strings - no object per event. Every other kind is kept as
-its dict, in order, in `History.events`.
+in a list of strings - no object per event. A column equal to the one of the
+attempt's first rank log is that very object (the loader shares it: replicas
+report the same steps, digests and batch shapes), so only sample ids cost
+memory per rank. Every other kind is kept as its dict, in order, in
+`History.events`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
     if not values:
         return column
     if isinstance(column, array):
+        # Most values fit the column as it is: try that first (one C-level pass, no
+        # min/max); an array refuses a value that does not fit with OverflowError,
+        # having appended the values before it, which are taken back.
+        size = len(column)
+        try:
+            column.extend(values)
+            return column
+        except OverflowError:
+            del column[size:]
         lo, hi = min(values), max(values)
         bits = column.itemsize * 8 - 1
         if lo < -(1 << bits) or hi >= 1 << bits:

@@ -7,14 +7,17 @@ InputError naming file, line and field). A checker that guessed over broken
 input would pass runs it never saw.
 
 Speed and memory: each file is streamed in blocks of whole lines (files.py
-opens it without trusting it); a block is parsed by orjson (several times
-faster than the stdlib on these small objects) and, when it is one process's
-events (one attempt, one rank: the normal case), split into compact columns
-with C-level map/compress passes. A block that does not fit - a torn or bad
-line, a mixed file, a field of the wrong type - is parsed again by the stdlib
-and goes through the per-event path, which is the reference: every message
-about bad input comes from it, so both parsers judge the same input the same
-way. A big run's files are parsed by forked workers (`_load_parallel`).
+opens it without trusting it). A block of one process's events (one attempt,
+one rank: the normal case) is decoded by msgspec into typed structs when it is
+installed (`_ingest_typed`), else parsed by orjson (several times faster than
+the stdlib on these small objects, `_ingest_columns`), and split into compact
+columns with C-level map/compress passes. A block that does not fit - a torn or
+bad line, a mixed file, a field of the wrong type - goes to the next path and at
+last is parsed again by the stdlib through the per-event path, which is the
+reference: every message about bad input comes from it, so all parsers judge
+the same input the same way. A big run's files are parsed by forked workers
+(`_load_parallel`); the rank logs of one attempt share their equal columns
+(`_share_columns`).
 """
 
 from __future__ import annotations
@@ -25,13 +28,19 @@ import json.scanner
 import multiprocessing
 import os
 import threading
+from array import array
 from bisect import bisect_left
 from collections import deque
-from itertools import accumulate, chain, compress, islice
-from operator import itemgetter, not_
-from typing import Any, BinaryIO, Iterator, Sequence
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import attrgetter, is_, itemgetter, not_
+from typing import Annotated, Any, BinaryIO, Iterable, Iterator, Sequence, Union
 
 import orjson
+
+try:  # optional (extra `fast`): typed decoding of the bulk kinds, no dict per event
+    import msgspec
+except ImportError:  # pragma: no cover - the orjson path reads everything alone
+    msgspec = None
 
 from trainwreck.invariants.files import open_regular, read_bounded
 from trainwreck.invariants.history import FORMAT, History, InputError, RankLog, extend_ints, extend_losses
@@ -117,6 +126,7 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
         if not _load_parallel(history, files, unknown):
             for path, src in files:
                 _load_file(history, run_dir, path, src, unknown)
+                _share_columns(history, history.__dict__.pop("_touched", {}).values())
     finally:
         if enabled:
             gc.enable()
@@ -126,6 +136,9 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     history.events.sort(key=itemgetter("_pos"))
     for log in history.logs.values():
         _finish(history, log)
+    for log in history.logs.values():
+        log.__dict__.pop("_borrowed", None)  # loaded: no column grows any more
+    history.__dict__.pop("_in_order", None)
     _check_steps(history)
     _place_by_time(history)
     return history
@@ -168,6 +181,7 @@ def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict
             for log in part.logs.values():
                 _share_digests(merged, log)
             merged.logs.update(part.logs)
+            _share_columns(merged, part.logs.values())
             merged.world_sizes.update(part.world_sizes)
             merged.events.extend(part.events)
             merged.notes.extend(part.notes)
@@ -195,6 +209,7 @@ def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[
     _load_file(part, run_dir, path, src, unknown)
     part.__dict__.pop("_first_log", None)
     part.__dict__.pop("_odd_world_sizes", None)
+    part.__dict__.pop("_touched", None)
     for log in part.logs.values():  # digests travel as one string: no object per event on arrival
         if log.digests and set(map(type, log.digests)) == {str}:
             joined = "\n".join(log.digests)
@@ -432,6 +447,11 @@ def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length:
 
 
 def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
+    try:
+        if _ingest_typed(history, data, first, src, unknown):
+            return
+    except InputError:
+        pass  # _ingest_typed changed nothing; the reference path names the line
     fast = _parse_fast(data)
     if fast is not None:
         try:
@@ -580,9 +600,13 @@ def _keep_sparse(history: History, ev: dict[str, Any], src: str, line: int) -> N
 
 
 def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line: int) -> RankLog:
+    """The rank log to extend (its own columns, never ones it shares: see _share_columns)."""
     log = history.logs.get((attempt, rank))
     if log is None:
         log = history.logs[(attempt, rank)] = RankLog(attempt, rank, ws)
+    elif log.__dict__.get("_borrowed"):
+        _own(log)
+    history.__dict__.setdefault("_touched", {})[(attempt, rank)] = log
     known = history.world_sizes.setdefault(attempt, ws)
     noted = history.__dict__.setdefault("_odd_world_sizes", set())
     if ws != known and (attempt, ws) not in noted:
@@ -618,6 +642,7 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
 _STEP_COLUMNS = ("attempt", "rank", "world_size", "step", "loss", "digest")
 _BATCH_COLUMNS = ("attempt", "rank", "world_size", "step", "epoch", "samples")
 _GET = {name: itemgetter(name) for name in ("kind", "t") + _STEP_COLUMNS + _BATCH_COLUMNS}
+_HEAD = itemgetter("attempt", "rank", "world_size")
 
 
 def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int], src: str, unknown: dict[str, int]) -> bool:
@@ -630,18 +655,21 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     try:
         kinds = list(map(_GET["kind"], parsed))
         times = list(map(_GET["t"], parsed))
-        if not set(map(type, times)) <= _TIME_TYPES:
+        if not set(map(type, times)) <= _TIME_TYPES or not -_T_LIMIT < min(times) <= max(times) < _T_LIMIT:
             return False
-        step_evs = list(compress(parsed, map("step".__eq__, kinds)))
-        batch_evs = list(compress(parsed, map("batch".__eq__, kinds)))
+        step_evs, batch_evs, sparse_at = _split_kinds(parsed, kinds)
         if not step_evs and not batch_evs:
             return False
-        s_att, s_rank, s_ws, steps, losses, digests = (list(map(_GET[k], step_evs)) for k in _STEP_COLUMNS)
-        b_att, b_rank, b_ws, batch_steps, epochs, samples = (list(map(_GET[k], batch_evs)) for k in _BATCH_COLUMNS)
-        attempts, ranks, sizes = set(s_att) | set(b_att), set(s_rank) | set(b_rank), set(s_ws) | set(b_ws)
-        if len(attempts) != 1 or len(ranks) != 1 or len(sizes) != 1:
+        steps, losses, digests = (list(map(_GET[k], step_evs)) for k in ("step", "loss", "digest"))
+        batch_steps, epochs, samples = (list(map(_GET[k], batch_evs)) for k in ("step", "epoch", "samples"))
+        heads = set(map(_HEAD, step_evs)) | set(map(_HEAD, batch_evs))  # (attempt, rank, world_size)
+        if len(heads) != 1:
             return False
-        ((attempt,), (rank,), (ws,)) = attempts, ranks, sizes
+        # Equal is not enough: 0.0 and false equal 0 in a set; the reference wants an int.
+        if any(not set(map(type, map(_GET[k], evs))) <= _INT_TYPE
+               for k in ("attempt", "rank", "world_size") for evs in (step_evs, batch_evs)):
+            return False
+        ((attempt, rank, ws),) = heads
         if type(attempt) is not int or type(rank) is not int or type(ws) is not int or attempt < 0 or rank < 0:
             return False
         if max(attempt, 0) > MAX_COUNT or rank > MAX_RANKS or not 0 <= ws <= MAX_RANKS:
@@ -660,24 +688,16 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
             return False
         if max(steps, default=0) > MAX_COUNT or max(batch_steps, default=0) > MAX_COUNT or max(epochs, default=0) > MAX_COUNT:
             return False  # the reference path names the field
-        dense_mask = list(map(_DENSE.__contains__, kinds))
-        sparse_at = list(compress(range(len(parsed)), map(not_, dense_mask)))
         for i in sparse_at:  # few: validate them before touching the history
             _validate(parsed[i], src, numbers[i])
     except (KeyError, TypeError):
         return False
-    first = dense_mask.index(True)
+    first = next(i for i, kind in enumerate(kinds) if kind in _DENSE)
     log = _log_for(history, attempt, rank, ws, src, numbers[first])
     pos = (float(times[first]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    log.steps = extend_ints(log.steps, steps)
-    log.losses = extend_losses(log.losses, losses)
-    log.digests.extend(_shared(history, log, steps, digests))
-    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
-    log.epochs = extend_ints(log.epochs, epochs)
-    log.offsets = extend_ints(log.offsets, list(islice(accumulate(map(len, samples), initial=len(log.ids)), 1, None)))
-    log.ids = extend_ints(log.ids, ids)
+    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)), ids)
     for i in sparse_at:
         kind = kinds[i]
         if kind in REQUIRED:
@@ -685,6 +705,120 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
         else:
             unknown[kind] = unknown.get(kind, 0) + 1
     return True
+
+
+def _typed_decoder() -> Any:
+    """A msgspec decoder of one event line: `batch` and `step` as typed structs (strict:
+    an int field takes only a JSON integer - no bool, no 1.0 - of any size; repeated keys:
+    the last one, as the standard library), every other kind this reader knows as an empty
+    struct of that tag, fields unread (the line is parsed again as a dict, few are).
+    An unknown kind, a missing field or a wrong type is an error: the block then takes
+    the orjson path, which handles and names all of that."""
+    # The reference path's bounds, checked by msgspec as it decodes (no pass over a column).
+    count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+    ranks = Annotated[int, msgspec.Meta(ge=0, le=MAX_RANKS)]
+    time = Annotated[float, msgspec.Meta(gt=-_T_LIMIT, lt=_T_LIMIT)]
+    common = [("t", time), ("attempt", count), ("rank", ranks), ("world_size", ranks), ("step", count)]
+    options = {"tag_field": "kind", "gc": False}
+    batch = msgspec.defstruct("Batch", common + [("epoch", count), ("samples", list[int])], tag="batch", **options)
+    step = msgspec.defstruct("Step", common + [("loss", Any, None), ("digest", Any, None)], tag="step", **options)
+    others = [msgspec.defstruct(f"Other_{kind}", [], tag=kind, **options) for kind in REQUIRED if kind not in _DENSE]
+    return batch, step, msgspec.json.Decoder(Union[tuple([batch, step] + others)])  # type: ignore[valid-type]
+
+
+_TYPED = _typed_decoder() if msgspec is not None else None
+_TYPED_HEAD = attrgetter("attempt", "rank", "world_size")
+
+
+def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: dict[str, int]) -> bool:
+    """The fastest path, when msgspec is installed: each line decoded straight into a
+    typed struct (msgspec checks every field's type, so no pass over a column does), the
+    columns taken by attribute. The same rules as `_ingest_columns` otherwise: one attempt,
+    rank and world size, fields within bounds, the other events validated as dicts; False,
+    having changed nothing, for anything else, and the orjson path decides. Bounds are
+    part of the types (`_typed_decoder`): a value beyond one fails the decoding."""
+    if _TYPED is None:
+        return False
+    batch_type, step_type, decoder = _TYPED
+    text = data.rstrip()
+    if not text:
+        return False
+    lines = text.split(b"\n")
+    try:
+        decoded = list(map(decoder.decode, lines))
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included; too deep a line
+        return False
+    types = list(map(type, decoded))
+    step_evs, batch_evs, sparse_at = _split_typed(decoded, types, batch_type, step_type)
+    if not step_evs and not batch_evs:
+        return False
+    heads = set(map(_TYPED_HEAD, step_evs)) | set(map(_TYPED_HEAD, batch_evs))
+    if len(heads) != 1:
+        return False
+    ((attempt, rank, ws),) = heads
+    steps, losses, digests = (list(map(attrgetter(k), step_evs)) for k in ("step", "loss", "digest"))
+    batch_steps, epochs, samples = (list(map(attrgetter(k), batch_evs)) for k in ("step", "epoch", "samples"))
+    numbers = range(first, first + len(lines))
+    sparse = []
+    for i in sparse_at:  # few: read again as dicts, validated before touching the history
+        try:
+            ev = orjson.loads(lines[i])
+        except orjson.JSONDecodeError:
+            return False
+        sparse.append((_validate(ev, src, numbers[i]), ev, numbers[i]))
+    at = next(i for i, kind in enumerate(types) if kind is batch_type or kind is step_type)
+    log = _log_for(history, attempt, rank, ws, src, numbers[at])
+    pos = (float(decoded[at].t), src, numbers[at])
+    if log.first_pos is None or pos < log.first_pos:
+        log.first_pos = pos
+    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)),
+                list(chain.from_iterable(samples)))
+    for kind, ev, line in sparse:
+        if kind in REQUIRED:
+            _keep_sparse(history, ev, src, line)
+        else:
+            unknown[kind] = unknown.get(kind, 0) + 1
+    history.event_count += len(lines)
+    return True
+
+
+def _split_typed(decoded: list[Any], types: list[type], batch_type: type, step_type: type
+                 ) -> tuple[list[Any], list[Any], list[int]]:
+    """(step structs, batch structs, indices of the other lines), as `_split_kinds`."""
+    evens, odds = types[0::2], types[1::2]
+    if evens and odds and {evens[0], odds[0]} == {batch_type, step_type} and evens.count(evens[0]) == len(evens) \
+            and odds.count(odds[0]) == len(odds):
+        return (decoded[0::2], decoded[1::2], []) if evens[0] is step_type else (decoded[1::2], decoded[0::2], [])
+    step_evs = list(compress(decoded, map(is_, types, repeat(step_type))))
+    batch_evs = list(compress(decoded, map(is_, types, repeat(batch_type))))
+    dense = {batch_type, step_type}
+    sparse_at = list(compress(range(len(decoded)), map(not_, map(dense.__contains__, types))))
+    return step_evs, batch_evs, sparse_at
+
+
+def _extend_log(history: History, log: RankLog, steps: list[int], losses: list[Any], digests: list[Any],
+                batch_steps: list[int], epochs: list[int], lengths: list[int], ids: list[int]) -> None:
+    log.steps = extend_ints(log.steps, steps)
+    log.losses = extend_losses(log.losses, losses)
+    log.digests.extend(_shared(history, log, steps, digests))
+    log.batch_steps = extend_ints(log.batch_steps, batch_steps)
+    log.epochs = extend_ints(log.epochs, epochs)
+    log.offsets = extend_ints(log.offsets, list(islice(accumulate(lengths, initial=len(log.ids)), 1, None)))
+    log.ids = extend_ints(log.ids, ids)
+
+
+def _split_kinds(parsed: list[Any], kinds: list[Any]) -> tuple[list[Any], list[Any], list[int]]:
+    """(step events, batch events, indices of the other events). A trainer writes batch k,
+    step k, batch k+1...: when a block alternates and holds nothing else, two slices
+    split it; otherwise C-level compress passes do."""
+    evens, odds = kinds[0::2], kinds[1::2]
+    if evens and odds and {evens[0], odds[0]} == _DENSE and evens.count(evens[0]) == len(evens) \
+            and odds.count(odds[0]) == len(odds):
+        return (parsed[0::2], parsed[1::2], []) if evens[0] == "step" else (parsed[1::2], parsed[0::2], [])
+    step_evs = list(compress(parsed, map("step".__eq__, kinds)))
+    batch_evs = list(compress(parsed, map("batch".__eq__, kinds)))
+    sparse_at = list(compress(range(len(parsed)), map(not_, map(_DENSE.__contains__, kinds))))
+    return step_evs, batch_evs, sparse_at
 
 
 def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]) -> list[Any]:
@@ -700,10 +834,49 @@ def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]
     return candidate if candidate == digests else digests
 
 
+# Columns that the ranks of one attempt normally report alike: all replicas apply the
+# same updates (steps, digests; losses too where the loss is the global one) from batches
+# of the same shape (batch_steps, epochs, offsets). Only the sample ids differ by rank.
+_SHAREABLE = ("steps", "losses", "digests", "batch_steps", "epochs", "offsets")
+
+
+def _share_columns(history: History, logs: Iterable[RankLog]) -> None:
+    """Each column of `logs` equal to the one of the attempt's first rank log becomes that
+    very object: memory for those columns is then per update, not per (update, rank).
+    Equal values only, so no checker can see a difference; a log that grows afterwards
+    (a second file for one rank) copies its columns first (_own)."""
+    firsts: dict[int, RankLog] = {}
+    for log in history.logs.values():
+        firsts.setdefault(log.attempt, log)
+    for log in logs:
+        ref = firsts.get(log.attempt)
+        if ref is None or ref is log:
+            continue
+        for name in _SHAREABLE:
+            mine, theirs = getattr(log, name), getattr(ref, name)
+            if mine is not theirs and len(mine) == len(theirs) and type(mine) is type(theirs) and mine == theirs:
+                setattr(log, name, theirs)
+                log.__dict__["_borrowed"] = ref.__dict__["_borrowed"] = True
+
+
+def _own(log: RankLog) -> None:
+    """Give a log copies of the columns it may share, before it grows."""
+    log.__dict__.pop("_borrowed", None)
+    for name in _SHAREABLE:
+        column = getattr(log, name)
+        setattr(log, name, array(column.typecode, column) if isinstance(column, array) else list(column))
+
+
 def _finish(history: History, log: RankLog) -> None:
     """Put a rank log in update order (files may come in any order) and move
     repeated `step` events aside, so that each column has one row per update."""
-    if not all(map(int.__lt__, log.steps, log.steps[1:])):  # out of order or repeated (no set of every step)
+    # Shared columns (_share_columns) known to be in order, by id (held, so no id is reused).
+    in_order: dict[int, Any] = history.__dict__.setdefault("_in_order", {})
+    if id(log.steps) in in_order:
+        pass
+    elif all(map(int.__lt__, log.steps, log.steps[1:])):
+        in_order[id(log.steps)] = log.steps
+    else:  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
         steps, losses, digests = [], [], []
         for i in order:
@@ -718,7 +891,11 @@ def _finish(history: History, log: RankLog) -> None:
         log.steps = extend_ints(log.steps[:0], steps)
         log.losses = extend_losses(log.losses[:0], losses)
         log.digests = digests
-    if any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
+    if id(log.batch_steps) in in_order:
+        pass
+    elif not any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
+        in_order[id(log.batch_steps)] = log.batch_steps
+    else:
         order = sorted(range(len(log.batch_steps)), key=log.batch_steps.__getitem__)
         chunks = [log.ids[log.offsets[i] : log.offsets[i + 1]] for i in order]
         log.batch_steps = extend_ints(log.batch_steps[:0], [log.batch_steps[i] for i in order])

@@ -34,7 +34,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 THIRD_PARTY: dict[str, set[str]] = {
     "trainer": {"torch", "numpy"},
     "faults": {"torch", "hypothesis"},
-    "invariants": {"orjson"},
+    "invariants": {"orjson", "msgspec"},  # msgspec optional (extra `fast`): loader.py imports it guarded
     "harness": {"torch", "psutil", "hypothesis", "pytest", "_pytest"},
     "benchmarks": {"torch", "psutil"},
 }

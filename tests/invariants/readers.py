@@ -32,18 +32,19 @@ def reference_judgement(run_dir: Path) -> Any:
     """Judge with the reference reader: one block per file, per-event path, list columns."""
     events = Path(run_dir) / "events"
     sizes = [p.stat().st_size for p in events.glob("*.jsonl") if p.is_file()] if events.is_dir() else []
-    saved = loader.BLOCK, loader._ingest_columns, loader._finish
+    saved = loader.BLOCK, loader._ingest_columns, loader._finish, loader._ingest_typed
     def finish(history: Any, log: Any) -> None:
         saved[2](history, log)
         for name in COLUMNS:
             setattr(log, name, list(getattr(log, name)))
     loader.BLOCK = max(sizes, default=0) + 1
     loader._ingest_columns = lambda *args: False
+    loader._ingest_typed = lambda *args: False
     loader._finish = finish
     try:
         return _judged(run_dir)
     finally:
-        loader.BLOCK, loader._ingest_columns, loader._finish = saved
+        loader.BLOCK, loader._ingest_columns, loader._finish, loader._ingest_typed = saved
 
 
 def assert_readers_agree(run_dir: Path) -> None:

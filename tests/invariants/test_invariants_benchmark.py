@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainwreck.benchmarks.checker import bench_checker, write_run
-from trainwreck.invariants import InputError, load_history
+from trainwreck.invariants import InputError, judge, load_history
 from trainwreck.invariants import loader
 from trainwreck.invariants.history import History
 
@@ -31,6 +31,7 @@ def _snapshot(history: History) -> dict[str, Any]:
 
 def test_the_orjson_fast_path_loads_the_same_history_as_the_stdlib_reference(tmp_path: Path, monkeypatch):
     write_run(str(tmp_path), steps=300, ranks=3, batch_per_rank=2)
+    monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)  # the orjson path, msgspec or not
     calls: list[int] = []
     fast = loader._parse_fast
     monkeypatch.setattr(loader, "_parse_fast", lambda data: calls.append(1) or fast(data))
@@ -55,6 +56,52 @@ def test_an_integer_beyond_64_bits_is_judged_by_the_reference_path_not_as_an_orj
                                   '"checkpoint": "step-x"}')
     with pytest.raises(InputError, match="field 'step'.*18446744073709551616"):
         load_history(run)
+
+
+def test_the_msgspec_typed_path_loads_the_same_history_as_the_stdlib_reference(tmp_path: Path, monkeypatch):
+    pytest.importorskip("msgspec")
+    write_run(str(tmp_path), steps=300, ranks=3, batch_per_rank=2)
+    taken: list[tuple[bool, bool]] = []  # (the block holds bulk events, the typed path read it)
+    typed = loader._ingest_typed
+    monkeypatch.setattr(loader, "_ingest_typed",
+                        lambda h, data, *rest: taken.append((b'"step"' in data, typed(h, data, *rest))) or taken[-1][1])
+    with_msgspec = _snapshot(load_history(tmp_path))
+    assert taken and all(read for bulk, read in taken if bulk), "the typed path should read every rank's block"
+    monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)
+    monkeypatch.setattr(loader, "_parse_fast", lambda data: None)
+    reference = _snapshot(load_history(tmp_path))
+    assert with_msgspec == reference and reference["count"] > 1000
+
+
+@pytest.mark.parametrize("line", [
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "loss": 1, "digest": "d", "kind": "save"}',
+    '{"kind": "step", "t": true, "attempt": 0, "rank": 0, "world_size": 1, "step": 75}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75.0}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": -1}',
+    '{"kind": "step", "t": 1e301, "attempt": 0, "rank": 0, "world_size": 1, "step": 75}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "step": 18446744073709551616}',
+    '{"kind": "batch", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "epoch": 0, "samples": [1, false]}',
+    '{"kind": "note", "t": 2.0}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "loss": 18446744073709551616}',
+    # With every field present, so that the orjson path (msgspec refusing) must decide too:
+    '{"kind": "step", "t": 1e301, "attempt": 0, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": 0.0, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": false, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1.0, "step": 75, "loss": 1.0, "digest": "x"}',
+])
+@pytest.mark.parametrize("typed", [True, False], ids=["msgspec", "orjson"])
+def test_lines_the_fast_paths_refuse_or_read_are_judged_as_the_reference_path_judges_them(
+        tmp_path: Path, monkeypatch, line: str, typed: bool):
+    from readers import reference_judgement
+    run = _one_rank_run(tmp_path, line)
+    if not typed:
+        monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)
+    try:
+        ours: Any = {"judgement": judge(load_history(run)).to_json(), "events": load_history(run).event_count}
+    except InputError as exc:
+        ours = f"InputError: {exc}"
+    monkeypatch.undo()
+    assert ours == reference_judgement(run)
 
 
 def test_a_file_the_fast_path_refuses_still_loads_through_the_reference_path(tmp_path: Path, monkeypatch):

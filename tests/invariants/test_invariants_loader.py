@@ -134,12 +134,12 @@ def test_fast_and_reference_paths_load_the_same_history(builder):
     b.end()
     b.write()
     fast = load_history(b.dir)
-    original = loader._ingest_columns
-    loader._ingest_columns = lambda *args: False  # force the per-event path
+    original = loader._ingest_columns, loader._ingest_typed
+    loader._ingest_columns = loader._ingest_typed = lambda *args: False  # force the per-event path
     try:
         slow = load_history(b.dir)
     finally:
-        loader._ingest_columns = original
+        loader._ingest_columns, loader._ingest_typed = original
     assert fast.logs == slow.logs
     assert fast.events == slow.events
     assert fast.event_count == slow.event_count
@@ -185,3 +185,33 @@ def test_parallel_loading_builds_the_history_the_sequential_loop_builds(tmp_path
         assert list(parallel.logs) == list(sequential.logs) and parallel.logs == sequential.logs
         assert parallel.events == sequential.events
         assert judge(parallel).to_json() == judge(sequential).to_json()
+
+
+def test_ranks_that_report_alike_share_columns_and_a_rank_that_grows_later_copies_first(builder):
+    # Files load in name order: rank 0, then rank 1's first file (equal to rank 0's so far:
+    # its columns become rank 0's objects), then rank 1's second file, which must not grow
+    # rank 0's columns through them.
+    b = builder(total_steps=3)
+    for file, rank, steps in (("a.jsonl", 0, (1, 2)), ("b.jsonl", 1, (1, 2)), ("c.jsonl", 1, (3,))):
+        for step in steps:
+            common = {"attempt": 0, "rank": rank, "world_size": 2, "step": step}
+            b.write_event(file, "batch", epoch=0, samples=[2 * step + rank], **common)
+            b.write_event(file, "step", loss=1.0 / step, digest=f"state-{step}", **common)
+    b.write()
+    history = load_history(b.dir)
+    zero, one = history.logs[(0, 0)], history.logs[(0, 1)]
+    assert list(zero.steps) == [1, 2] and list(zero.digests) == ["state-1", "state-2"] and list(zero.offsets) == [0, 1, 2]
+    assert list(one.steps) == [1, 2, 3] and list(one.digests) == ["state-1", "state-2", "state-3"]
+    assert list(one.ids) == [3, 5, 7] and list(one.offsets) == [0, 1, 2, 3]
+    two = builder("two", total_steps=2)
+    for rank in (0, 1):
+        for step in (1, 2):
+            common = {"attempt": 0, "rank": rank, "world_size": 2, "step": step}
+            two.write_event(f"r{rank}.jsonl", "batch", epoch=0, samples=[2 * step + rank], **common)
+            two.write_event(f"r{rank}.jsonl", "step", loss=0.5, digest=f"state-{step}", **common)
+    two.write()
+    shared = load_history(two.dir)
+    first, second = shared.logs[(0, 0)], shared.logs[(0, 1)]
+    assert all(getattr(first, name) is getattr(second, name) for name in loader._SHAREABLE)
+    assert first.ids is not second.ids and list(second.ids) == [3, 5]
+    assert "_borrowed" not in vars(first) and "_borrowed" not in vars(second)
