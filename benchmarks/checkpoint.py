@@ -1,4 +1,4 @@
-"""Checkpoint cost: the atomic save (temporary directory, fsync, sha256 manifest, rename,
+"""Checkpoint cost: the atomic save (temporary directory, fsync, checksummed manifest, rename,
 pointer) against a plain `torch.save` of the same state, verification on load against a
 plain `torch.load`, and the training step's stall for an async save (ckpt_mode="async":
 the snapshot to host memory) against a synchronous one. Same state, same disk, same process.
@@ -6,7 +6,6 @@ the snapshot to host memory) against a synchronous one. Same state, same disk, s
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainwreck.trainer import checksum
 from trainwreck.trainer.async_ckpt import AsyncCheckpointer
 from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes, to_bytes
 from trainwreck.trainer.events import EventLog
@@ -205,7 +205,7 @@ def _breakdown(state: dict[str, torch.Tensor], root: Path, repeats: int) -> dict
         storage.write(next(names), data)  # a new file each time, as every save writes one
 
     parts = {"serialize_s": _timed(lambda: to_bytes(state), repeats),
-             "sha256_s": _timed(lambda: hashlib.sha256(data).hexdigest(), repeats),
+             "checksum_s": _timed(lambda: checksum.digest(data), repeats),
              "durable_write_s": _timed(durable_write, repeats)}
     for name in storage.list("."):
         if name.startswith("probe-"):

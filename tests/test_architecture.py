@@ -42,6 +42,7 @@ THIRD_PARTY: dict[str, set[str]] = {
 # ... and per module, where one module alone may use an optional extra (the framework
 # adapters): the rest of its folder still may not.
 THIRD_PARTY_MODULES: dict[str, set[str]] = {
+    "trainer.checksum": {"blake3"},  # the checkpoint checksum's one home: every other module asks it
     "trainer.frameworks.hf": {"transformers"},
     "trainer.frameworks.lightning": {"lightning"},
     "trainer.frameworks.accelerate": {"accelerate"},

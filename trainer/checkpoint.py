@@ -9,19 +9,19 @@ Layout under the storage root (``RUN_DIR/checkpoints``)::
     .trash-step-00000004-PID/ a checkpoint being removed by retention
     latest                    the commit record: {"step": 12, "checkpoint": "step-00000012"}
 
-A save streams every file into a temporary directory (``torch.save`` through sha256 straight
-into the file: one pass, no copy of the file in memory) and fsyncs it, writes the manifest
-(sizes, sha256, step, config identity, state digest), renames the directory into
+A save streams every file into a temporary directory (``torch.save`` through the checksum
+straight into the file: one pass, no copy of the file in memory) and fsyncs it, writes the
+manifest (sizes, checksums, step, config identity, state digest), renames the directory into
 place, and then commits by replacing ``latest`` atomically and fsyncing the parent once
 (both renames are in it, and one directory's entries persist in order). The
 pointer is the commit point: a directory newer than the pointer is a save that died
 before committing and is never restored. Loading walks the committed checkpoints
 newest first and takes the first whose manifest and checksums verify, emitting a
-``reject`` for each one it skips.
+``reject`` for each one it skips. Which checksum (BLAKE3; sha256 in older manifests) is
+trainer/checksum.py's rule.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -46,6 +46,7 @@ except ImportError:
 _ZERO_COPY_DECODE = all(hasattr(torch_serialization_impl, name) for name in
                         ("_load", "_open_zipfile_reader", "_weights_only_unpickler"))
 
+from trainwreck.trainer import checksum
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.files import SMALL_LIMIT, NotRegularFile, TooLarge
@@ -81,10 +82,6 @@ def checkpoint_order(name: str) -> tuple[int, int]:
     rejected `step-N` could not be moved aside) sorts after the one it replaces."""
     match = _NAME.match(name)
     return (int(match.group(1)), int(match.group(2) or 0)) if match else (-1, 0)
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def to_bytes(obj: Any) -> bytes:
@@ -143,7 +140,7 @@ class _ReadOnlyView(io.RawIOBase):
 @dataclass(frozen=True)
 class Payload:
     """A checkpoint file given as the object to serialize: the store streams `torch.save`
-    of it through sha256 straight into the file. Files given as bytes are written as is
+    of it through the checksum straight into the file. Files given as bytes are written as is
     (planted defects craft some)."""
 
     obj: Any
@@ -165,17 +162,17 @@ HASH_LAG = 1
 """Chunks a verified read may have read but not yet hashed: the next chunk is read while
 this one is hashed, no further ahead, so the hash reads what the read has just written,
 still in the cache. Further ahead the hash reads chunks the cache has already let go
-(100 MB in 256 KB chunks: 61 ms of hash CPU at 1, 77 at 3)."""
+(100 MB in 256 KB chunks: 61 ms of sha256 CPU at 1, 77 at 3, measured before BLAKE3)."""
 
 
 class HashingSink:
-    """Passes every chunk on to `inner` while sha256 consumes the same chunk on `pool`'s
-    thread (hashlib and os.write both release the GIL). A chunk from `torch.save` is only
+    """Passes every chunk on to `inner` while the checksum consumes the same chunk on `pool`'s
+    thread (the hash and os.write both release the GIL). A chunk from `torch.save` is only
     valid during the call, so the hash of each chunk is awaited before `write` returns."""
 
     def __init__(self, inner: Sink, pool: ThreadPoolExecutor) -> None:
         self.inner, self.pool = inner, pool
-        self.digest = hashlib.sha256()
+        self.digest = checksum.new_hasher()
         self.size = 0
 
     def write(self, data: bytes | memoryview) -> int:
@@ -197,7 +194,7 @@ class HashingSink:
 
 
 def save_payload(obj: Any, sink: Sink) -> None:
-    """`torch.save` into a sink, without torch's per-record crc32: every file's sha256
+    """`torch.save` into a sink, without torch's per-record crc32: every file's checksum
     is in the manifest and is checked before anything is unpickled, so the crc32 would be
     a second, weaker pass over the same bytes. (torch reads the flag when the writer is
     created; the lock keeps two saving threads from restoring each other's value.)"""
@@ -215,7 +212,7 @@ def save_payload(obj: Any, sink: Sink) -> None:
 
 @dataclass(frozen=True)
 class Verified:
-    """A checkpoint whose manifest and every file's size and sha256 checked out."""
+    """A checkpoint whose manifest and every file's size and checksum checked out."""
 
     name: str
     manifest: dict[str, Any]
@@ -324,14 +321,14 @@ class CheckpointStore:
         self.storage.remove(tmp)
         self.storage.mkdir(tmp)
         entries = {}
-        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash") as pool:
             for file_name, content in files.items():
                 entries[file_name] = self._write_file(step, name, f"{tmp}/{file_name}", file_name, content, pool)
         self.write_manifest(step, tmp, entries, meta)
         return tmp
 
     def write_manifest(self, step: int, tmp: str, entries: dict[str, Any], meta: dict[str, Any]) -> None:
-        """The manifest (every file's size and sha256) last, then the directory made durable."""
+        """The manifest (every file's size and checksum) last, then the directory made durable."""
         manifest = {"format": CKPT_FORMAT, "step": step, "files": entries, **meta}
         self._write_file(step, checkpoint_name(step), f"{tmp}/{MANIFEST}", MANIFEST,
                          json.dumps(manifest, indent=1, sort_keys=True).encode())
@@ -349,11 +346,11 @@ class CheckpointStore:
                 save_payload(content.obj, hashed[-1])
 
             self.storage.write_stream(path, produce)
-            entry = {"size": hashed[-1].size, "sha256": hashed[-1].digest.hexdigest()}
+            entry = checksum.entry(hashed[-1].size, hashed[-1].digest.hexdigest())
         else:
             data = content if isinstance(content, bytes) else to_bytes(content.obj)
             self.storage.write(path, data)
-            entry = {"size": len(data), "sha256": sha256(data)}
+            entry = checksum.entry(len(data), checksum.digest(data))
         self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
         return entry
 
@@ -514,7 +511,7 @@ class CheckpointStore:
         return "never committed: no commit pointer, and no older checkpoint proves a commit happened"
 
     def verify(self, name: str) -> Verified:
-        """Manifest, sizes, sha256, then `self.decode`; every failure is a CheckpointRejected."""
+        """Manifest, sizes, checksums, then `self.decode`; every failure is a CheckpointRejected."""
         try:
             verified = self._verify(name)
             if self.decode is None:
@@ -556,8 +553,12 @@ class CheckpointStore:
         size = entry.get("size") if isinstance(entry, dict) else None
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise CheckpointRejected(f"{name}/{MANIFEST} gives {file_name!r} no size (found {entry!r:.200})")
+        try:  # before reading: a damaged entry costs no read of the file
+            algorithm, expected = checksum.expected(entry)
+        except checksum.UnknownChecksum as exc:
+            raise CheckpointRejected(f"{name}/{MANIFEST} gives {file_name!r} {exc}") from None
         try:  # bounded by the manifest: a 2 GiB sparse file is refused by its size, unread
-            data, digest = self._read_hashed(f"{name}/{file_name}", limit=size)
+            data, digest = self._read_hashed(f"{name}/{file_name}", checksum.new_hasher(algorithm), limit=size)
         except (FileNotFoundError, IsADirectoryError):
             raise CheckpointRejected(f"{name}/{file_name} is missing") from None
         except TooLarge as exc:
@@ -567,17 +568,16 @@ class CheckpointStore:
         if len(data) != size:
             raise CheckpointRejected(
                 f"{name}/{file_name} has {len(data)} bytes, the manifest says {entry.get('size') if isinstance(entry, dict) else entry!r}")
-        if digest != entry.get("sha256"):
-            raise CheckpointRejected(f"{name}/{file_name} fails its sha256 check")
+        if digest != expected:
+            raise CheckpointRejected(f"{name}/{file_name} fails its {algorithm} check")
         return data
 
-    def _read_hashed(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
-        """The file's bytes and their sha256, in one read: each chunk is hashed on a second
-        thread while the next is read. The bytes returned are the bytes hashed, so what is
-        later unpickled is exactly what was verified (the file is never read twice)."""
-        digest = hashlib.sha256()
+    def _read_hashed(self, path: str, digest: checksum.Hasher, limit: int | None = None) -> tuple[bytes, str]:
+        """The file's bytes and their hex digest by `digest`, in one read: each chunk is hashed
+        on a second thread while the next is read. The bytes returned are the bytes hashed, so
+        what is later unpickled is exactly what was verified (the file is never read twice)."""
         pending: deque[Future[None]] = deque()
-        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256") as pool:
+        with ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash") as pool:
 
             def hash_chunk(chunk: memoryview) -> None:
                 pending.append(pool.submit(digest.update, chunk))

@@ -5,7 +5,7 @@ its own shards into it with DCP's FileSystemWriter, every file through the store
 ``Storage`` (trainer/storage.py storage_fs: each file fsynced by it; DCP's rank 0 writes
 ``.metadata.tmp`` and renames it to ``.metadata`` after gathering every rank's write results); a barrier proves every rank's
 shards durable; then rank 0 alone writes the small replicated files (scheduler, trainer
-position, RNG of every rank), a manifest with every file's size and sha256 (shards and
+position, RNG of every rank), a manifest with every file's size and checksum (shards and
 ``.metadata`` included), and commits with the store's one rename-and-pointer protocol
 (CheckpointStore.commit). A load: the checkpoint is verified by that manifest first, then
 DCP reads it into this run's sharding, whatever world size wrote it (DCP reshards by FQN
@@ -21,9 +21,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
 
+from trainwreck.trainer import checksum
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.checkpoint import (CheckpointRejected, IncompatibleCheckpoint, Verified, checkpoint_name,
-                                           from_bytes, sha256, to_bytes)
+                                           from_bytes, to_bytes)
 from trainwreck.trainer.checkpoint import CheckpointStore
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.events import EventLog
@@ -157,7 +158,7 @@ def stage_small_files(t: Trainer, step: int, tmp: str, rngs: list[Any], meta: di
     entries = {}
     for file_name in t.shard_manifest_files(tmp):
         data = storage.read(f"{tmp}/{file_name}")
-        entries[file_name] = {"size": len(data), "sha256": sha256(data)}
+        entries[file_name] = checksum.entry(len(data), checksum.digest(data))
     t.checkpoints.write_manifest(step, tmp, entries, meta)
 
 

@@ -196,7 +196,7 @@ def _manifest(run: Path, name: str, files: dict[str, int], **fields: object) -> 
     folder = run / "checkpoints" / name
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text(json.dumps(
-        {"format": "trainwreck-ckpt/1", "files": {k: {"sha256": "0" * 64, "size": v} for k, v in files.items()},
+        {"format": "trainwreck-ckpt/1", "files": {k: {"blake3": "0" * 64, "size": v} for k, v in files.items()},
          **fields}))
     return folder
 

@@ -130,9 +130,9 @@ def test_the_hang_report_flags_no_waiting_rank_as_slowest_and_explains_the_injec
 
 def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_gives(runs: dict[str, Path]) -> None:
     report = json.loads((runs["corrupt-newest"] / "report" / "report.json").read_text())
-    assert report["facts"]["rejects"][0]["reason"] == "step-00000008/model.pt fails its sha256 check"
+    assert report["facts"]["rejects"][0]["reason"] == "step-00000008/model.pt fails its blake3 check"
     answer = next(a["answer"] for a in report["angles"] if a["topic"] == "silent")
-    said = "Attempt 1 rejected step-00000008 on load: step-00000008/model.pt fails its sha256 check."
+    said = "Attempt 1 rejected step-00000008 on load: step-00000008/model.pt fails its blake3 check."
     assert said in answer and said in report["recovery_text"]
 
 

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from blake3 import blake3
 
 from tests.trainer.forkranks import Events
 from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint
@@ -44,7 +47,7 @@ def test_the_newest_committed_checkpoint_is_selected_and_announced_once(tmp_path
 
 
 @pytest.mark.parametrize("damage, reason", [
-    (lambda d: (d / "model.pt").write_bytes(b"X" + (d / "model.pt").read_bytes()[1:]), "sha256"),
+    (lambda d: (d / "model.pt").write_bytes(b"X" + (d / "model.pt").read_bytes()[1:]), "fails its blake3 check"),
     (lambda d: (d / "model.pt").write_bytes((d / "model.pt").read_bytes()[:10]), "bytes"),
     (lambda d: (d / "manifest.json").unlink(), "missing"),
     (lambda d: (d / "manifest.json").write_text("{not json"), "not valid JSON"),
@@ -60,13 +63,70 @@ def test_a_damaged_newest_checkpoint_is_rejected_and_the_previous_one_taken(tmp_
     assert name == "step-00000008" and reason in why
 
 
+def rewrite_entries(checkpoint: Path, entry: Callable[[bytes], dict[str, object]]) -> None:
+    """Give every file of `checkpoint` the manifest entry `entry` makes of its bytes."""
+    path = checkpoint / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["files"] = {name: entry((checkpoint / name).read_bytes()) for name in manifest["files"]}
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def sha256_entry(data: bytes) -> dict[str, object]:
+    """A manifest entry as every version before BLAKE3 wrote it."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_written_with_sha256_before_blake3_still_loads(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    rewrite_entries(tmp_path / "checkpoints" / "step-00000008", sha256_entry)
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000008"
+    assert chosen.files == FILES and rejects(tmp_path) == []
+
+
+def test_a_flipped_byte_in_a_sha256_checkpoint_is_rejected_by_its_sha256(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    rewrite_entries(tmp_path / "checkpoints" / "step-00000008", sha256_entry)
+    flip_a_byte(tmp_path / "checkpoints" / "step-00000008" / "model.pt")
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    assert rejects(tmp_path) == [("step-00000008", "step-00000008/model.pt fails its sha256 check")]
+
+
+@pytest.mark.parametrize("checksums, why", [
+    (lambda data: {"md5": hashlib.md5(data).hexdigest()}, "found 'md5'"),
+    (lambda data: {}, "found none"),
+    # Both correct, still refused: the store writes one, so two means someone else wrote it.
+    (lambda data: {"blake3": blake3(data).hexdigest(), "sha256": hashlib.sha256(data).hexdigest()},
+     "found 'blake3', 'sha256'"),
+    (lambda data: {"blake3": 7}, "not a hex string"),
+], ids=["unknown algorithm", "no checksum", "two checksums", "not a string"])
+def test_a_manifest_entry_without_one_known_checksum_is_rejected_naming_the_checkpoint_and_the_previous_one_taken(
+        tmp_path: Path, checksums: Callable[[bytes], dict[str, object]], why: str) -> None:
+    store = make_store(tmp_path)
+    save_steps(store, 4, 8)
+    rewrite_entries(tmp_path / "checkpoints" / "step-00000008", lambda data: {"size": len(data), **checksums(data)})
+    chosen = store.select(IDENTITY)
+    assert chosen is not None and chosen.name == "step-00000004"
+    [(name, reason)] = rejects(tmp_path)
+    assert name == "step-00000008" and reason.startswith("step-00000008/manifest.json gives ") and why in reason
+
+
 @pytest.mark.parametrize("evil", ["../../outside.pt", "/etc/passwd", "sub/../../x"])
 def test_a_manifest_naming_a_path_outside_the_checkpoint_is_rejected(tmp_path: Path, evil: str) -> None:
     store = make_store(tmp_path)
     save_steps(store, 4, 8)
     manifest_path = tmp_path / "checkpoints" / "step-00000008" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["files"][evil] = {"size": 1, "sha256": "0"}
+    manifest["files"][evil] = {"size": 1, "blake3": "0"}
     manifest_path.write_text(json.dumps(manifest))
     chosen = store.select(IDENTITY)
     assert chosen is not None and chosen.name == "step-00000004"

@@ -14,6 +14,7 @@ from typing import Callable
 
 import pytest
 import torch
+from blake3 import blake3
 
 from tests.trainer.forkranks import CRASH_CODE, CrashAt, Events, run_attempt, write_run_json
 from trainwreck.trainer.config import TrainConfig
@@ -54,10 +55,10 @@ class Case:
         path.write_text(json.dumps(manifest))
 
     def replace_file(self, name: str, data: bytes) -> None:
-        """Replace a file and fix its manifest entry: the sha256 matches, the content is bad."""
+        """Replace a file and fix its manifest entry: the checksum matches, the content is bad."""
         (self.ckpt / NEWEST / name).write_bytes(data)
         self.rewrite_manifest(lambda m: m["files"].__setitem__(
-            name, {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+            name, {"size": len(data), "blake3": blake3(data).hexdigest()}))
 
     def resume(self, world_size: int) -> Events:
         before = self.snapshot()
@@ -82,7 +83,7 @@ def symlink_dir_out(c: Case) -> None:
 
 
 def symlink_file_out(c: Case) -> None:
-    shutil.copy(c.ckpt / NEWEST / "model.pt", c.outside / "model.pt")  # same bytes: the sha256 would match
+    shutil.copy(c.ckpt / NEWEST / "model.pt", c.outside / "model.pt")  # same bytes: the checksum would match
     (c.ckpt / NEWEST / "model.pt").unlink()
     (c.ckpt / NEWEST / "model.pt").symlink_to(c.outside / "model.pt")
 
@@ -153,7 +154,7 @@ class ArmedPayload:
         return (os.mkdir, (str(self.marker),))
 
 
-def test_a_crafted_pickle_with_a_matching_sha256_is_rejected_without_running_on_every_rank(
+def test_a_crafted_pickle_with_a_matching_checksum_is_rejected_without_running_on_every_rank(
         crashed_run: Path, tmp_path: Path) -> None:
     world_size = 2
     case = Case(crashed_run, tmp_path)

@@ -111,6 +111,6 @@ def test_corrupted_newest_checkpoint_is_rejected_and_the_previous_restored(tmp_p
     assert run_attempt(tmp_path, CFG, 2, 1) == {0: 0, 1: 0}
     events = Events.read(tmp_path)
     rejects = events.of("reject", attempt=1)
-    assert [(e["checkpoint"], "sha256" in e["reason"]) for e in rejects] == [("step-00000008", True)]
+    assert [(e["checkpoint"], "fails its blake3 check" in e["reason"]) for e in rejects] == [("step-00000008", True)]
     assert {e["step"] for e in events.of("restore", attempt=1)} == {4}
     assert events.digests(attempt=1) == {s: d for s, d in golden2.digests().items() if s > 4}

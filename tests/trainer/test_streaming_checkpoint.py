@@ -2,7 +2,6 @@
 storage seam still sees (and faults still hit) every write."""
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from blake3 import blake3
 
 from tests.trainer.test_checkpoint_store import IDENTITY, make_store
 from trainwreck.faults.powerloss import PowerLossRecorder
@@ -46,7 +46,7 @@ def test_a_streamed_payload_file_matches_its_manifest_entry_and_loads_back_equal
     manifest = json.loads((tmp_path / "checkpoints/step-00000004/manifest.json").read_text())
     for name in ("model.pt", "raw.pt"):
         on_disk = (tmp_path / "checkpoints/step-00000004" / name).read_bytes()
-        assert manifest["files"][name] == {"size": len(on_disk), "sha256": hashlib.sha256(on_disk).hexdigest()}
+        assert manifest["files"][name] == {"size": len(on_disk), "blake3": blake3(on_disk).hexdigest()}
     loaded = from_bytes((tmp_path / "checkpoints/step-00000004/model.pt").read_bytes())
     assert set(loaded) == set(state) and all(torch.equal(loaded[k], state[k]) for k in state)
 
@@ -62,8 +62,8 @@ def test_the_hashing_sink_hashes_every_chunk_in_order_whatever_its_size(tmp_path
             sink.write(memoryview(chunk))
     joined = b"".join(chunks)
     assert out.getvalue() == joined and sink.size == len(joined)
-    assert sink.digest.hexdigest() == hashlib.sha256(joined).hexdigest()
-    assert sink.digest.hexdigest() != hashlib.sha256(b"".join(reversed(chunks))).hexdigest()
+    assert sink.digest.hexdigest() == blake3(joined).hexdigest()
+    assert sink.digest.hexdigest() != blake3(b"".join(reversed(chunks))).hexdigest()
 
 
 def test_a_verified_load_reads_each_file_once_and_decodes_the_bytes_it_hashed(tmp_path: Path) -> None:
