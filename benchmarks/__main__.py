@@ -56,7 +56,7 @@ def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),
         ("checker_16m", bench_checker_16m),  # ten times that, for memory: about 2.3 GB of events on disk
-        ("instrumentation", lambda: bench_instrumentation(pairs=60 if quick else 120)),
+        ("instrumentation", lambda: bench_instrumentation(pairs=120)),
         ("checkpoint", lambda: bench_checkpoint(("1mb", "100mb") if quick else ("1mb", "100mb", "1gb"),
                                                 repeats=2 if quick else 3)),
         ("throughput", lambda: bench_throughput(runs=3 if quick else 10)),

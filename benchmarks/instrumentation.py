@@ -13,7 +13,9 @@ a step's wall time also holds whatever the neighbours took from the core meanwhi
 Medians of 5-step blocks timed by the wall clock gave 0.41-3.24 % in three runs. On the
 same loaded machine (load 3-4), 60 pairs in CPU time gave 0.92-1.63 % in four runs this
 way, 0.94-2.12 % by their median difference (-1.61 % once at load 7), and 30 pairs
-1.05-2.85 % in six, so a run takes 60 pairs or more. The wall-clock figure, paired the
+1.05-2.85 % in six, so a run takes 60 pairs or more; three back-to-back `--quick` runs of
+60 pairs on the quiet machine then gave 1.75 / 3.46 / 1.85 %, so `--quick` takes 120 pairs,
+as the full run does. The wall-clock figure, paired the
 same way, is reported beside it (`instrumentation_overhead_wall_pct`).
 """
 from __future__ import annotations
