@@ -125,7 +125,12 @@ def test_the_hang_report_flags_no_waiting_rank_as_slowest_and_explains_the_injec
     assert "slowest" not in (runs["hang-detect"] / "report" / "report.md").read_text()
     answer = next(a["answer"] for a in report["angles"] if a["topic"] == "hang")
     assert "Rank 1's stack sits inside the fault injector (faults/inrank.py" in answer
-    assert "the SIGSTOP found it there" in answer
+    # Where in the injector the dump found rank 1 is the machine's timing: the gate's wait
+    # (almost always), or the moment after it, seen once in CI under load. The sentence about
+    # the gate is said exactly when the dumped frame is the gate's own wait.
+    (stack,) = [s for s in report["hangs"][0]["stacks"] if s["rank"] == 1]
+    at_gate = "_await_harness" in stack["frame"]
+    assert ("the SIGSTOP found it there" in answer) == at_gate, stack
 
 
 def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_gives(runs: dict[str, Path]) -> None:
