@@ -72,7 +72,11 @@ def _release_freed_memory() -> None:
 
 def _alternating(contenders: dict[str, Callable[[], Any]], rounds: int, warmup: dict[str, int]) -> dict[str, float]:
     """Median seconds of each contender (see _alternating_samples)."""
-    return {name: statistics.median(values) for name, values in _alternating_samples(contenders, rounds, warmup).items()}
+    return _medians(_alternating_samples(contenders, rounds, warmup))
+
+
+def _medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _alternating_samples(contenders: dict[str, Callable[[], Any]], rounds: int,
@@ -151,7 +155,7 @@ def bench_size(megabytes: int, repeats: int, root: Path) -> dict[str, float]:
         {"verified_load_s": lambda: from_bytes(store.select("bench").files["model.pt"]),  # type: ignore[union-attr]
          "plain_load_s": lambda: torch.load(plain_path, weights_only=True)},
         max(rounds, LOAD_ROUNDS) if megabytes < 1024 else rounds, {})
-    loads = {name: statistics.median(values) for name, values in load_samples.items()}
+    loads = _medians(load_samples)
     # The ratio is taken within each round (two loads a few hundred ms apart share the
     # machine's moment) and its median reported: a ratio of two medians pairs samples
     # taken seconds apart, and one busy second on the shared cores moved it by 0.2.

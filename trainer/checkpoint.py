@@ -350,7 +350,7 @@ class CheckpointStore:
         else:
             data = content if isinstance(content, bytes) else to_bytes(content.obj)
             self.storage.write(path, data)
-            entry = checksum.entry(len(data), checksum.digest(data))
+            entry = checksum.entry_of(data)
         self.hooks.point(fp.SAVE_AFTER_FILE, step, checkpoint=name, file=file_name)
         return entry
 

@@ -57,6 +57,11 @@ def entry(size: int, hexdigest: str) -> dict[str, Any]:
     return {"size": size, ALGORITHM: hexdigest}
 
 
+def entry_of(data: bytes | memoryview) -> dict[str, Any]:
+    """The manifest entry of a file held whole in memory: its size and digest."""
+    return entry(len(data), digest(data))
+
+
 def expected(recorded: dict[str, Any]) -> tuple[str, str]:
     """(algorithm, hex digest) that the manifest entry `recorded` holds, chosen by its key;
     UnknownChecksum when it holds none this version reads, or more than one (the store never

@@ -158,7 +158,7 @@ def stage_small_files(t: Trainer, step: int, tmp: str, rngs: list[Any], meta: di
     entries = {}
     for file_name in t.shard_manifest_files(tmp):
         data = storage.read(f"{tmp}/{file_name}")
-        entries[file_name] = checksum.entry(len(data), checksum.digest(data))
+        entries[file_name] = checksum.entry_of(data)
     t.checkpoints.write_manifest(step, tmp, entries, meta)
 
 
