@@ -157,12 +157,18 @@ def beat():
 threading.Thread(target=beat, daemon=True).start()
 while beats[0] < 5:
     pass
-start = beats[0]
-def done(*_):
-    print(beats[0] - start, flush=True)
+# The window opens on the first alarm, delivered while the main thread is already blocked:
+# counting from before the call let a loaded machine's set-up time (5 ms a forced switch)
+# leak beats into it.
+start = []
+def tick(*_):
+    if not start:
+        start.append(beats[0])
+        return
+    print(beats[0] - start[0], flush=True)
     os._exit(0)
-signal.signal(signal.SIGALRM, done)
-signal.setitimer(signal.ITIMER_REAL, 0.3)
+signal.signal(signal.SIGALRM, tick)
+signal.setitimer(signal.ITIMER_REAL, 0.2, 0.3)
 {block}()
 """
 
@@ -172,5 +178,7 @@ def test_the_gil_hang_starves_other_threads_and_the_event_hang_does_not(block: s
     out = subprocess.run([sys.executable, "-c", HEARTBEAT.replace("{block}", block)], capture_output=True,
                          text=True, timeout=60, cwd=Path(__file__).parents[2])
     beats = int(out.stdout.strip())
-    # 0.3 s of blocking: a thread with the GIL beats ~hundreds of times, a starved one ~never.
-    assert (beats <= 2) if holds_gil else (beats >= 20), (beats, out.stderr)
+    # 0.3 s of blocking: a thread with the GIL beats ~hundreds of times (about 265 with six
+    # busy loops on two cores). A starved one beats only at the forced handovers around the
+    # first alarm: 1, and up to 4 seen when the blocked thread was descheduled under load.
+    assert (beats <= 10) if holds_gil else (beats >= 20), (beats, out.stderr)
