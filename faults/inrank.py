@@ -24,10 +24,11 @@ How each kind acts (docs/FAULTS.md has the table):
   ``after_backward``, so this replica's parameters leave the others'; with at="local" into
   the rank's own gradient bucket inside the comm hook, before the all-reduce sums it into
   every rank's.
-- noisy_neighbour: a child process takes a share of the rank's core for bursts of
-  updates on a period (faults/neighbour.py). Like any in-rank kind whose declared injector
-  is a class with `at_step` (a `StepInjector`), it is built and driven from its declaration
-  in faults/plan.py KINDS alone: this module names no such kind.
+- noisy_neighbour / disk_contention: a child process takes a share of the rank's core, or
+  writes to the run directory's disk, for bursts of updates on a period (faults/neighbour.py,
+  faults/contention.py, their timing in faults/periodic.py). Like any in-rank kind whose
+  declared injector is a class with `at_step` (a `StepInjector`), each is built and driven
+  from its declaration in faults/plan.py KINDS alone: this module names no such kind.
 - storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ import os
 import signal
 import time
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from trainwreck.faults import blocking
@@ -66,9 +68,10 @@ class InjectedFault(RuntimeError):
 
 class StepInjector(Protocol):
     """An in-rank kind whose declared injector (faults/plan.py KINDS `injector`) is its own class:
-    built in `bind` from the rank's faults of that kind, told the start of every update."""
+    built in `bind` from the rank's faults of that kind and the run directory, told the start of
+    every update."""
 
-    def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int) -> None: ...
+    def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int, root: Path) -> None: ...
 
     def at_step(self, step: int) -> None: ...
 
@@ -112,11 +115,12 @@ class FaultHooks:
         self.events, self.rank, self.world_size, self.attempt = events, rank, world_size, attempt
         # A fault fires in its own attempt only: redo work after a restart replays steps.
         self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
-        self.per_update = [cls(mine, self.record, rank) for kind, cls in step_injectors().items()
-                        if (mine := self.of_kind(kind))]
+        run = RunDir.of_events_file(events.path)
+        self.per_update = [cls(mine, self.record, rank, run.root) for kind, cls in step_injectors().items()
+                           if (mine := self.of_kind(kind))]
         for fault in self.of_kind("corrupt"):
             corrupt_run_dir(fault, events.path, self._record_corruption)
-        self._arm_gates(RunDir.of_events_file(events.path))
+        self._arm_gates(run)
 
     def point(self, name: str, step: int, **ctx: Any) -> None:
         if current_save_step() is None:  # a background persist's points do not move the training clock

@@ -15,19 +15,19 @@ its own error, and when its parent is gone.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import signal
-import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Callable
+
+from trainwreck.faults.periodic import PeriodicChild
 
 SLICE_S = 0.05
 """One scheduling slice: the rank is stopped for `share` of it, then runs for the rest (longer
 when this process wakes late on a busy machine: the next stop then grows to keep the share)."""
 MAX_SHARE = 0.95
 """The largest share taken: a rank stopped all the time would be a hang, not a neighbour."""
-END_TIMEOUT_S = 5.0
 
 _CHILD = r"""
 import os, signal, sys, time
@@ -75,55 +75,20 @@ def rank_core() -> int:
         return -1
 
 
-class NoisyNeighbour:
+class NoisyNeighbour(PeriodicChild):
     """One rank's `noisy_neighbour` faults: `at_step` starts and ends the child at update starts."""
 
-    def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int) -> None:
-        self.faults, self.record, self.rank = faults, record, rank
-        self.child: subprocess.Popen[bytes] | None = None
-        self.started: set[str] = set()
+    def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int, root: Path) -> None:
+        super().__init__(faults, record, rank, root)
         self.core = rank_core()
-        if faults:
-            atexit.register(self.end)  # a burst that outlives the loop ends with the rank
 
-    @staticmethod
-    def busy(fault: dict[str, Any], step: int) -> bool:
-        """Whether update `step` falls inside one of the fault's bursts."""
-        since = step - fault["step"]
-        return since >= 0 and since % fault["every"] < fault["steps"] and step <= fault.get("until", step)
-
-    def at_step(self, step: int) -> None:
-        burst = next((f for f in self.faults if self.busy(f, step)), None)
-        if burst is None:
-            self.end()
-        elif self.child is None:
-            self._start(burst, step)
-
-    def _start(self, fault: dict[str, Any], step: int) -> None:
+    def prepare(self, fault: dict[str, Any], step: int, first: bool) -> list[str]:
         share = min(float(fault["share"]), MAX_SHARE)
-        if fault["id"] not in self.started:  # one fault event, at the first burst (the straggler's rule)
-            self.started.add(fault["id"])
+        if first:
             self.record(fault, f"rank {self.rank}: a neighbour process takes {share:g} of core {self.core} for "
                                f"{fault['steps']} update(s) every {fault['every']} from update {step}",
                         step=step, core=self.core, share=share)
-        self.child = subprocess.Popen(
-            [sys.executable, "-S", "-c", _CHILD, str(os.getpid()), str(self.core), str(share), str(SLICE_S)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, close_fds=True)
-        # The burst starts when the neighbour runs, not an interpreter start-up later.
-        assert self.child.stdout is not None
-        self.child.stdout.readline()
+        return [sys.executable, "-S", "-c", _CHILD, str(os.getpid()), str(self.core), str(share), str(SLICE_S)]
 
-    def end(self) -> None:
-        """End the child this object started, by its pid; it continues the rank as it goes."""
-        child, self.child = self.child, None
-        if child is None or child.poll() is not None:
-            return
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=END_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
+    def ended(self) -> None:
         os.kill(os.getpid(), signal.SIGCONT)  # harmless when running; never leave this rank stopped

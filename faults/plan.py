@@ -100,6 +100,13 @@ _EXPECT = Field(STR, choices=("hang",), doc='"hang": the harness must detect a h
 _SECONDS = Field(NUM, required=True, minimum=0, doc="seconds")
 
 
+_PERIOD = {"step": _step(doc="the first update of the first burst"),
+           "every": Field(INT, required=True, minimum=1, doc="the period, in updates"),
+           "steps": Field(INT, default=1, minimum=1, doc="updates per burst"),
+           "until": Field(INT, minimum=0, doc="no burst after this update (default: to the end)")}
+"""The fields of a kind whose child process runs for bursts on a period (faults/periodic.py)."""
+
+
 STOP, SLOW, DAMAGE = "stop", "slow", "damage"
 """What a fault does to its attempt, for chaos: ends it (a restart follows), slows it, or
 damages the checkpoint store before it starts."""
@@ -164,11 +171,13 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _kind("noisy_neighbour", IN_RANK, "a busy process takes `share` of the rank's core for `steps` updates "
           "every `every` updates from `step` on", ("hang", "progress"),
           injector="neighbour:NoisyNeighbour", strategy="noisy_neighbours", topics=("hang",), chaos=SLOW,
-          rank=_rank(), step=_step(doc="the first update of the first burst"),
-          every=Field(INT, required=True, minimum=1, doc="the period, in updates"),
-          steps=Field(INT, default=1, minimum=1, doc="updates per burst"),
-          share=Field(NUM, default=0.75, minimum=0, doc="the share of the core the neighbour takes (at most 0.95)"),
-          until=Field(INT, minimum=0, doc="no burst after this update (default: to the end)")),
+          rank=_rank(), **_PERIOD,
+          share=Field(NUM, default=0.75, minimum=0, doc="the share of the core the neighbour takes (at most 0.95)")),
+    _kind("disk_contention", IN_RANK, "a background process writes uncached `block_mb` MB blocks to the run "
+          "directory's disk for `steps` updates every `every` updates from `step` on", ("hang", "progress"),
+          injector="contention:DiskContention", strategy="disk_contentions", topics=("hang", "frequency"),
+          chaos=SLOW, rank=_rank(), **_PERIOD,
+          block_mb=Field(INT, default=4, minimum=1, doc="the size of each write, in MB (16 blocks are rewritten)")),
     # ----- in-rank, through the Storage seam ---------------------------------------------
     _kind("storage_stall", STORAGE, "matching storage ops take `seconds` longer", ("hang", "progress"),
           injector="storage:FaultyStorage._stall", strategy="storage_stalls", topics=("hang", "frequency"),

@@ -118,6 +118,11 @@ def noisy_neighbours(slot: Slot) -> st.SearchStrategy[Fault]:
                every=st.integers(2, 4), steps=st.just(1), share=st.sampled_from((0.25, 0.5)))
 
 
+def disk_contentions(slot: Slot) -> st.SearchStrategy[Fault]:
+    return _at(slot, "disk_contention", rank=_ranks(slot.world_sizes), step=slot.steps(),
+               every=st.integers(2, 4), steps=st.just(1), block_mb=st.sampled_from((1, 4)))
+
+
 def comm_delays(slot: Slot) -> st.SearchStrategy[Fault]:
     return _at(slot, "comm_delay", rank=_ranks(slot.world_sizes), step=slot.steps(), seconds=_SECONDS)
 

@@ -635,8 +635,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
     *PRECISION_CHAPTERS,
     *PIPELINE_CHAPTERS,  # harness/report/chapters_pipeline.py: the bubble measured, behind --full
-    Chapter("period", PERIOD_QUESTION, ("noisy-neighbour", "slow-storage"), periodic_slowdowns,
-            (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age")), full=True),
+    Chapter("period", PERIOD_QUESTION, ("noisy-neighbour", "slow-storage", "disk-contention"), periodic_slowdowns,
+            (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age"), ("disk-contention", "ckpt_age")),
+            full=True),
     Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),
     Chapter("loader", LOADER_QUESTION, ("loader-kill",), data_loader, full=True),
     *SCALE_CHAPTERS,  # harness/report/chapters_scale.py: behind --full

@@ -11,7 +11,7 @@ from trainwreck.harness.report.claims import fact, verdict
 from trainwreck.harness.report.handbook import Evidence, Paragraph
 
 PERIOD_QUESTION = "How do you debug a job that is slow only every 20 minutes: one rank or every rank?"
-NEIGHBOUR, STORAGE = "noisy-neighbour", "slow-storage"
+NEIGHBOUR, STORAGE, WRITER = "noisy-neighbour", "slow-storage", "disk-contention"
 
 
 def _series(ev: Evidence, run: str, where: str) -> int:
@@ -77,11 +77,37 @@ def periodic_slowdowns(ev: Evidence) -> list[Paragraph]:
         ev.s(f"Over those episodes {_per_rank(ev, STORAGE, s, 'checkpoint', 'own')}: every rank's checkpoint time "
              "grew alike (rank 0 writes, the others wait at the save's barrier), so the slowdown is systemic: "
              "look at the storage and whatever else writes to it on that period.", *systemic),
-    ], [
+    ], _contention(ev), [
         ev.s("The period says what repeats (a save every few updates, or a timer outside the job); the per-rank "
              "phases say where: one rank's own work is that host, every rank's checkpoint phase is shared storage.",
              *localized, *systemic),
     ]]
+
+
+def _contention(ev: Evidence) -> Paragraph:
+    """The run where something else writes to the checkpoints' disk: a period that is not the saves'."""
+    w, fault = _series(ev, WRITER, "checkpoint"), ("plan", 0)
+    interval = ev.get(WRITER, "spec", "ckpt_interval")
+    every = ev.get(WRITER, *fault, "every")
+    return [
+        ev.s(f"In <code>{WRITER}</code> the job saved every {ev.q(WRITER, 'spec', 'ckpt_interval')} update(s) "
+             f"(configured), and a background process rewrote {ev.q(WRITER, *fault, 'block_mb')} MB blocks "
+             f"of a scratch file on the same disk, bypassing the page cache, for {ev.q(WRITER, *fault, 'steps')} "
+             f"update(s) every {ev.q(WRITER, *fault, 'every')} from update {ev.q(WRITER, *fault, 'step')} (the plan), "
+             "as an upload staging its copy or another job sharing the disk does.",
+             fact("faults.0.kind", "==", "disk_contention", run=WRITER),
+             fact("faults.0.detail", "contains", "(O_DIRECT)", run=WRITER)),
+        ev.s(f"{_period(ev, WRITER, w)}: the writer's period, not the saves' (every {interval} update(s)), so what "
+             "repeats is outside the job.",
+             fact(f"slowdowns.series.{w}.where", "==", "checkpoint", run=WRITER),
+             fact(f"slowdowns.series.{w}.period_steps", "==", every, run=WRITER),
+             fact(f"slowdowns.series.{w}.period_steps", "!=", interval, run=WRITER)),
+        ev.s(f"Over those episodes {_per_rank(ev, WRITER, w, 'checkpoint')}: every rank's checkpoint phase grew "
+             "alike, so the slowdown is systemic; with the period matching no save interval, look for what else "
+             "writes to that disk on that period.",
+             fact(f"slowdowns.series.{w}.scope", "==", "systemic", run=WRITER),
+             fact(f"slowdowns.series.{w}.where", "==", "checkpoint", run=WRITER)),
+    ]
 
 
 METRICS_QUESTION = "Which numbers do you export to monitoring, and what happens to their baselines when the world size changes?"

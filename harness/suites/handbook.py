@@ -100,6 +100,15 @@ SLOW_STORAGE = Scenario(
     config={"total_steps": PERIOD_STEPS, "ckpt_interval": 4},
     summary="every checkpoint write stalls 0.1 s (storage that is slow on every save, every 4 updates)",
     plan=({"id": "stall-every-write", "kind": "storage_stall", "step": 1, "seconds": 0.1, "count": 1000},))
+DISK_CONTENTION = Scenario(
+    name="disk-contention", question=PERIOD_QUESTION, threatens=("hang", "progress"),
+    # A save after every update, so the writer meets a save whichever update it lands in; 16 MB blocks
+    # queue each of a save's fsyncs behind tens of milliseconds of the writer's (faults/contention.py).
+    config={"total_steps": PERIOD_STEPS, "ckpt_interval": 1},
+    summary="a background process rewrites 16 MB blocks uncached on the run directory's disk for one update "
+            "every 6 from update 3 (an upload or another job sharing the checkpoint disk)",
+    plan=({"id": "writer-r0", "kind": "disk_contention", "rank": 0, "step": 3, "every": 6, "steps": 1,
+           "block_mb": 16},))
 # ----- the scale chapters' runs (harness/report/chapters_scale.py; all behind --full) -----------------
 PER_DEVICE = {"rank_batch": 4, "global_batch": 16, "lr": 0.01, "total_steps": 24, "dataset_size": 256,
               "ckpt_interval": 4}
@@ -143,7 +152,7 @@ SLOW_MODEL = Scenario(
                 "seconds": 0.3, "point": "after_data"} for r in (0, 1)))
 PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (
     RESTART_LOOP, CKPT_SYNC, CKPT_ASYNC, FSDP_WIDE, BF16_RESUME, NAN_REDUCED, NAN_LOCAL, SKIP_COLLECTIVE,
-    NOISY_NEIGHBOUR, SLOW_STORAGE, *(_lr_rule(r) for r in ("none", "linear", "sqrt")),
+    NOISY_NEIGHBOUR, SLOW_STORAGE, DISK_CONTENTION, *(_lr_rule(r) for r in ("none", "linear", "sqrt")),
     _lr_rule("linear", REWARMUP), *(_scale(w) for w in (1, 2, 4)), SLOW_NETWORK, SLOW_MODEL)))
 """The handbook's own scenarios (the FSDP resharding case is the built-in fsdp-shrink-world: the registry
 refused the handbook's twin of it)."""
@@ -314,6 +323,7 @@ CASES: tuple[Case, ...] = (
     Case("pipeline", "measure", "pipeline", expect="MEASURED"),
     Case("noisy-neighbour", "plan", "noisy-neighbour"),
     Case("slow-storage", "plan", "slow-storage"),
+    Case("disk-contention", "plan", "disk-contention"),
     Case("loader-kill", "measure", "loader", expect="MEASURED"),
     # the scale chapters (harness/report/chapters_scale.py), all behind --full
     Case("lr-none", "plan", "lr-none"),

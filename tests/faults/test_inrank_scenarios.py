@@ -79,6 +79,17 @@ def test_a_noisy_neighbour_slows_its_rank_only_in_its_bursts_and_leaves_no_proce
     assert out.judgement.valid is True, out.explain()
 
 
+def test_disk_contention_fires_in_its_bursts_leaves_no_scratch_file_and_the_run_stays_correct(
+        tmp_path: Path, golden: History) -> None:
+    plan = Plan().add("disk_contention", rank=0, step=3, every=5, steps=2, block_mb=1).to_list()
+    out = run_plan(plan, tmp_path / "run", golden)  # run_plan fails on a leftover process
+    [event] = out.fired("disk_contention-1")
+    assert (event["rank"], event["step"]) == (0, 3) and event["mode"] in ("O_DIRECT", "O_DSYNC")
+    assert not list((tmp_path / "run" / "contention").iterdir()), "each burst removes its scratch file"
+    assert out.record.attempts == 1 and not out.events("hang")
+    assert out.judgement.valid is True, out.explain()
+
+
 def test_a_delayed_all_reduce_holds_every_rank_back_and_changes_no_digest(
         tmp_path: Path, golden: History) -> None:
     plan = Plan().comm_delay(rank=1, step=3, seconds=0.5).to_list()

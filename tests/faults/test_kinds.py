@@ -161,7 +161,7 @@ class Ticker:
 
     told: list[int] = []
 
-    def __init__(self, faults: list[dict[str, Any]], record: Any, rank: int) -> None:
+    def __init__(self, faults: list[dict[str, Any]], record: Any, rank: int, root: Path) -> None:
         self.faults = faults
 
     def at_step(self, step: int) -> None:

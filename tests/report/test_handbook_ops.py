@@ -76,21 +76,48 @@ def test_the_period_chapter_finds_the_planned_period_and_tells_one_slow_rank_fro
 
 
 @pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
-def test_the_claim_check_fails_when_the_neighbour_run_is_made_to_say_every_rank_was_slow(
-        handbook: dict[str, Any], tmp_path: Path) -> None:
+def test_the_period_chapter_finds_a_background_writers_period_apart_from_the_save_interval(
+        handbook: dict[str, Any]) -> None:
+    writer = handbook["reports"]["disk-contention"]
+    [fired] = writer["faults"]
+    assert fired["kind"] == "disk_contention" and "(O_DIRECT)" in fired["detail"], fired
+    found = series(writer, "checkpoint")
+    assert found["period_steps"] == writer["plan"][0]["every"] != writer["spec"]["ckpt_interval"]
+    assert (found["scope"], found["ranks"]) == ("systemic", [0, 1])
+    text = plain(handbook, "period")
+    assert f"every {found['period_steps']} updates in {found['regular_gaps']} of {found['gaps']} gaps" in text
+    assert "the writer's period, not the saves'" in text and "look for what else writes to that disk" in text
+
+
+def _check_tampered(handbook: dict[str, Any], tmp_path: Path, run_key: str, where: str, field: str,
+                    value: Any) -> list[str]:
+    """check_handbook on a copy whose run `run_key` reports `value` at `field` of its `where` series."""
     copy = tmp_path / "hb"
     shutil.copytree(handbook["out"], copy, ignore=shutil.ignore_patterns("runs"))
     record = json.loads((copy / "handbook.json").read_text())
-    run = record["runs"]["noisy-neighbour"]
+    run = record["runs"][run_key]
     report = json.loads(Path(run["report"]).read_text())
-    i = next(i for i, s in enumerate(report["slowdowns"]["series"]) if s["where"] == "update")
-    report["slowdowns"]["series"][i]["scope"] = "systemic"
-    fake = tmp_path / "neighbour.json"
+    i = next(i for i, s in enumerate(report["slowdowns"]["series"]) if s["where"] == where)
+    report["slowdowns"]["series"][i][field] = value
+    fake = tmp_path / f"{run_key}.json"
     fake.write_text(json.dumps(report))
     run["report"] = str(fake)
     (copy / "handbook.json").write_text(json.dumps(record))
-    problems = check_handbook(copy)
+    return check_handbook(copy)
+
+
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
+def test_the_claim_check_fails_when_the_neighbour_run_is_made_to_say_every_rank_was_slow(
+        handbook: dict[str, Any], tmp_path: Path) -> None:
+    problems = _check_tampered(handbook, tmp_path, "noisy-neighbour", "update", "scope", "systemic")
     assert any(p.startswith("period: period.") and "scope" in p for p in problems), problems
+
+
+@pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
+def test_the_claim_check_fails_when_the_writers_period_is_made_the_save_interval(
+        handbook: dict[str, Any], tmp_path: Path) -> None:
+    problems = _check_tampered(handbook, tmp_path, "disk-contention", "checkpoint", "period_steps", 1)
+    assert any(p.startswith("period: period.") and "period_steps" in p for p in problems), problems
 
 
 @pytest.mark.slow  # runs the --full chapters (a minute or more on 2 cores): nightly
