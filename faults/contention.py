@@ -24,7 +24,7 @@ import mmap
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainwreck.faults.periodic import PeriodicChild
 
