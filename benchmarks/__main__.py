@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from trainwreck.harness.registry import SPAWN
-from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m
+from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
 from trainwreck.benchmarks.fsdp import bench_fsdp
 from trainwreck.benchmarks.instrumentation import bench_instrumentation
@@ -36,6 +36,7 @@ TARGETS = {
     "async_stall_ratio_100mb": ("<=", 0.05),
     "checker_events_per_s": (">=", 1_000_000),
     "checker_peak_rss_mb_16m": ("<=", 512),
+    "checker_rss_growth_doubled": ("<=", 1.1),  # twice the events, columns on disk: memory bounded
     "launch_warm_s_16": ("<=", 1.0),
     "hang_latency_max_s_16": ("<=", 1.2),  # timeout 1.0 s + 0.2 s
     "scenarios_per_min": (">=", 150),
@@ -56,6 +57,8 @@ def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),
         ("checker_16m", bench_checker_16m),  # ten times that, for memory: about 2.3 GB of events on disk
+        # Twice the events, the same peak: 8 M and 16 M events in --quick (about 80 s), 16 M and 32 M else.
+        ("checker_bounded", lambda: bench_checker_bounded(steps=500_000 if quick else 1_000_000)),
         ("instrumentation", lambda: bench_instrumentation(pairs=120)),
         # 1 GB in --quick too (about a minute: three rotating rounds of three saves and two
         # loads), so that every target in TARGETS is measured by every run.

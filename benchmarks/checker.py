@@ -41,11 +41,11 @@ def _epoch_ids(size: int, epoch: int) -> list[int]:
     return [(i * a + b) % size for i in range(size)]
 
 
-def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int) -> None:
+def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int, save_every: int = SAVE_EVERY) -> None:
     global_batch = ranks * batch_per_rank
     dataset_size = global_batch * 1000
-    crash_at = steps // 2 + SAVE_EVERY // 2  # attempt 0 dies mid-way between saves
-    resume_from = (crash_at // SAVE_EVERY) * SAVE_EVERY
+    crash_at = steps // 2 + save_every // 2  # attempt 0 dies mid-way between saves
+    resume_from = (crash_at // save_every) * save_every
     spec = {
         "format": FORMAT,
         "dataset_size": dataset_size,
@@ -71,10 +71,11 @@ def write_run(run_dir: str, steps: int, ranks: int, batch_per_rank: int) -> None
         for rank in range(ranks):
             path = paths.rank_events(attempt, rank, 1000 + 100 * attempt + rank)
             with open(path, "w") as f:
-                _write_rank(f, spec, attempt, rank, first, last, resume_from if attempt else 0, crash_at)
+                _write_rank(f, spec, attempt, rank, first, last, resume_from if attempt else 0, crash_at, save_every)
 
 
-def _write_rank(f: Any, spec: dict[str, Any], attempt: int, rank: int, first: int, last: int, restored: int, crash_at: int) -> None:
+def _write_rank(f: Any, spec: dict[str, Any], attempt: int, rank: int, first: int, last: int, restored: int,
+                crash_at: int, save_every: int) -> None:
     ranks = spec["world_sizes"][0]
     size, gb = spec["dataset_size"], spec["global_batch"]
     per_rank = gb // ranks
@@ -97,9 +98,9 @@ def _write_rank(f: Any, spec: dict[str, Any], attempt: int, rank: int, first: in
             break
         out.append(f'{{"kind": "batch", "t": {t}, {head}, "step": {step}, "epoch": {e}, "samples": {ids[lo:lo + per_rank]}}}\n')
         out.append(f'{{"kind": "step", "t": {t + 0.005}, {head}, "step": {step}, "loss": {_loss(step)}, "digest": "{_digest(step)}"}}\n')
-        if rank == 0 and step % SAVE_EVERY == 0:
+        if rank == 0 and step % save_every == 0:
             out.append(f'{{"kind": "save", "t": {t + 0.006}, {head}, "step": {step}, "checkpoint": "step-{step:08d}", "digest": "{_digest(step)}"}}\n')
-            old = step - KEEP_LAST * SAVE_EVERY
+            old = step - KEEP_LAST * save_every
             if old > 0:
                 out.append(f'{{"kind": "prune", "t": {t + 0.007}, {head}, "checkpoint": "step-{old:08d}"}}\n')
         if len(out) > 20_000:
@@ -140,10 +141,11 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def bench_checker(steps: int = 100_000, ranks: int = 8, batch_per_rank: int = 4) -> dict[str, Any]:
+def bench_checker(steps: int = 100_000, ranks: int = 8, batch_per_rank: int = 4,
+                  save_every: int = SAVE_EVERY) -> dict[str, Any]:
     """Write a synthetic valid run, judge it in a fresh process, report events judged per second."""
     with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
-        write_run(tmp, steps, ranks, batch_per_rank)
+        write_run(tmp, steps, ranks, batch_per_rank, save_every)
         done = subprocess.run([sys.executable, "-m", "trainwreck.benchmarks.checker", "--judge", tmp],
                               capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -159,6 +161,23 @@ def bench_checker_16m(steps: int = 1_000_000, ranks: int = 8, batch_per_rank: in
             "checker_peak_rss_mb_16m": result["checker_peak_rss_mb"],
             "checker_worker_peak_rss_mb_16m": result["checker_worker_peak_rss_mb"],
             "checker_events_per_cpu_s_16m": result["checker_events_per_cpu_s"]}
+
+
+RARE_SAVES = 5_000
+"""A save every 5 000 updates: the sparse events (kept as dicts) no longer grow with the run."""
+
+
+def bench_checker_bounded(steps: int = 1_000_000, ranks: int = 8, batch_per_rank: int = 4) -> dict[str, Any]:
+    """Peak memory judging `steps` and twice as many updates (16 M and 32 M events by default), the
+    columns on disk (invariants/spill.py), a save every RARE_SAVES updates: what is left in memory
+    grows with the sparse events, not with the batch and step events, so doubling the run should
+    leave the peak where it was."""
+    small = bench_checker(steps, ranks, batch_per_rank, RARE_SAVES)
+    large = bench_checker(2 * steps, ranks, batch_per_rank, RARE_SAVES)
+    return {"checker_bounded_events": [small["checker_events"], large["checker_events"]],
+            "checker_bounded_peak_rss_mb": [small["checker_peak_rss_mb"], large["checker_peak_rss_mb"]],
+            "checker_rss_growth_doubled": round(large["checker_peak_rss_mb"] / small["checker_peak_rss_mb"], 3),
+            "checker_bounded_events_per_s": [small["checker_events_per_s"], large["checker_events_per_s"]]}
 
 
 def main(argv: list[str] | None = None) -> int:

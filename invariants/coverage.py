@@ -7,11 +7,11 @@ sample; the slow, exact bookkeeping runs only to describe a violation.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from typing import Sequence
 
 from trainwreck.invariants.history import History, RankLog
 from trainwreck.invariants.lineage import Lineage, Segment, batch_changed, walk_lineage
+from trainwreck.invariants.spill import ascending, bisect_right, same_range
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict, absent_intervals, intervals
 
 NAME = "coverage"
@@ -98,22 +98,24 @@ def _add_segment(
     logs = history.ranks_of(seg.attempt)
     reported: set[int] = set()
     end_epoch = last_epoch
-    reference: tuple[list[int], list[int], int] | None = None  # (steps, epochs, rank) of the first complete rank
+    # The first complete rank and its range: ranges are compared, never copied (columns may be on disk).
+    reference: tuple[RankLog, int] | None = None
     for log in logs:
         i, j = log.batch_range(seg.first, seg.last)
         if i == j:
             continue
         reported.add(log.rank)
-        steps, eps = log.batch_steps[i:j], log.epochs[i:j]
-        if j - i != expected or steps[0] != seg.first or steps[-1] != seg.last:
-            absent = sorted(set(range(seg.first, seg.last + 1)) - set(steps))
+        if j - i != expected or log.batch_steps[i] != seg.first or log.batch_steps[j - 1] != seg.last:
+            absent = sorted(set(range(seg.first, seg.last + 1)) - set(log.batch_steps[i:j]))
             if absent:
                 _note(missing, f"attempt {seg.attempt} rank {log.rank}: no batch event for lineage step(s) {intervals(absent)}")
         elif reference is None:
-            reference = (steps, eps, log.rank)
-        elif steps == reference[0] and eps != reference[1]:
-            k = next(s for s, a, b in zip(steps, eps, reference[1]) if a != b)
-            evidence.add(f"attempt {seg.attempt} step {k}: ranks disagree on the epoch (rank {log.rank} differs from rank {reference[2]})")
+            reference = (log, i)
+        elif same_range(log.batch_steps, i, reference[0].batch_steps, reference[1], j - i) and not same_range(
+                log.epochs, i, reference[0].epochs, reference[1], j - i):
+            ref, at = reference
+            k = next(s for s, a, b in zip(log.batch_steps[i:j], log.epochs[i:j], ref.epochs[at:at + j - i]) if a != b)
+            evidence.add(f"attempt {seg.attempt} step {k}: ranks disagree on the epoch (rank {log.rank} differs from rank {ref.rank})")
         reached = _add_events(log, i, j, epochs, last_epoch, evidence)
         end_epoch = reached if end_epoch is None else max(end_epoch, reached)
     size = history.world_sizes.get(seg.attempt)
@@ -127,29 +129,34 @@ def _add_segment(
 
 def _add_events(log: RankLog, i: int, j: int, epochs: EpochIds, last_epoch: int | None, evidence: Evidence) -> int:
     """Add batch events i..j-1 of one rank; returns the highest epoch among them."""
-    eps = log.epochs[i:j]
-    offsets = log.offsets
-    if last_epoch is not None and eps[0] < last_epoch:
-        evidence.add(f"attempt {log.attempt} rank {log.rank} step {log.batch_steps[i]}: epoch went back from {last_epoch} to {eps[0]}")
-    in_order = all(map(int.__le__, eps, eps[1:]))  # eps is an array: it never equals a list
-    if not in_order:
+    column, offsets = log.epochs, log.offsets
+    if last_epoch is not None and column[i] < last_epoch:
+        evidence.add(f"attempt {log.attempt} rank {log.rank} step {log.batch_steps[i]}: epoch went back from {last_epoch} to {column[i]}")
+    if not ascending(column, False, i, j):
+        eps = column[i:j]
         k = next(log.batch_steps[i + n + 1] for n in range(len(eps) - 1) if eps[n + 1] < eps[n])
         evidence.add(f"attempt {log.attempt} rank {log.rank} step {k}: epoch went back")
-    for epoch in sorted(set(eps)):
-        if in_order:  # each epoch is one contiguous run of events
-            lo, hi = bisect_left(eps, epoch), bisect_right(eps, epoch)
-            part: Part = (log.ids, offsets[i + lo], offsets[i + hi])
-        else:
+        for epoch in sorted(set(eps)):
             listed = [x for n, e in enumerate(eps) if e == epoch for x in log.samples(i + n)]
-            part = (listed, 0, len(listed))
-        if part[1] == part[2]:
-            continue
-        entry = epochs.get(epoch)
-        if entry is None:
-            entry = epochs[epoch] = ([], [0])
-        entry[0].append(part)
-        entry[1][0] += part[2] - part[1]
-    return eps[-1] if in_order else max(eps)
+            _add_part(epochs, epoch, (listed, 0, len(listed)))
+        return max(eps)
+    at = i
+    while at < j:  # each epoch is one contiguous run of events: one bisect finds its end
+        epoch = column[at]
+        end = bisect_right(column, epoch, at, j)
+        _add_part(epochs, epoch, (log.ids, offsets[at], offsets[end]))
+        at = end
+    return column[j - 1]
+
+
+def _add_part(epochs: EpochIds, epoch: int, part: Part) -> None:
+    if part[1] == part[2]:
+        return
+    entry = epochs.get(epoch)
+    if entry is None:
+        entry = epochs[epoch] = ([], [0])
+    entry[0].append(part)
+    entry[1][0] += part[2] - part[1]
 
 
 def _where_twice(history: History, lineage: Lineage, epoch: int) -> tuple[int, str]:

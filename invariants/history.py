@@ -8,16 +8,18 @@ list past 64 bits), losses in an `array('d')` while they are all floats, digests
 in a list of strings - no object per event. A column equal to the one of the
 attempt's first rank log is that very object (the loader shares it: replicas
 report the same steps, digests and batch shapes), so only sample ids cost
-memory per rank. Every other kind is kept as its dict, in order, in
-`History.events`.
+memory per rank. A run too big for that keeps its columns on disk instead
+(invariants/spill.py: they answer as arrays do, a chunk at a time). Every other
+kind is kept as its dict, in order, in `History.events`.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
+
+from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right
 
 FORMAT = "trainwreck-run/1"
 # The checker may import nothing of ours, so it names the format itself; trainer/events.py
@@ -33,7 +35,7 @@ class InputError(Exception):
 # A column of integers: an array of the narrowest type that holds them, or a list
 # once a value needs more than 64 bits. Index, slice, iterate and bisect it like a
 # list; compare a slice with `list(...)` (an array never equals a list).
-Ints = Union["array[int]", list[int]]
+Ints = Union["array[int]", list[int], DiskNumbers]
 _WIDTHS = (("b", 7), ("h", 15), ("i", 31), ("q", 63))
 
 
@@ -46,6 +48,12 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
     returns the column to keep (the same object unless it was widened)."""
     if not values:
         return column
+    if isinstance(column, DiskNumbers):
+        try:
+            column.extend(values)
+            return column
+        except OverflowError:  # beyond 64 bits: this column goes back to memory, as a list
+            column = list(column)
     if isinstance(column, array):
         # Most values fit the column as it is: try that first (one C-level pass, no
         # min/max); an array refuses a value that does not fit with OverflowError,
@@ -69,11 +77,25 @@ def floats() -> "array[float] | list[Any]":
     return array("d")
 
 
-def extend_losses(column: "array[float] | list[Any]", values: Sequence[Any]) -> "array[float] | list[Any]":
+def extend_losses(column: "array[float] | list[Any] | DiskNumbers", values: Sequence[Any]
+                  ) -> "array[float] | list[Any] | DiskNumbers":
     """Losses stay an array of doubles while every one is a float; anything else
     (None, an int, a string) turns the column into a list, values unchanged."""
-    if isinstance(column, array) and not set(map(type, values)) <= {float}:
+    if isinstance(column, (array, DiskNumbers)) and not set(map(type, values)) <= {float}:
         column = list(column)
+    column.extend(values)
+    return column
+
+
+def extend_digests(column: "list[Any] | DiskStrings", values: list[Any]) -> "list[Any] | DiskStrings":
+    """Digests stay on disk while each is None or an ASCII string of the column's width;
+    anything else turns the column into a list, values unchanged."""
+    if isinstance(column, DiskStrings):
+        try:
+            column.extend(values)
+            return column
+        except ValueError:
+            column = list(column)
     column.extend(values)
     return column
 
@@ -88,8 +110,8 @@ class RankLog:
     # `step` events, ascending by update number, one per update (repeats are
     # moved to History.duplicate_steps).
     steps: Ints = field(default_factory=ints)
-    losses: "array[float] | list[Any]" = field(default_factory=floats)  # float, int or None
-    digests: list[Any] = field(default_factory=list)
+    losses: "array[float] | list[Any] | DiskNumbers" = field(default_factory=floats)  # float, int or None
+    digests: "list[Any] | DiskStrings" = field(default_factory=list)
     # `batch` events, ascending by update number (a repeat stays: if a rank
     # really used samples twice for one update, coverage must see it).
     batch_steps: Ints = field(default_factory=ints)

@@ -8,11 +8,11 @@ Every other update is redo work - a cost, not an error.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from trainwreck.invariants.history import History
+from trainwreck.invariants.spill import bisect_left, bisect_right
 
 
 @dataclass(frozen=True)

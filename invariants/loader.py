@@ -43,7 +43,9 @@ except ImportError:  # pragma: no cover - the orjson path reads everything alone
     msgspec = None
 
 from trainwreck.invariants.files import open_regular, read_bounded
-from trainwreck.invariants.history import FORMAT, History, InputError, RankLog, extend_ints, extend_losses
+from trainwreck.invariants import spill
+from trainwreck.invariants.history import (FORMAT, History, InputError, RankLog, extend_digests, extend_ints,
+                                               extend_losses)
 
 _INT = "a non-negative integer"
 # Reading bounds (files.py refuses what is not a regular file). run.json is a small spec;
@@ -122,11 +124,9 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        files = [(os.path.join(events_dir, name), "events/" + name) for name in names]
-        if not _load_parallel(history, files, unknown):
-            for path, src in files:
-                _load_file(history, run_dir, path, src, unknown)
-                _share_columns(history, history.__dict__.pop("_touched", {}).values())
+        _load_files(history, run_dir, events_dir, names, unknown)
+    except spill.SpillError as exc:
+        raise InputError(str(exc)) from None
     finally:
         if enabled:
             gc.enable()
@@ -144,6 +144,20 @@ def load_history(run_dir: str | os.PathLike[str]) -> History:
     return history
 
 
+def _load_files(history: History, run_dir: str, events_dir: str, names: list[str], unknown: dict[str, int]) -> None:
+    """Every events file into `history`: in parallel workers when worth it, else one by one; the
+    columns on disk (invariants/spill.py) when the files hold SPILL_MIN_BYTES or more."""
+    files = [(os.path.join(events_dir, name), "events/" + name) for name in names]
+    sizes = [os.stat(path).st_size if os.path.isfile(path) else 0 for path, _ in files]
+    if sum(sizes) >= spill.SPILL_MIN_BYTES:
+        scratch = history.__dict__["_scratch"] = spill.Scratch()
+        history.__dict__["_spill"] = scratch.path()
+    if not _load_parallel(history, files, sizes, unknown):
+        for path, src in files:
+            _load_file(history, run_dir, path, src, unknown)
+            _share_columns(history, history.__dict__.pop("_touched", {}).values())
+
+
 # Parsing is most of a big run's cost and each file parses alone, so files are
 # parsed in worker processes when the run is big enough to pay for them and this
 # process may fork (one thread: a harness with threads loads sequentially).
@@ -151,7 +165,7 @@ PARALLEL_MIN_BYTES = 64 << 20
 WORKERS = min(2, os.cpu_count() or 1)
 
 
-def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict[str, int]) -> bool:
+def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[int], unknown: dict[str, int]) -> bool:
     """Parse `files` in WORKERS forked processes, one file per task, and merge
     each as it arrives, in file order - what the sequential loop would build;
     digests are shared with the attempt's first rank log on arrival, so the
@@ -159,12 +173,14 @@ def _load_parallel(history: History, files: list[tuple[str, str]], unknown: dict
     nothing, when not worth it or when a merge would differ (two files writing
     one rank log, or one attempt with two world sizes): then the caller loads
     sequentially."""
-    sizes = [os.stat(path).st_size if os.path.isfile(path) else 0 for path, _ in files]
     if WORKERS < 2 or len(files) < 2 or sum(sizes) < PARALLEL_MIN_BYTES or not _may_fork():
         return False
     merged = History(run_dir=history.run_dir, spec=history.spec)
+    if "_spill" in history.__dict__:
+        merged.__dict__["_spill"] = history.__dict__["_spill"]
     counts: dict[str, int] = {}
-    jobs = [(history.run_dir, history.spec, path, src) for path, src in files]
+    scratch = history.__dict__.get("_scratch")
+    jobs = [(history.run_dir, history.spec, path, src, scratch and scratch.dir) for path, src in files]
     with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
         # At most WORKERS + 1 files in flight: parsed files waiting for a busy (or
         # starved) merger would otherwise pile up in this process, unshared.
@@ -201,17 +217,20 @@ def _may_fork() -> bool:
     return threading.active_count() == 1
 
 
-def _load_one(job: tuple[str, dict[str, Any], str, str]) -> tuple[History, dict[str, int]]:
-    """In a worker: one file into a History of its own."""
-    run_dir, spec, path, src = job
+def _load_one(job: tuple[str, dict[str, Any], str, str, str | None]) -> tuple[History, dict[str, int]]:
+    """In a worker: one file into a History of its own (its columns in a file of its own, when on disk)."""
+    run_dir, spec, path, src, folder = job
     part = History(run_dir=run_dir, spec=spec)
+    if folder is not None:
+        part.__dict__["_spill"] = os.path.join(folder, f"columns-{os.getpid()}.bin")
     unknown: dict[str, int] = {}
     _load_file(part, run_dir, path, src, unknown)
     part.__dict__.pop("_first_log", None)
     part.__dict__.pop("_odd_world_sizes", None)
     part.__dict__.pop("_touched", None)
     for log in part.logs.values():  # digests travel as one string: no object per event on arrival
-        if log.digests and set(map(type, log.digests)) == {str}:
+        spill.seal(vars(log).values())
+        if isinstance(log.digests, list) and log.digests and set(map(type, log.digests)) == {str}:
             joined = "\n".join(log.digests)
             if joined.count("\n") == len(log.digests) - 1:
                 log.__dict__["_joined"], log.digests = joined, []
@@ -222,6 +241,10 @@ def _share_digests(history: History, log: RankLog) -> None:
     """A whole log's digests as the objects of the attempt's first rank log, when equal
     (compared as joined strings when they came that way, never split then)."""
     joined = log.__dict__.pop("_joined", None)
+    if "_spill" in history.__dict__:
+        if joined is not None:
+            log.digests = joined.split("\n")
+        return  # on disk: sharing would save no memory
     n = len(log.digests) if joined is None else joined.count("\n") + 1
     ref = next((other for (a, _), other in history.logs.items() if a == log.attempt), None)
     if ref is not None and log.steps:
@@ -603,7 +626,7 @@ def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line:
     """The rank log to extend (its own columns, never ones it shares: see _share_columns)."""
     log = history.logs.get((attempt, rank))
     if log is None:
-        log = history.logs[(attempt, rank)] = RankLog(attempt, rank, ws)
+        log = history.logs[(attempt, rank)] = _new_log(history, attempt, rank, ws)
     elif log.__dict__.get("_borrowed"):
         _own(log)
     history.__dict__.setdefault("_touched", {})[(attempt, rank)] = log
@@ -613,6 +636,18 @@ def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line:
         noted.add((attempt, ws))
         history.notes.append(f"{src} line {line}: attempt {attempt} reports world_size {ws}, earlier {known}; using {known}")
     return log
+
+
+def _new_log(history: History, attempt: int, rank: int, ws: int) -> RankLog:
+    """A rank log with columns in memory, or on disk when the history spills (invariants/spill.py)."""
+    path = history.__dict__.get("_spill")
+    if path is None:
+        return RankLog(attempt, rank, ws)
+    offsets = spill.DiskNumbers(path, "q")
+    offsets.extend([0])
+    return RankLog(attempt, rank, ws, steps=spill.DiskNumbers(path, "q"), losses=spill.DiskNumbers(path, "d"),
+                   digests=spill.DiskStrings(path), batch_steps=spill.DiskNumbers(path, "q"),
+                   epochs=spill.DiskNumbers(path, "q"), offsets=offsets, ids=spill.DiskNumbers(path, "q"))
 
 
 def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], src: str, unknown: dict[str, int]) -> None:
@@ -627,7 +662,7 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
             if kind == "step":
                 log.steps = extend_ints(log.steps, [ev["step"]])
                 log.losses = extend_losses(log.losses, [ev.get("loss")])
-                log.digests.append(ev.get("digest"))
+                log.digests = extend_digests(log.digests, [ev.get("digest")])
             else:
                 log.batch_steps = extend_ints(log.batch_steps, [ev["step"]])
                 log.epochs = extend_ints(log.epochs, [ev["epoch"]])
@@ -800,7 +835,7 @@ def _extend_log(history: History, log: RankLog, steps: list[int], losses: list[A
                 batch_steps: list[int], epochs: list[int], lengths: list[int], ids: list[int]) -> None:
     log.steps = extend_ints(log.steps, steps)
     log.losses = extend_losses(log.losses, losses)
-    log.digests.extend(_shared(history, log, steps, digests))
+    log.digests = extend_digests(log.digests, _shared(history, log, steps, digests))
     log.batch_steps = extend_ints(log.batch_steps, batch_steps)
     log.epochs = extend_ints(log.epochs, epochs)
     log.offsets = extend_ints(log.offsets, list(islice(accumulate(lengths, initial=len(log.ids)), 1, None)))
@@ -827,7 +862,7 @@ def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]
     digest for a step, so a run keeps about one string per update, not one per
     event. Equal values only, so sharing never changes what a checker sees."""
     first = history.__dict__.setdefault("_first_log", {}).setdefault(log.attempt, log)
-    if first is log or not steps:
+    if first is log or not steps or "_spill" in history.__dict__:
         return digests
     i = bisect_left(first.steps, steps[0])
     candidate = first.digests[i : i + len(digests)]
@@ -845,6 +880,10 @@ def _share_columns(history: History, logs: Iterable[RankLog]) -> None:
     very object: memory for those columns is then per update, not per (update, rank).
     Equal values only, so no checker can see a difference; a log that grows afterwards
     (a second file for one rank) copies its columns first (_own)."""
+    if "_spill" in history.__dict__:  # on disk: write out what the files left in memory, share nothing
+        for log in logs:
+            spill.seal(vars(log).values())
+        return
     firsts: dict[int, RankLog] = {}
     for log in history.logs.values():
         firsts.setdefault(log.attempt, log)
@@ -874,7 +913,7 @@ def _finish(history: History, log: RankLog) -> None:
     in_order: dict[int, Any] = history.__dict__.setdefault("_in_order", {})
     if id(log.steps) in in_order:
         pass
-    elif all(map(int.__lt__, log.steps, log.steps[1:])):
+    elif spill.ascending(log.steps, strict=True):
         in_order[id(log.steps)] = log.steps
     else:  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
@@ -893,7 +932,7 @@ def _finish(history: History, log: RankLog) -> None:
         log.digests = digests
     if id(log.batch_steps) in in_order:
         pass
-    elif not any(map(int.__gt__, log.batch_steps, log.batch_steps[1:])):
+    elif spill.ascending(log.batch_steps, strict=False):
         in_order[id(log.batch_steps)] = log.batch_steps
     else:
         order = sorted(range(len(log.batch_steps)), key=log.batch_steps.__getitem__)

@@ -3,9 +3,11 @@
 The default reader streams an events file in blocks and builds compact columns
 (arrays, shared digests); the reference reader is the per-event standard-library
 path over the whole file at once, with every column a plain list, as the checker
-read runs before it streamed. `assert_readers_agree` judges a run directory both
-ways and compares everything a user sees: verdicts, summaries, counts, evidence,
-notes, or the input error.
+read runs before it streamed. A third way keeps every column on disk
+(invariants/spill.py), as a run too big for memory is read, in chunks of 3 values with
+a cache of two such chunks, so that every column crosses chunk boundaries and the cache evicts.
+`assert_readers_agree` judges a run directory all three ways and compares everything a
+user sees: verdicts, summaries, counts, evidence, notes, or the input error.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants import InputError, judge, load_history
-from trainwreck.invariants import loader
+from trainwreck.invariants import loader, spill
 
 COLUMNS = ("steps", "losses", "digests", "batch_steps", "epochs", "offsets", "ids")
 
@@ -47,9 +49,27 @@ def reference_judgement(run_dir: Path) -> Any:
         loader.BLOCK, loader._ingest_columns, loader._finish, loader._ingest_typed = saved
 
 
+def spilled_judgement(run_dir: Path) -> Any:
+    """Judge with every column on disk, in tiny chunks through a tiny cache."""
+    saved = spill.SPILL_MIN_BYTES, spill.CHUNK, spill.CACHE_BYTES
+    spill.SPILL_MIN_BYTES, spill.CHUNK, spill.CACHE_BYTES = 0, 3, 48  # two chunks of integers
+    try:
+        try:
+            history = load_history(run_dir)
+        except InputError as exc:
+            return f"InputError: {exc}"
+        # A log read out of update order is rebuilt in memory (loader._finish); the others stay on disk.
+        assert not history.logs or any(isinstance(getattr(log, c), (spill.DiskNumbers, spill.DiskStrings))
+                                       for log in history.logs.values() for c in COLUMNS), "no column on disk"
+        return {"judgement": judge(history).to_json(), "events": history.event_count}
+    finally:
+        spill.SPILL_MIN_BYTES, spill.CHUNK, spill.CACHE_BYTES = saved
+
+
 def assert_readers_agree(run_dir: Path) -> None:
     ours, reference = _judged(run_dir), reference_judgement(run_dir)
     assert ours == reference, f"{run_dir}: the streaming reader judged differently from the reference reader"
+    assert spilled_judgement(run_dir) == reference, f"{run_dir}: the reader with columns on disk judged differently"
 
 
 def run_dirs_under(root: Path) -> list[Path]:

@@ -4,7 +4,8 @@ A change to the reader or to a checker for speed or memory must not change one w
 sees. The suite's tests write hundreds of run directories (hand-built histories, hostile
 files, scenario runs); this tool judges each of them every way the reader can take -
 the default streaming reader, tiny blocks (every block boundary in a new place), the forked
-parallel workers, the reference reader (tests/invariants/readers.py) - and, for the runs a
+parallel workers, the reference reader, every column on disk (tests/invariants/readers.py) -
+and, for the runs a
 test wrote side by side, each one against the others as its golden run, and writes what
 `judge` says (valid, summaries, counts, evidence, notes, or the InputError) as JSON:
 
@@ -29,7 +30,7 @@ from trainwreck.invariants import InputError, judge, load_history
 from trainwreck.invariants import loader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from readers import reference_judgement, run_dirs_under  # noqa: E402
+from readers import reference_judgement, run_dirs_under, spilled_judgement  # noqa: E402
 
 MAX_GOLDEN_PEERS = 6  # run directories side by side judged against each other (pairs grow as n^2)
 
@@ -68,6 +69,7 @@ WAYS: dict[str, Callable[[Path], Any]] = {
     "small_blocks": lambda d: _with({"BLOCK": _small_block(d)}, lambda: _judged(d)),
     "parallel": lambda d: _with({"PARALLEL_MIN_BYTES": 0, "WORKERS": 2}, lambda: _judged(d)),
     "reference": reference_judgement,
+    "spilled": spilled_judgement,  # every column on disk (invariants/spill.py), in chunks of 3 values
 }
 
 
