@@ -84,7 +84,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     return Verdict(
         NAME,
         True,
-        f"{counts['lineage_steps']} lineage steps over {len(epochs)} epoch(s): no id twice,"
+        f"{counts['lineage_steps']} lineage steps over {counts['epochs']} epoch(s): no id twice,"
         f" completed epochs covered{golden_note}{redo_note}",
         counts,
     )

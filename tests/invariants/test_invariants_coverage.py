@@ -15,12 +15,14 @@ def crash_and_redo(b: HistoryBuilder) -> HistoryBuilder:
     return b
 
 
-def test_uninterrupted_run_covers_every_epoch(builder):
+def test_uninterrupted_run_covers_every_epoch_and_its_summary_counts_them(builder):
     b = builder(total_steps=8)
     b.attempt(2).train(8)
     verdict = check_coverage(b.load())
     assert verdict.valid is True, verdict
     assert verdict.counts["epochs"] == 2
+    # The epochs are judged one at a time and let go; the summary said "over 0 epoch(s)" once.
+    assert verdict.summary.startswith("8 lineage steps over 2 epoch(s): no id twice"), verdict.summary
 
 
 def test_redo_work_after_a_crash_is_not_a_duplicate(builder):
