@@ -91,10 +91,10 @@ def _append(path: str, data: bytes) -> int:
         written = os.pwrite(_fd(path), data, offset)
     except OSError as exc:
         raise SpillError(f"cannot write the checker's scratch file {path}: {exc.strerror}; set TMPDIR to a "
-                         "folder on a disk with room (about 16 bytes per event)") from None
+                         "folder on a disk with room (about 45 bytes per event: 8 per integer)") from None
     if written != len(data):
         raise SpillError(f"short write to the checker's scratch file {path}: the disk is full; set TMPDIR to a "
-                         "folder on a disk with room (about 16 bytes per event)")
+                         "folder on a disk with room (about 45 bytes per event: 8 per integer)")
     _SIZES[path] = offset + len(data)
     return offset
 
@@ -370,8 +370,6 @@ class DiskStrings(_Chunked):
                                                for k in range(len(self.offsets)))
         return super().count(value)
 
-
-Column = (DiskNumbers, DiskStrings)
 
 
 def seal(columns: Iterable[Any]) -> None:
