@@ -177,7 +177,7 @@ class _Chunked:
         """The values start..stop-1, a chunk's worth at a time."""
         k = _bisect.bisect_right(self.starts, start) - 1
         while start < stop:
-            base = self.starts[k] if k < len(self.offsets) else self.starts[-1]
+            base = self.starts[k]  # for the tail (k == len(self.offsets)) the values written
             part = self.chunk(k)
             yield part[start - base : stop - base]
             start = base + len(part)
@@ -208,15 +208,7 @@ class _Chunked:
             return True
         if not isinstance(other, (_Chunked, array, list)) or len(self) != len(other):
             return False
-        at = 0
-        for part in self.chunks():
-            theirs = other[at : at + len(part)]
-            if type(theirs) is not type(part):
-                theirs, part = list(theirs), list(part)
-            if theirs != part:
-                return False
-            at += len(part)
-        return True
+        return same_range(self, 0, other, 0, len(self))
 
     def __ne__(self, other: object) -> bool:
         return not self == other
@@ -256,7 +248,7 @@ class DiskNumbers(_Chunked):
         if k_hi == written and k_hi > k_lo and chosen == last_written and (
                 self.tail[0] <= x if right else self.tail[0] < x):
             chosen = written
-        base = self.starts[chosen] if chosen < written else self.starts[-1]
+        base = self.starts[chosen]
         part = self.chunk(chosen)
         return base + find(part, x, max(lo - base, 0), min(hi - base, len(part)))
 
@@ -298,6 +290,12 @@ class DiskStrings(_Chunked):
 
     def _empty(self) -> Any:
         return []
+
+    def _written(self, part: Any) -> None:
+        # Chunks on disk are read at the width they were written with: a chunk of None alone
+        # fixes it at 0, and a string that comes later does not fit (the column becomes a list).
+        if self.width is None:
+            self.width = 0
 
     def _size(self, count: int) -> int:
         return count * (1 + (self.width or 0))

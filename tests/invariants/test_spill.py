@@ -91,6 +91,13 @@ def test_digests_on_disk_keep_none_and_compare_as_bytes_and_a_misfit_turns_the_c
     assert type(widened) is list and widened == digests + ["a digest of another width"]
 
 
+def test_digests_that_start_none_for_a_whole_chunk_keep_every_value_when_strings_follow(small_chunks: Path) -> None:
+    """A chunk of None alone is written at width 0; a later string must not change how it reads."""
+    column: Any = extend_digests(spill.DiskStrings(str(small_chunks)), [None] * 4)
+    column = extend_digests(column, ["ab12", None, "cd34"])
+    assert len(column) == 7 and list(column) == [None] * 4 + ["ab12", None, "cd34"]
+
+
 def test_a_value_a_disk_column_cannot_hold_turns_it_into_a_list_with_nothing_lost(small_chunks: Path) -> None:
     ints = extend_ints(spill.DiskNumbers(str(small_chunks), "q"), list(range(10)))
     huge = extend_ints(ints, [1, 1 << 70])
