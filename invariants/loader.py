@@ -176,7 +176,7 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
     if WORKERS < 2 or len(files) < 2 or sum(sizes) < PARALLEL_MIN_BYTES or not _may_fork():
         return False
     merged = History(run_dir=history.run_dir, spec=history.spec)
-    if "_spill" in history.__dict__:
+    if _on_disk(history):
         merged.__dict__["_spill"] = history.__dict__["_spill"]
     counts: dict[str, int] = {}
     scratch = history.__dict__.get("_scratch")
@@ -241,7 +241,7 @@ def _share_digests(history: History, log: RankLog) -> None:
     """A whole log's digests as the objects of the attempt's first rank log, when equal
     (compared as joined strings when they came that way, never split then)."""
     joined = log.__dict__.pop("_joined", None)
-    if "_spill" in history.__dict__:
+    if _on_disk(history):
         if joined is not None:
             log.digests = joined.split("\n")
         return  # on disk: sharing would save no memory
@@ -638,6 +638,11 @@ def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line:
     return log
 
 
+def _on_disk(history: History) -> bool:
+    """Whether this history's columns go to a scratch file (`_spill`: this process's file in it)."""
+    return "_spill" in history.__dict__
+
+
 def _new_log(history: History, attempt: int, rank: int, ws: int) -> RankLog:
     """A rank log with columns in memory, or on disk when the history spills (invariants/spill.py)."""
     path = history.__dict__.get("_spill")
@@ -862,7 +867,7 @@ def _shared(history: History, log: RankLog, steps: list[int], digests: list[Any]
     digest for a step, so a run keeps about one string per update, not one per
     event. Equal values only, so sharing never changes what a checker sees."""
     first = history.__dict__.setdefault("_first_log", {}).setdefault(log.attempt, log)
-    if first is log or not steps or "_spill" in history.__dict__:
+    if first is log or not steps or _on_disk(history):
         return digests
     i = bisect_left(first.steps, steps[0])
     candidate = first.digests[i : i + len(digests)]
@@ -880,7 +885,7 @@ def _share_columns(history: History, logs: Iterable[RankLog]) -> None:
     very object: memory for those columns is then per update, not per (update, rank).
     Equal values only, so no checker can see a difference; a log that grows afterwards
     (a second file for one rank) copies its columns first (_own)."""
-    if "_spill" in history.__dict__:  # on disk: write out what the files left in memory, share nothing
+    if _on_disk(history):  # on disk: write out what the files left in memory, share nothing
         for log in logs:
             spill.seal(vars(log).values())
         return
