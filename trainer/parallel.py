@@ -43,13 +43,25 @@ def build_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool, amp: 
 
 def shard_model(model: MLP, device: torch.device, amp: torch.dtype | None) -> None:
     """fully_shard every Linear, then the root (FSDP2's usual bottom-up order). bf16 parameters
-    only on CUDA: gloo cannot reduce-scatter bf16 as fast, and CPU runs are the exact reference."""
-    kwargs: dict[str, Any] = {}
+    only on CUDA: gloo cannot reduce-scatter bf16 as fast, and CPU runs are the exact reference.
+
+    The mesh is built for `device`, never left to fully_shard: its default takes the host's
+    accelerator, so on a GPU host a CPU job's shards moved to CUDA and every rank set the
+    device LOCAL_RANK (rank 1 of two on one GPU: an invalid device ordinal)."""
+    kwargs: dict[str, Any] = {"mesh": device_mesh(device)}
     if device.type == "cuda" and amp == torch.bfloat16:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in [*model.hidden, model.head]:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
+
+
+def device_mesh(device: torch.device) -> Any:
+    """A one-dimensional mesh of the whole default group on `device`'s type (cpu or cuda)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
 def wrap(cfg: TrainConfig, state: TrainState, device: torch.device) -> nn.Module:

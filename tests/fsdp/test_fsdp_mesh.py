@@ -1,0 +1,49 @@
+"""FSDP shards live on the device the run asked for, never on the host's accelerator.
+
+fully_shard without a mesh builds one on `torch._C._get_accelerator()`: on a GPU host a
+CPU (gloo) job's shards moved to CUDA, and every rank set the device LOCAL_RANK, so the
+FSDP benchmark's two ranks crashed on a one-GPU machine. The trainer passes its own mesh;
+this test makes the default mesh raise, which is what a CPU machine cannot show otherwise.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CHILD = textwrap.dedent("""
+    import importlib
+    import sys
+    import torch
+    import torch.distributed as dist
+    from trainwreck.trainer import parallel
+    from trainwreck.trainer.config import TrainConfig
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fully_shard fell back to the host's default mesh")
+
+    patched = []  # where fully_shard looks its default mesh up: torch >= 2.6, then 2.4/2.5
+    for path in ("torch.distributed.fsdp._fully_shard._fully_shard", "torch.distributed._composable.fsdp.fully_shard"):
+        try:
+            module = importlib.import_module(path)
+        except ImportError:
+            continue
+        for name in dir(module):
+            if name.startswith("_init_default") and "mesh" in name:
+                setattr(module, name, refuse)
+                patched.append(path + "." + name)
+    assert patched, "no default-mesh function found to patch"
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+    state = parallel.build_state(TrainConfig.tiny(parallelism="fsdp"), torch.device("cpu"), False, None)
+    types = {p.device_mesh.device_type for p in state.model.parameters()}
+    dist.destroy_process_group()
+    print(sorted(types))
+""")
+
+
+def test_fsdp_shards_use_a_mesh_of_the_run_device_not_the_hosts_default(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "store")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['cpu']"
