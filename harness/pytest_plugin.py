@@ -30,6 +30,7 @@ from trainwreck.trainer.config import backend_fields
 # ----- options: names as constants, resolution in one place ---------------------------------
 
 BACKEND = "backend"
+DEVICE = "device"
 LAUNCHER = "launcher"
 KEEP_RUNS = "keep_runs"
 CHAOS_EXAMPLES = "chaos_examples"
@@ -69,6 +70,9 @@ class Option:
 
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(BACKEND, "gloo", "process-group backend of scenario runs (nccl needs CUDA)", ("gloo", "nccl", "auto")),
+    Option(DEVICE, "", "device of scenario runs: cpu, cuda or auto (default: the backend's, cuda for nccl and cpu "
+                       "for gloo); gloo with cuda runs any number of ranks on the visible GPUs, rank r on GPU r mod n",
+           ("", "cpu", "cuda", "auto")),
     Option(LAUNCHER, DEFAULT_LAUNCHER, "how ranks start: " + ", ".join(launcher_names(REFERENCE)),
            launcher_names(REFERENCE)),
     Option(KEEP_RUNS, "failed", "which run directories outlive their test: failed, all or none", KEEP_POLICIES),
@@ -117,6 +121,7 @@ class Settings:
     command: str = ""
     world_sizes: tuple[int, ...] = (2,)
     hang_timeout_s: float = 30.0
+    device: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -140,7 +145,8 @@ def settings_for(config: pytest.Config, item: pytest.Item | None = None) -> Sett
                     chaos_examples=int(examples) if examples else None, chaos_budget_s=budget_s,
                     chaos_profile=values[CHAOS_PROFILE], command=values[COMMAND],
                     world_sizes=_world_sizes(values[WORLD_SIZES], sources[WORLD_SIZES]),
-                    hang_timeout_s=_seconds(values[HANG_TIMEOUT], sources[HANG_TIMEOUT]), sources=sources)
+                    hang_timeout_s=_seconds(values[HANG_TIMEOUT], sources[HANG_TIMEOUT]), device=values[DEVICE],
+                    sources=sources)
 
 
 def _world_sizes(text: str, source: str) -> tuple[int, ...]:
@@ -177,7 +183,7 @@ MARKERS = (
     "gpu(devices=1): needs that many CUDA devices (skipped without them)",
     "chaos: property-based chaos (deselected by default; run with -m chaos)",
     "slow: heavier than the default run (deselected by default; run with -m slow)",
-    "trainwreck(**options): override trainwreck options (backend, launcher, keep_runs, chaos_*, command, world_sizes, "
+    "trainwreck(**options): override trainwreck options (backend, device, launcher, keep_runs, chaos_*, command, world_sizes, "
     "hang_timeout) for one test",
 )
 
@@ -300,8 +306,16 @@ def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def apply_backend(config_overrides: dict[str, Any], backend: str) -> dict[str, Any]:
-    return {**config_overrides, **backend_fields(backend)}
+def apply_backend(config_overrides: dict[str, Any], backend: str, device: str = "") -> dict[str, Any]:
+    """The backend's config fields, then the device option where one is set (gloo + cuda: shared GPUs)."""
+    return {**config_overrides, **backend_fields(backend), **({"device": device} if device else {})}
+
+
+def skip_without_cuda(settings: Settings) -> None:
+    if settings.backend == "nccl" and cuda_device_count() == 0:
+        pytest.skip("backend nccl needs CUDA; none is available")
+    if settings.device == "cuda" and cuda_device_count() == 0:
+        pytest.skip("device cuda needs CUDA; none is available")
 
 
 def record_run(request: pytest.FixtureRequest, judged: Any) -> None:
@@ -326,14 +340,13 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
     settings = trainwreck_settings
     if get_launcher(settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
-    if settings.backend == "nccl" and cuda_device_count() == 0:
-        pytest.skip("backend nccl needs CUDA; none is available")
+    skip_without_cuda(settings)
     run_dirs: list[Path] = []
 
     def run(scenario: Scenario | str, **changes: Any) -> Any:
         base = get_scenario(scenario) if isinstance(scenario, str) else scenario
         base = replace(base, **changes)
-        base = replace(base, config=apply_backend(dict(base.config), settings.backend))
+        base = replace(base, config=apply_backend(dict(base.config), settings.backend, settings.device))
         if get_launcher(settings.launcher).fixed_world_size and len(set(base.world_sizes)) > 1:
             pytest.skip(f"{base.name}: {settings.launcher} restarts with a fixed world size, this scenario changes it")
         out = tmp_path / f"{base.name}-{len(run_dirs)}"
@@ -341,6 +354,8 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
         if settings.backend != "auto":  # `trainwreck run` defaults to auto: name the backend that ran
             judged = replace(judged, reproduce=f"{judged.reproduce} --backend {settings.backend}")
+        if settings.device:
+            judged = replace(judged, reproduce=f"{judged.reproduce} --set device={settings.device}")
         record_run(request, judged)
         return judged
 
@@ -422,7 +437,6 @@ def chaos(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_settings: S
           golden_cache: Path) -> Iterator[Chaos]:
     if get_launcher(trainwreck_settings.launcher).fork_server:
         request.getfixturevalue("warm_launcher")
-    if trainwreck_settings.backend == "nccl" and cuda_device_count() == 0:
-        pytest.skip("backend nccl needs CUDA; none is available")
+    skip_without_cuda(trainwreck_settings)
     yield Chaos(trainwreck_settings, tmp_path / "chaos", golden_cache)
     _clean_up(request, trainwreck_settings, [tmp_path / "chaos"])

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.defects import DEFECTS
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.launch import RankContext, init_process_group, pick_device
+from trainwreck.trainer.launch import RankContext, check_nccl_devices, cuda_count, init_process_group, pick_device
 from trainwreck.trainer.loop import Trainer, resolve_backend
 from trainwreck.trainer.probe import Probe
 
@@ -30,15 +30,19 @@ def trainer_class(name: str) -> type[Trainer]:
 def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> None:
     """Train one rank of one attempt to cfg.total_steps (raises on any failure)."""
     cfg.check_world_size(ctx.world_size)
-    device = pick_device(cfg.device, ctx.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    device = pick_device(cfg.device, ctx.local_rank, local_world_size)
+    backend = resolve_backend(cfg, device, local_world_size, cuda_count())
+    if backend == "nccl":
+        check_nccl_devices(local_world_size, cuda_count())
     if device.type == "cpu":
         torch.set_num_threads(1)  # every rank shares the same few cores
     hooks = hooks or NoHooks()
     probe = Probe(ctx.run_dir, ctx.rank, ctx.world_size, ctx.attempt, hooks)
     try:
-        probe.start()
+        probe.start(device=str(device), backend=backend)
         hooks.bind(probe.events, ctx.rank, ctx.world_size, ctx.attempt)
-        init_process_group(ctx, resolve_backend(cfg, device))
+        init_process_group(ctx, backend)
         try:
             trainer = trainer_class(cfg.variant)(ctx, cfg, device, probe, hooks)
             trainer.train()

@@ -175,13 +175,30 @@ def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: 
     raise RuntimeError(f"could not start a TCPStore on {host}:{port}: {last}")
 
 
+def cuda_count() -> int:
+    """Visible CUDA devices (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def pick_device(device: str, local_rank: int, local_world_size: int = 1) -> torch.device:
-    """cpu, or cuda:LOCAL_RANK. 'auto' takes CUDA only when there is a GPU for every rank on
-    this host: nccl cannot share one, and ranks split between GPU and CPU would disagree."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """cpu, or cuda:(LOCAL_RANK mod the GPU count). 'auto' takes CUDA only when there is a GPU
+    for every rank on this host (ranks split between GPU and CPU would disagree); 'cuda' with
+    fewer GPUs than ranks shares them, rank r on device r mod n, which gloo runs and nccl refuses
+    (check_nccl_devices). Sharing is how a one-GPU machine exercises multi-rank CUDA state."""
+    gpus = cuda_count()
     if device == "cpu" or (device == "auto" and gpus < local_world_size):
         return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but CUDA is not available; use device='cpu'")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    if gpus == 0:
+        raise ConfigError("device='cuda' was requested but CUDA is not available; use device='cpu'")
+    index = local_rank % gpus
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def check_nccl_devices(local_world_size: int, gpus: int) -> None:
+    """nccl needs a GPU of its own per rank: two ranks on one device fail inside NCCL's init
+    ("invalid usage") after the job has started, so say it first, with the alternative."""
+    if local_world_size > gpus:
+        raise ConfigError(f"backend='nccl' runs one rank per GPU, but this host has {local_world_size} rank(s) "
+                          f"and {gpus} GPU(s); use backend='gloo' with device='cuda' (ranks share the GPUs, "
+                          f"rank r on GPU r mod {max(gpus, 1)}), or at most {gpus} rank(s)")

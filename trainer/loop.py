@@ -36,10 +36,12 @@ from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta, r
 from trainwreck.trainer.storage import Heartbeat, LocalStorage
 
 
-def resolve_backend(cfg: TrainConfig, device: torch.device) -> str:
+def resolve_backend(cfg: TrainConfig, device: torch.device, local_world_size: int = 1, gpus: int = 0) -> str:
+    """cfg.backend, or for auto: nccl when every rank on this host has a GPU of its own, else gloo
+    (CPU, or ranks sharing GPUs)."""
     if cfg.backend != "auto":
         return cfg.backend
-    return "nccl" if device.type == "cuda" else "gloo"
+    return "nccl" if device.type == "cuda" and gpus >= local_world_size else "gloo"
 
 
 def amp_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:

@@ -149,9 +149,10 @@ class Probe:
         if self.events is not None:
             self.events.emit(kind, **fields)
 
-    def start(self) -> None:
+    def start(self, **extra: Any) -> None:
+        """The rank began; `extra` says how it runs (the reference trainer: its device and backend)."""
         self.started = True
-        self.emit("start", pid=os.getpid())
+        self.emit("start", pid=os.getpid(), **extra)
         self.phase(0, "start")
 
     def restore(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:

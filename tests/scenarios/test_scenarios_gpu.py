@@ -1,7 +1,10 @@
-"""The scenario table on nccl, one rank per GPU (skipped without CUDA devices).
+"""The scenario table on CUDA (skipped without CUDA devices).
 
-With one GPU every scenario runs at world size 1 (its faults moved to rank 0), and
-the CUDA RNG and the AMP GradScaler state must survive a checkpoint round trip.
+On nccl, one rank per GPU: with one GPU every scenario runs at world size 1 (its faults
+moved to rank 0). Over gloo, ranks share the GPUs (rank r on GPU r mod n), so one GPU runs
+every scenario at its own world sizes, 2 and 4 ranks, world-size changes and FSDP's DCP
+resharding included, with CUDA-resident state. The CUDA RNG and the AMP GradScaler state
+must survive a checkpoint round trip.
 """
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from typing import Any, Callable
 import pytest
 
 from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario
+from trainwreck.trainer.rundir import iter_events
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 NCCL = pytest.mark.trainwreck(backend="nccl")
+SHARED_GPU = pytest.mark.trainwreck(backend="gloo", device="cuda")
 
 
 def on_one_gpu(scenario: Scenario) -> Scenario:
@@ -66,6 +71,34 @@ def test_on_one_gpu_a_resume_under_amp_matches_the_uninterrupted_run(run_scenari
     assert_every_fault_fired(judged)
     assert_valid(judged, ("continuity", "coverage"))
     assert judged.judgement.verdicts["continuity"].counts["restores_checked"] >= 1
+
+
+@SHARED_GPU
+@pytest.mark.gpu(devices=1)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_ranks_sharing_one_gpu_over_gloo_keep_the_reference_trainer_valid(run_scenario: Callable[..., Any],
+                                                                          scenario: Scenario) -> None:
+    judged = run_scenario(scenario)
+    assert_every_fault_fired(judged)
+    assert_valid(judged, scenario.threatens)
+    assert_ranks_shared_one_gpu(judged)
+
+
+@SHARED_GPU
+@pytest.mark.gpu(devices=1)
+def test_two_ranks_sharing_one_gpu_resume_fp16_with_the_grad_scaler_state(run_scenario: Callable[..., Any]) -> None:
+    judged = run_scenario("kill-resume", config={"amp_dtype": "fp16"})
+    assert_every_fault_fired(judged)
+    assert_valid(judged, ("coverage", "continuity", "atomicity", "replicas"))
+    assert judged.judgement.verdicts["continuity"].counts["restores_checked"] >= 1
+    assert_ranks_shared_one_gpu(judged)
+
+
+def assert_ranks_shared_one_gpu(judged: Any) -> None:
+    """Every rank's `start` event says it ran on cuda:0 over gloo, and more than one rank did."""
+    starts = [e for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "start"]
+    assert {(e.get("device"), e.get("backend")) for e in starts} == {("cuda:0", "gloo")}, starts
+    assert len({e["rank"] for e in starts}) >= 2
 
 
 @pytest.mark.gpu(devices=1)
