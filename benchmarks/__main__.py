@@ -1,8 +1,13 @@
-"""python -m benchmarks [--quick] [--json]: every performance figure, measured in one run.
+"""python -m benchmarks [--quick] [--json] [--out FILE]: every performance figure, measured in one run.
 
 Figures are ratios or latencies taken in the same process on the same machine, so
 they can be compared across machines; absolute seconds are reported for context.
 `--quick` trims repeats to fit in about 5 minutes on 2 cores; it measures every size, 1 GB included.
+Each section's figures are printed (stderr) as it finishes and, with `--out`, written to FILE
+then: a section that fails is recorded under "failed" and the others still run, so a crash
+loses one section, not the run (exit 1 when any failed). The CPU figures run on the CPU on a
+GPU host too; the `gpu` section measures CUDA-resident checkpoints and nccl hangs where a GPU
+exists (benchmarks/gpu.py) and says it skipped elsewhere.
 """
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import os
 import platform
 import sys
 import time
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -20,6 +27,7 @@ from trainwreck.harness.registry import SPAWN
 from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
 from trainwreck.benchmarks.fsdp import bench_fsdp
+from trainwreck.benchmarks.gpu import bench_gpu
 from trainwreck.benchmarks.instrumentation import bench_instrumentation
 from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
 from trainwreck.benchmarks.scenarios import bench_hang, bench_hang_16, bench_throughput
@@ -49,8 +57,11 @@ def machine() -> dict[str, Any]:
             "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})"}
 
 
-def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+Section = tuple[str, Callable[[], dict[str, Any]]]
+
+
+def sections(quick: bool) -> list[Section]:
+    return [
         ("launch", lambda: bench_launch(ranks=(4, 16), repeats=1 if quick else 3,
                                         skip=frozenset({(SPAWN, 16)}) if quick else frozenset())),
         ("watchdog", lambda: bench_watchdog_cpu(world_size=16)),
@@ -70,20 +81,49 @@ def run_all(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
         # else. Last: it writes and deletes 3.5 GB of events, and the one run that measured it before
         # the checkpoint benchmark missed the 100 MB save ratio (1.64; 0.68-0.80 in the runs before).
         ("checker_bounded", lambda: bench_checker_bounded(steps=500_000 if quick else 1_000_000)),
+        ("gpu", lambda: bench_gpu(quick)),  # CUDA-resident state and nccl; skipped without a GPU
     ]
-    results: dict[str, Any] = {"machine": machine(), "quick": quick}
+
+
+def run_all(quick: bool, log: Callable[[str], None], out: Path | None = None) -> dict[str, Any]:
+    return run_sections(sections(quick), {"machine": machine(), "quick": quick}, log, out)
+
+
+def run_sections(steps: list[Section], results: dict[str, Any], log: Callable[[str], None],
+                 out: Path | None = None) -> dict[str, Any]:
+    """Each section in turn; its figures logged, merged into `results` and written to `out` as
+    it finishes. A section that raises is logged with its error and listed in results["failed"]."""
+    results.setdefault("failed", {})
     for name, bench in steps:
         started = time.perf_counter()
         log(f"[benchmarks] {name} ...")
-        results.update(bench())
-        log(f"[benchmarks] {name} done in {time.perf_counter() - started:.1f}s")
+        try:
+            figures = bench()
+        except Exception as exc:  # noqa: BLE001 - one section's crash must not lose the others' figures
+            results["failed"][name] = f"{type(exc).__name__}: {exc}"
+            log(f"[benchmarks] {name} FAILED after {time.perf_counter() - started:.1f}s: {type(exc).__name__}: {exc}\n"
+                + traceback.format_exc())
+        else:
+            results.update(figures)
+            log(f"[benchmarks] {name} done in {time.perf_counter() - started:.1f}s: {json.dumps(figures)}")
+        if out is not None:
+            _write_atomic(out, results)
     for n in (4, 16):
-        results[f"launch_speedup_vs_torchrun_{n}"] = round(
-            results[f"launch_torchrun_s_{n}"] / results[f"launch_warm_s_{n}"], 1)
+        if f"launch_torchrun_s_{n}" in results and f"launch_warm_s_{n}" in results:
+            results[f"launch_speedup_vs_torchrun_{n}"] = round(
+                results[f"launch_torchrun_s_{n}"] / results[f"launch_warm_s_{n}"], 1)
     results["targets"] = {key: {"target": f"{op} {bound:g}", "measured": results.get(key),
                                 "met": _met(results.get(key), op, bound)}
                           for key, (op, bound) in TARGETS.items()}
+    if out is not None:
+        _write_atomic(out, results)
     return results
+
+
+def _write_atomic(path: Path, results: dict[str, Any]) -> None:
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(results, indent=1))
+    os.replace(scratch, path)
 
 
 def _met(value: Any, op: str, bound: float) -> bool | None:
@@ -96,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (about 5 minutes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="write the figures to this JSON file after every section")
     args = parser.parse_args(argv)
-    results = run_all(args.quick, lambda line: print(line, file=sys.stderr, flush=True))
+    results = run_all(args.quick, lambda line: print(line, file=sys.stderr, flush=True), args.out)
+    status = 1 if results["failed"] else 0
     if args.json:
         print(json.dumps(results, indent=1))
-        return 0
+        return status
     for key, value in results.items():
         if key != "targets" and not isinstance(value, dict):
             print(f"{key:<36} {value}")
@@ -108,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, row in results["targets"].items():
         mark = {True: "met", False: "MISSED", None: "n/a"}[row["met"]]
         print(f"  {key:<34} {row['target']:<12} measured {row['measured']}  {mark}")
-    return 0
+    for name, error in results["failed"].items():
+        print(f"section {name} FAILED: {error}")
+    return status
 
 
 if __name__ == "__main__":

@@ -191,15 +191,17 @@ def _seconds(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def _async_stall(store: CheckpointStore, state: dict[str, torch.Tensor], step: Any, repeats: int) -> dict[str, float]:
+def _async_stall(store: CheckpointStore, state: dict[str, torch.Tensor], step: Any, repeats: int,
+                 work: Callable[[], None] | None = None) -> dict[str, float]:
     """What the step pays for an async save, in steady state (the previous save has
     committed; the snapshot buffers exist from the first save): the update after the
     save - submit, forward and backward, the optimizer step's wait for the snapshot -
     less the same forward and backward without a save, each sample beside its own
-    baseline. The persist after the copy is not timed (it runs while training goes on)."""
+    baseline. The persist after the copy is not timed (it runs while training goes on).
+    `work` is the update's forward and backward (default: CPU matmuls for FORWARD_BACKWARD_S)."""
     writer = AsyncCheckpointer(store)
     meta = {"config_identity": "bench", "digest": None}
-    work = _forward_backward()
+    work = work or _forward_backward()
     writer.submit(next(step), {"model.pt": Payload(state)}, meta)  # allocates the host buffers
     samples, compute = [], []
     for _ in range(max(repeats, ASYNC_STALL_SAMPLES)):

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig, backend_fields
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.launch import RankContext, pick_device
 from trainwreck.trainer.loop import Trainer
@@ -60,7 +60,7 @@ def _direct_cost(trainer: Trainer, repeats: int = 20) -> float:
 def bench_instrumentation(cfg: TrainConfig | None = None, pairs: int = 60, warmup_steps: int = 3) -> dict[str, Any]:
     """Per-step seconds with instrumentation on and off and the overhead in percent, from
     `pairs` pairs of steps (see the module's docstring)."""
-    cfg = cfg or TrainConfig()
+    cfg = cfg or TrainConfig(**backend_fields("gloo"))  # a CPU figure on a GPU host too
     torch.set_num_threads(1)
     total = warmup_steps + pairs
     cfg = replace(cfg, total_steps=total, ckpt_interval=total)

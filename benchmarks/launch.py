@@ -24,11 +24,14 @@ from trainwreck.harness.launch.launchers import fork_server
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, TORCHRUN, WARM, get_launcher, launcher_names
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.trainer.config import TrainConfig
+from trainwreck.trainer.config import TrainConfig, backend_fields
+
+CPU = backend_fields("gloo")
+"""Launch figures are CPU figures on a GPU host too (a world-size-1 `auto` job would take the GPU)."""
 
 
 def launch_once(launcher: str, world_size: int) -> float:
-    record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=2), world_sizes=(world_size,),
+    record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=2, **CPU), world_sizes=(world_size,),
                              launcher=launcher, hang_timeout_s=120.0))
     if record.outcome != "completed" or not record.launch_s or record.launch_s[0] is None:
         raise RuntimeError(f"{launcher} with {world_size} ranks did not complete: {record}")
@@ -83,7 +86,7 @@ def bench_watchdog_cpu(world_size: int = 16, total_steps: int = 40) -> dict[str,
     _TimedWatchdog.cpu_s = 0.0
     with mock.patch.object(supervisor, "watchdog_class", lambda name: _TimedWatchdog):
         started = time.perf_counter()
-        record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=total_steps), world_sizes=(world_size,),
+        record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=total_steps, **CPU), world_sizes=(world_size,),
                                  launcher=DEFAULT_LAUNCHER, hang_timeout_s=120.0))
         wall = time.perf_counter() - started
     if record.outcome != "completed":

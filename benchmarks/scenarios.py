@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.judge.runner import run_judged, spec_for
-from trainwreck.harness.supervise.scenarios import get_scenario
+from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
+from trainwreck.trainer.config import backend_fields
 from trainwreck.trainer.rundir import iter_events
 from trainwreck.invariants import load_history
 
@@ -43,11 +44,18 @@ SIDE_BY_SIDE = 2
 """Scenarios run side by side for `scenarios_per_min`: the 2 cores the targets are stated on."""
 
 
+def cpu_scenario(name: str) -> Scenario:
+    """A built-in scenario on gloo and the CPU: the figures' targets are stated for CPU ranks, and
+    on a GPU host the scenario's `auto` device would move a world-size-1 job onto the GPU."""
+    scenario = get_scenario(name)
+    return replace(scenario, config={**scenario.config, **backend_fields("gloo")})
+
+
 def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float]]:
     """`runs` kill-resume scenarios one after another in this process (after an unmeasured one that
     builds the golden run and the fork server): each one's wall seconds and wall/compute ratio.
     Raises unless every scenario was judged valid."""
-    scenario = get_scenario("kill-resume")
+    scenario = cpu_scenario("kill-resume")
     walls, ratios = [], []
     run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden + fork server
     for i in range(runs):
@@ -118,7 +126,7 @@ def _worker(out: Path, runs: int) -> None:
     stdout; everything else this process (and its fork server) prints goes to stderr."""
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    scenario = get_scenario("kill-resume")
+    scenario = cpu_scenario("kill-resume")
     run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden (cached) + this process's fork server
     print("ready", file=protocol, flush=True)
     if sys.stdin.readline().strip() != "go":
@@ -131,11 +139,11 @@ def _worker(out: Path, runs: int) -> None:
 
 
 def hang_latencies(hangs: int, timeout_s: float, world_size: int | None = None,
-                   out: Path | None = None) -> tuple[list[float], list[str]]:
+                   out: Path | None = None, scenario: Scenario | None = None) -> tuple[list[float], list[str]]:
     """Fault-to-`hang`-event seconds of `hangs` hang-detect runs (world_size None: the scenario's own),
     and a line per run the invariants did not pass (reported, not hidden: the latency still counts).
     The runs go to out/hang<i> when `out` is given, else to a directory removed afterwards."""
-    scenario = get_scenario("hang-detect")
+    scenario = scenario or cpu_scenario("hang-detect")
     latencies, invalid = [], []
     with tempfile.TemporaryDirectory(prefix="tw-hang-") as tmp:
         for i in range(hangs):

@@ -1,0 +1,46 @@
+"""`python -m trainwreck.benchmarks`: a section that crashes loses its own figures, never the run's,
+and the GPU figures' code runs on the CPU here (a GPU host measures them; docs/TESTING.md)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.benchmarks.__main__ import run_sections
+from trainwreck.benchmarks.gpu import bench_gpu
+
+
+def test_a_crashing_section_is_recorded_and_every_other_sections_figures_are_written_as_it_ends(tmp_path: Path) -> None:
+    out, seen_on_disk, lines = tmp_path / "figures.json", [], []
+
+    def boom() -> dict[str, Any]:
+        seen_on_disk.append(json.loads(out.read_text()))  # the section before it is already on disk
+        raise RuntimeError("the fsdp job at world 2 failed: exit codes [1, 1]")
+
+    results = run_sections([("first", lambda: {"a": 1}), ("fsdp", boom), ("last", lambda: {"b": 2})],
+                           {"quick": True}, lines.append, out)
+    assert seen_on_disk == [{"quick": True, "failed": {}, "a": 1}]
+    assert results["a"] == 1 and results["b"] == 2
+    assert results["failed"] == {"fsdp": "RuntimeError: the fsdp job at world 2 failed: exit codes [1, 1]"}
+    assert json.loads(out.read_text()) == results
+    assert any(line.startswith("[benchmarks] fsdp FAILED after") for line in lines)
+    assert '[benchmarks] last done in' in lines[-1] and lines[-1].endswith('{"b": 2}')
+
+
+def test_without_cuda_the_gpu_section_says_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_gpu() == {"gpu": "skipped: no CUDA device on this machine"}
+
+
+def test_the_gpu_checkpoint_figures_are_measured_by_the_same_code_on_the_cpu() -> None:
+    figures = bench_gpu(device="cpu", sizes=("1mb",))
+    assert figures["gpu_device"] == "cpu (not a GPU figure)"
+    detail = figures["gpu_checkpoint_1mb"]
+    for key in ("verified_save_s", "plain_durable_save_s", "verified_load_s", "plain_load_s", "training_step_s"):
+        assert detail[key] > 0, key
+    assert figures["gpu_save_ratio_vs_fsynced_1mb"] == round(detail["verified_save_s"] / detail["plain_durable_save_s"], 3)
+    assert figures["gpu_async_stall_of_step_1mb"] == round(detail["async_stall_s"] / detail["training_step_s"], 3)
