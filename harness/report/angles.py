@@ -228,9 +228,20 @@ def _answer_world(say: Claims, report: dict[str, Any]) -> None:
     _but(say, report, "coverage", "continuity")
 
 
-def young_daly(save_s: float, mtbf_s: float = MTBF_ASSUMED_S) -> float:
-    """Young's first-order optimum checkpoint interval, seconds: sqrt(2 * save cost * MTBF)."""
+def young_interval(save_s: float, mtbf_s: float = MTBF_ASSUMED_S) -> float:
+    """Young's (1974) first-order optimum checkpoint interval, seconds: sqrt(2 * save cost * MTBF)."""
     return math.sqrt(2 * save_s * mtbf_s)
+
+
+def daly_interval(save_s: float, mtbf_s: float = MTBF_ASSUMED_S) -> float:
+    """Daly's (2006) higher-order optimum, seconds of compute between saves:
+    sqrt(2δM) * (1 + sqrt(δ/2M)/3 + (δ/2M)/9) - δ while δ < 2M, else M (δ the save cost, M the MTBF).
+    It adds the terms Young's first-order expansion drops, which matter once δ is no longer
+    small against M; for δ << M the two agree to within about δ."""
+    if save_s >= 2 * mtbf_s:
+        return mtbf_s
+    x = save_s / (2 * mtbf_s)
+    return math.sqrt(2 * save_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - save_s
 
 
 def _answer_frequency(say: Claims, report: dict[str, Any]) -> None:
@@ -264,7 +275,7 @@ def _answer_frequency(say: Claims, report: dict[str, Any]) -> None:
             s=F(f"{r}.samples_redone"), **({"k": F(f"{r}.progress_at_failure"), "t": F(f"{r}.recovered_after_s")}
                                             if row["recovered_after_s"] is not None else {}))
     if save_s and step_s and interval:
-        best = young_daly(save_s)
+        best = young_interval(save_s)
         say("frequency.young", "Young's rule puts the interval at √(2 × save cost × MTBF); assuming (not measuring) "
             "one failure an hour for the whole job, that is √(2 × {c:.3f} × {mtbf:g}) ≈ {best:.1f} s ≈ {steps:,.0f} "
             "updates, so this run saves about {ratio:,.0f}× more often than its own optimum.",

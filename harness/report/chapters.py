@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, young_daly
+from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, daly_interval, young_interval
 from trainwreck.harness.report.chapters_pipeline import PIPELINE_CHAPTERS, bubble_sentence
 from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
 from trainwreck.harness.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
@@ -243,29 +243,53 @@ def silent_duplication(ev: Evidence) -> list[Paragraph]:
     ]]
 
 
+DALY_EXAMPLE_SAVE_SHARE = 0.1
+"""A save costing this share of the MTBF (configured): where Young's and Daly's optima part visibly."""
+
+
 def ckpt_interval(ev: Evidence) -> list[Paragraph]:
     cost = float(ev.get("resume", "phases", "save_seconds", "interval_mean"))
     step = float(ev.get("resume", "phases", "median_step_s"))
     every = int(ev.get("resume", "spec", "ckpt_interval"))
-    interval = young_daly(cost, MTBF_ASSUMED_S)
+    interval = young_interval(cost, MTBF_ASSUMED_S)
+    daly = daly_interval(cost, MTBF_ASSUMED_S)
     steps = ev.derive("young_daly_interval_steps", interval / step, "young_daly_interval_s / step_s",
                       {"young_daly_interval_s": interval, "step_s": step}, " updates")
+    big = DALY_EXAMPLE_SAVE_SHARE * MTBF_ASSUMED_S
     return [[
-        ev.s("Young/Daly: interval = √(2 · save cost · MTBF)."),
+        ev.s("Young's first-order optimum: interval = √(2 · save cost · MTBF). Daly's refinement keeps the "
+             "higher-order terms: √(2δM) · (1 + ⅓√(δ/2M) + (δ/2M)/9) − δ for a save cost δ below 2M (else M), "
+             "and counts the interval as compute between saves."),
         ev.s("Measured here, a periodic save costs "
              f"{ev.q('resume', 'phases', 'save_seconds', 'interval_mean', unit=' s')} (mean of "
              f"{ev.q('resume', 'phases', 'save_seconds', 'interval_count')} saves; the end-of-run save, which also "
              "flushes the run's end, is left out) and an update "
              f"{ev.q('resume', 'phases', 'median_step_s', unit=' s')} (median)."),
         ev.s(f"Assuming one failure an hour for the whole job (MTBF {fmt(MTBF_ASSUMED_S)} s, an assumption, not a "
-             "measurement, the same one every report's frequency answer makes), the interval is "
+             "measurement, the same one every report's frequency answer makes), Young's interval is "
              + ev.derive("young_daly_interval_s", interval, "sqrt(2 * save_cost_s * mtbf_s)",
-                         {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}, " s") + f", about {steps}."),
+                         {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}, " s") + f", about {steps}, and Daly's "
+             + ev.derive("daly_interval_s", daly, "daly(save_cost_s, mtbf_s)",
+                         {"save_cost_s": cost, "mtbf_s": MTBF_ASSUMED_S}, " s")
+             + (": with a save this cheap against the MTBF the two agree to within the save cost."
+                if abs(interval - daly) <= cost else ": they differ by more than one save cost.")),
+        ev.s(f"They part once a save is no longer small against the MTBF: at a save cost of {fmt(big)} s "
+             f"({fmt(100 * DALY_EXAMPLE_SAVE_SHARE)} % of the MTBF, configured, not measured) Young gives "
+             + ev.derive("young_interval_example_s", young_interval(big), "sqrt(2 * save_cost_s * mtbf_s)",
+                         {"save_cost_s": big, "mtbf_s": MTBF_ASSUMED_S}, " s") + " and Daly "
+             + ev.derive("daly_interval_example_s", daly_interval(big), "daly(save_cost_s, mtbf_s)",
+                         {"save_cost_s": big, "mtbf_s": MTBF_ASSUMED_S}, " s")
+             + ", Young's "
+             + ev.derive("young_over_daly_example", young_interval(big) / daly_interval(big),
+                         "young_interval_example_s / daly_interval_example_s",
+                         {"young_interval_example_s": young_interval(big),
+                          "daly_interval_example_s": daly_interval(big)}, "×")
+             + " as long."),
         ev.s(f"The run checkpoints every {ev.q('resume', 'spec', 'ckpt_interval')} updates (configured), about "
              + ev.derive("saves_more_often_than_optimum", interval / step / every,
                          "young_daly_interval_steps / ckpt_interval",
                          {"young_daly_interval_steps": interval / step, "ckpt_interval": every}, "×")
-             + " more often than its own optimum: right for a handbook that must show a restore within 16 updates, "
+             + " more often than Young's optimum: right for a handbook that must show a restore within 16 updates, "
                "wasteful for a real job."),
         ev.s(f"So each failure cost little: {ev.q('resume', 'recovery', 0, 'steps_redone')} update(s) "
              f"({ev.q('resume', 'recovery', 0, 'samples_redone')} samples) redone, the checkpoint "
@@ -492,6 +516,13 @@ def memory(ev: Evidence) -> list[Paragraph]:
               "zero3": ((P + G + O) / n, "(params + grads + optimizer) / n")}
     z = {k: ev.derive(f"{k}_bytes_per_rank", round(v), formula, {**held, "n": n}, " bytes")
          for k, (v, formula) in stages.items()}
+    # The mixed-precision accounting, per parameter: 2 + 2 bytes of half weights and gradients, 12 of fp32
+    # master weights and moments; the same stages, computed (the trainer trains in fp32).
+    mixed = {"zero1": (4 * numel + 12 * numel / n, "(2 + 2) * numel + 12 * numel / n"),
+             "zero2": (2 * numel + 14 * numel / n, "2 * numel + (2 + 12) * numel / n"),
+             "zero3": (16 * numel / n, "16 * numel / n")}
+    zm = {k: ev.derive(f"mixed_{k}_bytes_per_rank", round(v), formula, {"numel": numel, "n": n}, " bytes")
+          for k, (v, formula) in mixed.items()}
     return [[
         ev.s(f"Count it, then measure it. benchmarks/fsdp.py's model has {ev.q(d, 'numel')} parameters; after a "
              f"real backward and AdamW step each DDP rank holds {ev.q(d, 'params')} bytes of fp32 parameters, "
@@ -507,10 +538,16 @@ def memory(ev: Evidence) -> list[Paragraph]:
              + ev.derive("mixed_optimizer_share_percent", 100 * 12 / 16, "100 * 12 / 16", {}, " %")
              + " of that, which is why ZeRO shards it first."),
     ], [
-        ev.s(f"ZeRO on {ev.q(d, 'world_size')} ranks, computed from those measured bytes: stage 1 (optimizer state "
-             f"sharded) {z['zero1']} per rank, stage 2 (and gradients) {z['zero2']}, stage 3 (and parameters) "
-             f"{z['zero3']}, against {ev.derive('ddp_bytes_per_rank', round(P + G + O), 'params + grads + optimizer', held, ' bytes')} "
+        ev.s(f"ZeRO on {ev.q(d, 'world_size')} ranks in the fp32 accounting measured above (4 + 4 + 8 bytes per "
+             f"parameter), computed from those bytes: stage 1 (optimizer state sharded) {z['zero1']} per rank, "
+             f"stage 2 (and gradients) {z['zero2']}, stage 3 (and parameters) {z['zero3']}, against "
+             f"{ev.derive('ddp_bytes_per_rank', round(P + G + O), 'params + grads + optimizer', held, ' bytes')} "
              "unsharded."),
+        ev.s("In the mixed-precision accounting (2 + 2 + 12 bytes per parameter, computed, not measured) the same "
+             f"stages hold {zm['zero1']} (stage 1: the 12 bytes of fp32 state sharded), {zm['zero2']} (stage 2: "
+             f"and the 2 bytes of gradients) and {zm['zero3']} (stage 3: all 16) per rank; the two accountings "
+             "total the same 16 bytes per parameter but shard differently, so their stages are not "
+             "interchangeable."),
         ev.s(f"FSDP's full shard is stage 3, and measured it holds {ev.q(f, 'params')} + {ev.q(f, 'grads')} + "
              f"{ev.q(f, 'optimizer')} = "
              + ev.derive("fsdp_bytes_per_rank", round(fsdp), "params + grads + optimizer (bytes-fsdp)",

@@ -125,6 +125,24 @@ def test_derived_numbers_are_computed_from_quoted_ones(handbook: dict[str, Any])
     assert fmt(interval["value"]) in chapter_text(handbook["html"], "interval")
 
 
+def test_the_interval_chapter_names_young_and_daly_and_shows_where_they_part(handbook: dict[str, Any]) -> None:
+    derived = _derived(handbook, "interval")
+    text = plain(handbook, "interval")
+    cost = next(d for d in handbook["json"]["chapters"] if d["slug"] == "interval")
+    cost = next(d["inputs"]["save_cost_s"] for d in cost["derived"] if d["label"] == "daly_interval_s")
+    x = cost / (2 * MTBF_ASSUMED_S)  # Daly (2006), written out here independently of angles.daly_interval
+    daly = math.sqrt(2 * cost * MTBF_ASSUMED_S) * (1 + math.sqrt(x) / 3 + x / 9) - cost
+    assert math.isclose(derived["daly_interval_s"], daly)
+    assert "Young's first-order optimum" in text and "Daly's refinement keeps the higher-order terms" in text
+    close = abs(derived["young_daly_interval_s"] - daly) <= cost
+    assert ("the two agree to within the save cost" in text) == close
+    big = 0.1 * MTBF_ASSUMED_S
+    xb = big / (2 * MTBF_ASSUMED_S)
+    daly_big = math.sqrt(2 * big * MTBF_ASSUMED_S) * (1 + math.sqrt(xb) / 3 + xb / 9) - big
+    assert math.isclose(derived["young_over_daly_example"], math.sqrt(2 * big * MTBF_ASSUMED_S) / daly_big)
+    assert derived["young_over_daly_example"] > 1.1  # they do part there: the sentence shows a real gap
+
+
 def test_at_least_three_broken_trainers_are_caught_beside_valid_controls(handbook: dict[str, Any]) -> None:
     runs = handbook["json"]["runs"]
     caught = {k: r for k, r in runs.items() if r["status"] == "CAUGHT"}
@@ -538,6 +556,12 @@ def test_the_memory_chapter_computes_zero_stages_from_the_measured_bytes(handboo
     assert math.isclose(derived["zero1_bytes_per_rank"], ddp["params"] + ddp["grads"] + ddp["optimizer"] / n)
     assert math.isclose(derived["zero2_bytes_per_rank"], ddp["params"] + (ddp["grads"] + ddp["optimizer"]) / n)
     assert math.isclose(derived["zero3_bytes_per_rank"], held / n)
+    numel = ddp["numel"]  # the mixed-precision table: 2 + 2 + 12 bytes per parameter, its own stages
+    assert derived["mixed_zero1_bytes_per_rank"] == round(4 * numel + 12 * numel / n)
+    assert derived["mixed_zero2_bytes_per_rank"] == round(2 * numel + 14 * numel / n)
+    assert derived["mixed_zero3_bytes_per_rank"] == round(16 * numel / n)
+    assert "in the fp32 accounting measured above (4 + 4 + 8 bytes per parameter)" in text
+    assert "In the mixed-precision accounting (2 + 2 + 12 bytes per parameter, computed, not measured)" in text
     assert math.isclose(derived["fsdp_bytes_per_rank"], fsdp["params"] + fsdp["grads"] + fsdp["optimizer"])
     assert math.isclose(derived["bubble_percent_p4_m4"], 100 * 3 / 7)
     assert math.isclose(derived["bubble_percent_p8_m16"], 100 * 7 / 23)
