@@ -85,3 +85,16 @@ def test_the_map_check_names_a_module_the_map_lacks(tmp_path: Path) -> None:
     (tmp_path / "harness" / "newcomer.py").write_text("")
     drawn = harness_map((REPO / "docs" / "HARNESS.md").read_text())
     assert map_problems(drawn, tmp_path) == ["harness/newcomer.py is missing from HARNESS.md's map"]
+
+
+def test_the_readmes_handbook_counts_are_the_codes() -> None:
+    """The README states how many chapters the default handbook has and how many --full adds:
+    both are read from the chapter declarations, so a chapter added without the README fails here."""
+    from trainwreck.harness.suites.handbook import CHAPTERS, default_chapters
+
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    default = re.search(r"\(the default set: (\d+) chapters, (\d+) runs;", readme)
+    full = re.search(r"`--full` adds (\d+) chapters", readme)
+    assert default and full, "README no longer states the handbook's chapter counts where this test reads them"
+    assert int(default.group(1)) == len(default_chapters())
+    assert int(full.group(1)) == len([c for c in CHAPTERS if c.full])

@@ -351,9 +351,13 @@ def _ckpt_phase(ev: Evidence, run: str) -> str:
 def async_checkpoints(ev: Evidence) -> list[Paragraph]:
     akp = "async-kill-persist"
     return [[
-        ev.s("Make the checkpoint asynchronous, not the step. A training step ends at the gradient all-reduce: "
-             "every rank must agree on the update before the next one, which is what makes a replica's digest "
-             "comparable at all. A save is different: once the state is copied, nothing in the next update needs "
+        ev.s("An asynchronous training loop means asynchronous updates: each rank applies gradients computed on "
+             "parameters its peers have since moved, k updates stale, instead of waiting for the all-reduce; chapter "
+             "stale (under --full) measures what 1, 2 and 4 updates of staleness cost in loss. Synchronous training "
+             "keeps k = 0: a step ends at the gradient all-reduce, every rank agrees on the update before the next "
+             "one, which is what makes a replica's digest comparable at all."),
+        ev.s("What can be made asynchronous without that cost is the checkpoint: once the state is copied, nothing "
+             "in the next update needs "
              "it on disk."),
         ev.s(f"The same 2.1 M-parameter job ({ev.q('wide-sync', 'state', 'state_bytes')} bytes of model and AdamW "
              f"state per checkpoint), saved every {ev.q('wide-sync', 'spec', 'ckpt_interval')} updates: "

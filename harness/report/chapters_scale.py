@@ -306,6 +306,37 @@ def at_scale(ev: Evidence) -> list[Paragraph]:
     ]]
 
 
+STALE_RUN = "stale-gradients"
+
+
+def stale_updates(ev: Evidence) -> list[Paragraph]:
+    run, sync = STALE_RUN, float(ev.get(STALE_RUN, "final_loss_sync"))
+    ks = [str(k) for k in ev.get(run, "staleness")]
+    worst = max(ks, key=lambda k: float(ev.get(run, "stale", k, "final_gap")))
+    rows = [ev.s(f"{k} update(s) stale: final loss {ev.q(run, 'stale', k, 'final_loss')}, "
+                 + ev.derive(f"stale_{k}_final_gap_percent", 100 * float(ev.get(run, "stale", k, "final_gap")) / sync,
+                             "100 * final_gap / final_loss_sync",
+                             {"final_gap": float(ev.get(run, "stale", k, "final_gap")), "final_loss_sync": sync}, " %")
+                 + f" above synchronous; at its worst update {ev.q(run, 'stale', k, 'max_gap')} above.")
+            for k in ks]
+    return [[
+        ev.s("Making the training loop asynchronous means letting a worker apply a gradient computed on parameters "
+             "its peers have since moved (a parameter server, Hogwild, local SGD): the collective no longer gates "
+             "the step, and each gradient arrives k updates stale. Synchronous data parallelism (DDP, FSDP) pays an "
+             "all-reduce per step to keep k = 0, and is why its replicas can be compared digest for digest."),
+        ev.s(f"Measured by benchmarks/staleness.py on the tiny reference MLP in one process ({ev.q(run, 'steps')} "
+             f"updates of {ev.q(run, 'global_batch')} samples, {ev.q(run, 'optimizer')}, lr {ev.q(run, 'lr')}, "
+             "configured; the same samples in the same order, so staleness is the only difference): the synchronous "
+             f"run ends at loss {ev.q(run, 'final_loss_sync')}."),
+    ], rows, [
+        ev.s(f"Here the costliest delay was {worst} update(s) ("
+             + ev.derive("stale_worst_final_gap", float(ev.get(run, "stale", worst, "final_gap")), "final_gap", {})
+             + " of loss at the end): at a learning rate that suits synchronous SGD, a few updates of delay can be "
+             "enough to keep training from converging, so asynchronous designs lower the rate or bound the "
+             "staleness, and the time saved on the collective is paid back in updates."),
+    ]]
+
+
 SCALE_CHAPTERS: tuple[Chapter, ...] = (
     Chapter("batch", "With a fixed per-device batch the world size changes the global batch: what happens to the "
             "optimizer, and which LR rule (none, linear, square root) keeps the run closest to the golden one?",
@@ -320,4 +351,6 @@ SCALE_CHAPTERS: tuple[Chapter, ...] = (
             ("scale-w1", "scale-w2", "scale-w4", "hang-sigstop", *SLOW_RUNS), at_scale,
             (("scale-w1", "loss"), ("scale-w4", "loss"), ("slow-network", "progress"), ("slow-model", "progress")),
             list_paragraphs=(3,), full=True),
+    Chapter("stale", "Why not just make the training loop asynchronous: what do stale gradients cost?",
+            (STALE_RUN,), stale_updates, list_paragraphs=(1,), full=True),
 )

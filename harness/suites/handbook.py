@@ -196,6 +196,9 @@ MEASURES: dict[str, Measure] = declare("measurements", (
                        "benchmarks/loader.py: a DataLoader with 2 worker processes prefetching 2 batches each, "
                        "SIGKILLed mid-epoch, resumed from the consumed count, from the sampler's own position and "
                        "(with torchdata) from StatefulDataLoader's state")),
+    ("staleness", Measure(("python", "-m", "trainwreck.benchmarks.staleness"),
+                          "benchmarks/staleness.py: the tiny reference MLP trained in one process synchronously and "
+                          "with every gradient 1, 2 and 4 updates stale, the same samples in the same order")),
     ("restart", Measure(("python", "-m", "trainwreck.harness.suites.restart_compare", "--json", "--out", "{run_dir}"),
                         "harness/suites/restart_compare.py: the same torchft job and kill, group 1 restarted alone "
                         "(heals from group 0) against the whole job restarted from its checkpoint"))))
@@ -325,6 +328,7 @@ CASES: tuple[Case, ...] = (
     Case("slow-storage", "plan", "slow-storage"),
     Case("disk-contention", "plan", "disk-contention"),
     Case("loader-kill", "measure", "loader", expect="MEASURED"),
+    Case("stale-gradients", "measure", "staleness", expect="MEASURED"),
     # the scale chapters (harness/report/chapters_scale.py), all behind --full
     Case("lr-none", "plan", "lr-none"),
     Case("lr-linear", "plan", "lr-linear"),
