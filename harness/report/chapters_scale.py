@@ -310,16 +310,11 @@ STALE_RUN = "stale-gradients"
 
 
 def stale_updates(ev: Evidence) -> list[Paragraph]:
+    # Sentences are recorded in the order they are made, which must be the page's order.
     run, sync = STALE_RUN, float(ev.get(STALE_RUN, "final_loss_sync"))
     ks = [str(k) for k in ev.get(run, "staleness")]
     worst = max(ks, key=lambda k: float(ev.get(run, "stale", k, "final_gap")))
-    rows = [ev.s(f"{k} update(s) stale: final loss {ev.q(run, 'stale', k, 'final_loss')}, "
-                 + ev.derive(f"stale_{k}_final_gap_percent", 100 * float(ev.get(run, "stale", k, "final_gap")) / sync,
-                             "100 * final_gap / final_loss_sync",
-                             {"final_gap": float(ev.get(run, "stale", k, "final_gap")), "final_loss_sync": sync}, " %")
-                 + f" above synchronous; at its worst update {ev.q(run, 'stale', k, 'max_gap')} above.")
-            for k in ks]
-    return [[
+    intro = [
         ev.s("Making the training loop asynchronous means letting a worker apply a gradient computed on parameters "
              "its peers have since moved (a parameter server, Hogwild, local SGD): the collective no longer gates "
              "the step, and each gradient arrives k updates stale. Synchronous data parallelism (DDP, FSDP) pays an "
@@ -328,12 +323,24 @@ def stale_updates(ev: Evidence) -> list[Paragraph]:
              f"updates of {ev.q(run, 'global_batch')} samples, {ev.q(run, 'optimizer')}, lr {ev.q(run, 'lr')}, "
              "configured; the same samples in the same order, so staleness is the only difference): the synchronous "
              f"run ends at loss {ev.q(run, 'final_loss_sync')}."),
-    ], rows, [
+    ]
+    rows = [ev.s(f"{k} update(s) stale: final loss {ev.q(run, 'stale', k, 'final_loss')}, "
+                 + ev.derive(f"stale_{k}_final_gap_percent", 100 * float(ev.get(run, "stale", k, "final_gap")) / sync,
+                             "100 * final_gap / final_loss_sync",
+                             {"final_gap": float(ev.get(run, "stale", k, "final_gap")), "final_loss_sync": sync}, " %")
+                 + f" above synchronous, and {ev.q(run, 'stale', k, 'max_gap')} above it at the worst update.")
+            for k in ks]
+    start = float(ev.get(run, "loss_sync", 0))
+    stuck = float(ev.get(run, "stale", worst, "final_loss")) >= start
+    return [intro, rows, [
         ev.s(f"Here the costliest delay was {worst} update(s) ("
              + ev.derive("stale_worst_final_gap", float(ev.get(run, "stale", worst, "final_gap")), "final_gap", {})
-             + " of loss at the end): at a learning rate that suits synchronous SGD, a few updates of delay can be "
-             "enough to keep training from converging, so asynchronous designs lower the rate or bound the "
-             "staleness, and the time saved on the collective is paid back in updates."),
+             + " of loss at the end)"
+             + (f", which ended above the loss both runs started from ({ev.q(run, 'loss_sync', 0)}): at a learning "
+                "rate that suits synchronous SGD that much delay kept training from converging at all"
+                if stuck else ": training still converged, more slowly")
+             + ". Asynchronous designs therefore lower the rate or bound the staleness, and the time saved on the "
+               "collective is paid back in updates."),
     ]]
 
 

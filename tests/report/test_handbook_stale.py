@@ -74,6 +74,9 @@ def test_the_stale_chapter_quotes_each_delay_and_names_the_costliest_from_the_me
     worst = max(measured["stale"], key=lambda k: measured["stale"][k]["final_gap"])
     assert f"Here the costliest delay was {worst} update(s)" in text
     assert derived["stale_worst_final_gap"] == measured["stale"][worst]["final_gap"]
+    stuck = measured["stale"][worst]["final_loss"] >= measured["loss_sync"][0]
+    assert ("kept training from converging at all" in text) == stuck
+    assert ("training still converged, more slowly" in text) != stuck
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +90,4 @@ def test_the_real_stale_chapter_is_true_of_its_measurement(handbook: dict[str, A
     assert check_handbook(handbook["out"]) == []
     measured = handbook["reports"]["stale-gradients"]
     assert measured["stale"]["4"]["final_gap"] > 0  # four updates of delay cost loss at this learning rate
+    assert "kept training from converging at all" in _said(handbook["chapters"]["stale"])  # 120 updates at lr 0.1
