@@ -6,6 +6,12 @@ moments (4 + 4 + 4); gradients add 4 more while they exist. DDP keeps all of it 
 (its gradient buckets hold another copy of the gradients, not counted here); FSDP keeps
 1/world of each. The figures are the tensors a rank actually holds after a real backward and
 optimizer step, so the arithmetic is checked, not assumed.
+
+That is the steady state. Inside a step FSDP also holds the parameters it has all-gathered for
+the layer it is computing (and any it has prefetched): `peak_gathered_bytes` is the most
+unsharded parameter bytes alive at once, read in a hook at every layer's forward and backward
+of the last step (a parameter FSDP has gathered is a plain tensor on its module; a sharded one
+is a DTensor); DDP holds every parameter whole all the time, so its figure is all of them.
 """
 from __future__ import annotations
 
@@ -15,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -38,18 +45,40 @@ def _local_bytes(tensors: list[torch.Tensor]) -> int:
     return sum((t.to_local() if hasattr(t, "to_local") else t).nbytes for t in tensors)
 
 
+def _whole_param_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the parameters held whole right now (DTensor shards are FSDP's resting state)."""
+    return sum(p.nbytes for p in model.parameters() if not hasattr(p, "to_local"))
+
+
+def _watch_gathered(model: torch.nn.Module, samples: list[int]) -> Any:
+    """A context sampling _whole_param_bytes whenever autograd saves a tensor (each layer's forward)
+    or unpacks one (its backward): the moments FSDP's gathered parameters are in use. Saved-tensor
+    hooks, not module hooks: a full backward hook re-wraps each module's output as a view, which
+    FSDP warns can drop its own pre-backward all-gather."""
+    def sample(tensor: torch.Tensor) -> torch.Tensor:
+        samples.append(_whole_param_bytes(model))
+        return tensor
+
+    return torch.autograd.graph.saved_tensors_hooks(sample, sample)
+
+
 def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any]:
     device = torch.device("cpu")
     state = build_state(cfg, device, False, None)
     model = wrap(cfg, state, device)
     data = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes)
     losses, seconds, grads = [], [], 0
+    gathered: list[int] = []
     for step in range(steps):
+        # The last step is watched (after the first steps' one-off allocations); the hooks' cost
+        # reaches one step time of the median's several.
+        watch = _watch_gathered(state.model, gathered) if step == steps - 1 else nullcontext()
         ids = rank_slice(torch.arange(step * cfg.global_batch, (step + 1) * cfg.global_batch), rank, world)
         x, y = data.batch(ids)
         started = time.perf_counter()
-        loss = F.cross_entropy(model(x, ids, 0), y, reduction="sum")
-        (loss * world / cfg.global_batch).backward()
+        with watch:
+            loss = F.cross_entropy(model(x, ids, 0), y, reduction="sum")
+            (loss * world / cfg.global_batch).backward()
         grads = _local_bytes([p.grad for p in state.model.parameters() if p.grad is not None])
         state.optimizer.step()
         state.optimizer.zero_grad(set_to_none=True)
@@ -58,7 +87,10 @@ def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any
         dist.all_reduce(total)
         losses.append(total.item() / cfg.global_batch)
     moments = [v for s in state.optimizer.state.values() for k, v in s.items() if k != "step"]
-    return {"params": _local_bytes(list(state.model.parameters())), "grads": grads,
+    layers = [m for m in state.model.modules() if isinstance(m, torch.nn.Linear)]
+    return {"peak_gathered_bytes": max(gathered),
+            "largest_layer_bytes": max(sum(p.numel() * 4 for p in m.parameters()) for m in layers),
+            "params": _local_bytes(list(state.model.parameters())), "grads": grads,
             "optimizer": _local_bytes(moments), "losses": losses,
             "numel": sum(p.numel() for p in state.model.parameters()),
             "step_s": sorted(seconds[1:])[len(seconds[1:]) // 2]}

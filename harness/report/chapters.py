@@ -407,7 +407,13 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
              + ev.derive("ddp_max_params_80gb_billions", EIGHTY_GB / held / 1e9,
                          "80e9 / (params + grads + optimizer bytes per param) / 1e9", {"bytes_per_param": held},
                          " billion parameters")
-             + " under DDP before a single activation; FSDP divides all three by the world size."),
+             + " under DDP before a single activation; at steady state FSDP divides all three by the world size."),
+        ev.s("Not at its peak: while a layer computes, FSDP has all-gathered that layer's parameters whole. In the "
+             f"benchmark's last step rank 0 held at most {ev.q('bytes-fsdp', 'peak_gathered_bytes')} bytes of "
+             f"parameters whole at once (its largest layer is {ev.q('bytes-fsdp', 'largest_layer_bytes')} bytes), "
+             f"beside its {ev.q('bytes-fsdp', 'params')}-byte shard, against all "
+             f"{ev.q('bytes-ddp', 'peak_gathered_bytes')} under DDP; the buffer of a layer all-gathered ahead "
+             "(FSDP's backward prefetch) is not in that count, so the peak is higher still by up to a layer."),
         ev.s(f"The checkpoints agree: the FSDP run's newest one holds {ev.q('wide-fsdp', 'state', 'rank_bytes')} "
              f"bytes per rank against {ev.q('wide-sync', 'state', 'state_bytes')} bytes that every DDP rank holds."),
     ], [
