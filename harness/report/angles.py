@@ -421,6 +421,11 @@ def _answer_async(say: Claims, report: dict[str, Any]) -> None:
     _but(say, report, "atomicity", "continuity")
 
 
+def _a(word: str) -> str:
+    """The indefinite article of `word` (the invariants' names: "an atomicity", "a coverage")."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -446,6 +451,13 @@ def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
         say("cost.continuity.trajectory", "The run's trajectory left the one an uninterrupted run takes: training "
             "goes on without an error, on a model no uninterrupted run would have produced.", bad,
             fact("facts.continuity.first_kind", "not in", ["restore_digest", "restore_step", "save_digest"]))
+        return
+    if name == "coverage":
+        say("cost.coverage.order", "Every id was used once per epoch, but in other batches than an uninterrupted "
+            "run's: the model's trajectory is not the one the run claims to continue, and no loss curve shows it.",
+            bad, fact("facts.coverage.order_only", "==", True))
+        say("cost.coverage", _capital(VIOLATION_COST["coverage"]) + ".", bad,
+            fact("facts.coverage.order_only", "==", False))
         return
     say(f"cost.{name}", _capital(VIOLATION_COST.get(name, "the run broke an invariant")) + ".", bad)
 
@@ -481,6 +493,6 @@ def _violations(say: Claims, report: dict[str, Any]) -> list[dict[str, Any]]:
                 fact("facts.restores.mismatched", "==", 0),
                 fact("facts.continuity.first_kind", "not in", ["restore_digest", "restore_step", "save_digest"]),
                 m=F("facts.restores.checked"))
-        out.append({"topic": f"violation:{name}", "question": f"What does a {name} violation mean in production?",
+        out.append({"topic": f"violation:{name}", "question": f"What does {_a(name)} {name} violation mean in production?",
                     "answer": say.text(say.section), "raised_by": [f"invariant {name} violated"]})
     return out

@@ -43,13 +43,21 @@ def _coverage(say: Claims, report: dict[str, Any]) -> None:
         fact("facts.coverage.went_back", "==", None),
         fact("verdicts.coverage.counts.duplicated_ids", "==", 0), fact("verdicts.coverage.counts.ids_not_covered", ">", 0),
         n=F("verdicts.coverage.counts.ids_not_covered"))
+    order = (bad, fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
+             fact("verdicts.coverage.counts.ids_not_covered", "==", 0),
+             fact("verdicts.coverage.counts.golden_mismatched_steps", ">", 0))
     say("cause.coverage.order",
         "Root cause: no id repeats and none is missing, but {n} lineage step(s) used another global batch than "
-        "the uninterrupted golden run: the data order after the restart is not the one the run would have had.",
-        bad, fact("facts.coverage.went_back", "==", None), fact("verdicts.coverage.counts.duplicated_ids", "==", 0),
-        fact("verdicts.coverage.counts.ids_not_covered", "==", 0),
-        fact("verdicts.coverage.counts.golden_mismatched_steps", ">", 0),
-        n=F("verdicts.coverage.counts.golden_mismatched_steps"))
+        "the uninterrupted golden run, the first at update {step} in attempt {a}: the data order after the restart "
+        "is not the one the run would have had.", *order, fact("facts.coverage.first_golden_batch.attempt", ">", 0),
+        n=F("verdicts.coverage.counts.golden_mismatched_steps"), step=F("facts.coverage.first_golden_batch.step"),
+        a=F("facts.coverage.first_golden_batch.attempt"))
+    say("cause.coverage.order_before_restart",
+        "Root cause: no id repeats and none is missing, but {n} lineage step(s) used another global batch than "
+        "the uninterrupted golden run, the first at update {step} in attempt 0, before any restart: the trainer's "
+        "data order itself differs from the reference's (an epoch's shuffle that ignores the epoch, another seed), "
+        "not the resume.", *order, fact("facts.coverage.first_golden_batch.attempt", "==", 0),
+        n=F("verdicts.coverage.counts.golden_mismatched_steps"), step=F("facts.coverage.first_golden_batch.step"))
     _model_cleared(say, bad)
 
 

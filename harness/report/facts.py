@@ -18,6 +18,7 @@ from trainwreck.harness.report.rawlog import RawRun
 WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back from (\d+) to (\d+)")
 TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;(?: id (\d+) at (.*))?")
 USE = re.compile(r"attempt (\d+) rank (\d+) step (\d+)")
+GOLDEN_BATCH = re.compile(r"step (\d+) \(attempt (\d+)\): global batch differs from the golden run")
 RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): digest \w+ != \w+ recorded by its save")
 RESTORE_STEP = re.compile(r"attempt (\d+) rank (\d+) restored (\S+) as step (\d+), but it was saved at step (\d+)")
 SAVE_DIGEST = re.compile(r"attempt (\d+) saved (\S+) at step (\d+) with digest")
@@ -112,6 +113,14 @@ def coverage_facts(v: dict[str, Any]) -> dict[str, Any]:
         # twice (the pipeline deals it twice) or two attempts did (a restart replayed it).
         "twice_span": next((r for r in repeats if r["across"]), None),
         "twice_within": next((r for r in repeats if r["within"]), None),
+        # The earliest lineage step whose global batch is not the golden run's, and its attempt: in
+        # attempt 0 the order differs before any restart, so the resume cannot be what changed it.
+        "first_golden_batch": min(({"step": int(m.group(1)), "attempt": int(m.group(2))}
+                                   for m in map(GOLDEN_BATCH.match, evidence) if m),
+                                  key=lambda row: row["step"], default=None),
+        # Nothing repeated, missing or outside the dataset: only the batches differ from the golden run's.
+        "order_only": not any((v.get("counts") or {}).get(k) for k in
+                              ("duplicated_ids", "ids_not_covered", "ids_outside_dataset")),
     }
 
 

@@ -98,3 +98,50 @@ def test_a_hang_ended_by_an_event_that_names_no_rank_says_no_watchdog_named_the_
     report["hangs"][0]["ranks"] = [1]  # a hang event naming the rank: the sentence does not apply
     keys, _ = cause({"hang": v}, {"hang": hang_facts(report)})
     assert keys == ["cause.summary_only"]
+
+
+SHUFFLE = [  # trainwreck defects --only shuffle_ignores_epoch: the first batch off the golden run's is before the kill
+    "step 7 (attempt 0): global batch differs from the golden run: used 2,7,9 which golden did not; lacks golden's 1,14,16",
+    "step 9 (attempt 1): global batch differs from the golden run: used 3-4,11 which golden did not; lacks golden's 0,2,23",
+]
+
+
+def order_only(lines: list[str]) -> dict[str, Any]:
+    return {"valid": False, "summary": f"{len(lines)} step(s) whose batch differs from the golden run", "evidence": lines,
+            "counts": {"duplicated_ids": 0, "ids_not_covered": 0, "ids_outside_dataset": 0,
+                       "golden_mismatched_steps": len(lines)}}
+
+
+def test_an_order_that_differs_before_any_restart_is_blamed_on_the_trainers_order_not_on_the_resume() -> None:
+    v = order_only(SHUFFLE)
+    facts = coverage_facts(v)
+    assert facts["first_golden_batch"] == {"step": 7, "attempt": 0} and facts["order_only"] is True
+    keys, text = cause({"coverage": v}, {"coverage": facts})
+    assert keys == ["cause.coverage.order_before_restart"]
+    assert "the first at update 7 in attempt 0, before any restart" in text and "after the restart" not in text
+
+
+def test_an_order_that_differs_only_after_a_restart_is_blamed_on_the_resume() -> None:
+    v = order_only(SHUFFLE[1:])
+    keys, text = cause({"coverage": v}, {"coverage": coverage_facts(v)})
+    assert keys == ["cause.coverage.order"]
+    assert "the first at update 9 in attempt 1: the data order after the restart" in text
+
+
+def test_a_violation_of_order_alone_is_not_called_samples_trained_twice_or_never() -> None:
+    from trainwreck.harness.report.angles import _cost
+
+    for v, said, unsaid in ((order_only(SHUFFLE), "Every id was used once per epoch", "twice or never"),
+                            (coverage(PADDED, 2), "Samples were trained twice or never", "once per epoch")):
+        report = {"verdicts": {"coverage": v}, "facts": {"coverage": coverage_facts(v)}}
+        say = Claims(report)
+        say.section = "angle:violation:coverage"
+        _cost(say, report, "coverage")
+        text = say.text(say.section)
+        assert said in text and unsaid not in text
+
+
+def test_the_violation_question_takes_an_before_a_vowel() -> None:
+    from trainwreck.harness.report.angles import _a
+
+    assert (_a("atomicity"), _a("coverage"), _a("hang")) == ("an", "a", "a")
