@@ -587,3 +587,17 @@ def test_the_handbook_check_catches_an_altered_all_reduce_time_and_an_altered_by
         (copy / "handbook.json").write_text(json.dumps(record))
         problems = check_handbook(copy)
         assert any(f"from {run}: {'.'.join(path)}" in p for p in problems), (run, problems)
+
+
+def test_the_async_chapter_compares_saves_not_medians_and_says_whether_its_two_fsdp_ratios_agree(
+        handbook: dict[str, Any]) -> None:
+    derived, text = _derived(handbook, "async"), plain(handbook, "async")
+    sync, fsdp = _report(handbook, "wide-sync"), _report(handbook, "wide-fsdp")
+    assert "A median update cannot show either" in text and "the median update took" not in text
+    bench = _report(handbook, "bytes-fsdp")["step_s"] / _report(handbook, "bytes-ddp")["step_s"]
+    runs = fsdp["phases"]["median_step_s"] / sync["phases"]["median_step_s"]
+    assert math.isclose(derived["fsdp_over_ddp_step_benchmark"], bench)
+    assert math.isclose(derived["fsdp_over_ddp_step_runs"], runs)
+    agree = (bench > 1) == (runs > 1) and max(bench, runs) / min(bench, runs) <= 1.5
+    assert ("in the runs: they agree." in text) == agree
+    assert ("they disagree, because each is one measurement" in text) != agree
