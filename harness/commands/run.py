@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-sizes", help="world size per attempt, e.g. 4,2 (the last repeats)")
     parser.add_argument("--total-steps", type=int, help="optimizer updates in the job")
     parser.add_argument("--hang-timeout", type=float, help="seconds without progress before a hang is declared")
-    parser.add_argument("--launcher", default=DEFAULT_LAUNCHER, choices=launcher_names(REFERENCE),
+    parser.add_argument("--launcher", choices=launcher_names(REFERENCE),
                         help=f"how ranks start (default {DEFAULT_LAUNCHER}; --cmd picks its own): "
                              f"{launcher_help(launcher_names(REFERENCE))}")
     parser.add_argument("--backend", choices=("gloo", "nccl"), help="process-group backend (default: auto)")
@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
                          "covers its config and source; leave it out")
     scenario = build_scenario(args)
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
-    spec = spec_for(scenario, out, launcher=args.launcher)
+    spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)
     judged = run_judged(spec, args.scenario)
     print_result(judged, args.json)
     return judged.exit_code
@@ -116,9 +116,15 @@ def main_cmd(args: argparse.Namespace) -> int:
     from trainwreck.harness.supervise.rundir import check_out_dir
     from trainwreck.harness.supervise.spec import JobSpec
 
-    if args.scenario or args.total_steps is not None or args.backend:
-        raise InputError("--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only: the command "
-                         "itself sets the steps, the backend and the rest")
+    given = [flag for flag, value in (("SCENARIO", args.scenario), ("--total-steps", args.total_steps),
+                                      ("--backend", args.backend), ("--set", args.set),
+                                      ("--parallelism", args.parallelism), ("--launcher", args.launcher))
+             if value not in (None, [])]
+    if given:  # each would be silently ignored: the command is the user's, not the reference trainer's
+        raise InputError(f"--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only, not "
+                         f"{', '.join(given)}: the command itself sets the steps, the backend, the parallelism and "
+                         "the rest, and --cmd picks its own launcher (one process per rank with torchrun's "
+                         "environment); drop them, or pass them to your command")
     scenario = build_scenario(args)
     out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
     spec = JobSpec(target=Command(args.cmd, args.ckpt_dir), world_sizes=scenario.world_sizes,

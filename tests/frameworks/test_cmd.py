@@ -131,11 +131,14 @@ def test_the_cli_exits_2_for_a_command_that_writes_no_events(tmp_path: Path, gol
     assert "wrote no events" in result.stdout and "overall: UNKNOWN" in result.stdout
 
 
-def test_cmd_refuses_reference_trainer_options_with_the_fix(tmp_path: Path) -> None:
-    result = subprocess.run([PYTHON, "-m", "trainwreck.harness.cli", "run", "--cmd", "python t.py", "--total-steps",
-                             "5", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("extra", [["--total-steps", "5"], ["--set", "width=8"], ["--parallelism", "fsdp"],
+                                   ["--launcher", "spawn"]], ids=lambda e: e[0])
+def test_cmd_refuses_reference_trainer_options_with_the_fix(tmp_path: Path, extra: list[str]) -> None:
+    # Each was silently ignored before (only --total-steps, --backend and a scenario were refused).
+    result = subprocess.run([PYTHON, "-m", "trainwreck.harness.cli", "run", "--cmd", "python t.py", *extra,
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--cmd takes --plan, --world-sizes" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert f"not {extra[0]}:" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_corrupted_newest_checkpoint_is_rejected_by_the_plain_script_and_the_run_stays_valid(
