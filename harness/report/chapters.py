@@ -94,8 +94,8 @@ def restart_state(ev: Evidence) -> list[Paragraph]:
     out = [
         ev.s("Everything that decides the next update: model weights, optimizer moments, the LR schedule's "
              "position, every RNG stream, and the sampler's position."),
-        ev.s(f"The reference run restored {ev.q('resume', *cont, 'restores_checked')} checkpoint(s), each digest "
-             f"equal to what its save recorded, and matched the golden run at "
+        ev.s(f"The reference run's {ev.q('resume', *cont, 'restores_checked')} restore(s) (one per rank that "
+             f"resumed) each loaded a state whose digest equals what its save recorded, and it matched the golden run at "
              f"{ev.q('resume', *cont, 'golden_steps_checked')} steps with {ev.q('resume', *cont, 'violations')} "
              "violation(s).", verdict("continuity", True, run="resume")),
         ev.s("Drop one piece each:"),
@@ -130,9 +130,11 @@ def restart_state(ev: Evidence) -> list[Paragraph]:
 def health_metric(ev: Evidence) -> list[Paragraph]:
     hang = ("hangs", 0)
     return [[
-        ev.s("Forward progress: the newest update every rank has applied, over time. Loss, GPU utilisation and "
-             "heartbeats all look alive while a peer is stopped; progress does not."),
-        ev.s(f"With rank 1 SIGSTOPped (<code>hang-sigstop</code>), no rank got past update "
+        ev.s("Forward progress: the newest update every rank has applied, over time. A stale last loss, a "
+             "heartbeat thread and, under NCCL, GPU utilisation (a waiting rank spins in the collective's kernel) "
+             "can all look healthy while a peer is stopped (general behaviour, not measured by these CPU runs); "
+             "progress cannot."),
+        ev.s(f"With rank 1 SIGSTOPped (<code>hang-sigstop</code>), no rank completed update "
              f"{ev.q('hang-sigstop', *hang, 'last_step')}; after {ev.q('hang-sigstop', *hang, 'detected_after_s', unit=' s')} "
              f"without progress (configured timeout {ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')}) the "
              f"watchdog named rank(s) {ev.q('hang-sigstop', *hang, 'ranks')} as suspects, rank(s) "
@@ -156,8 +158,9 @@ def resumed_correct(ev: Evidence) -> list[Paragraph]:
              f"digests (same world size: bit-identical, not merely close), with {ev.q('resume', *cont, 'violations')} "
              f"violation(s); continuity {ev.q('resume', 'verdicts', 'continuity', 'valid')}.",
              verdict("continuity", True, run="resume")),
-        ev.s(f"The {ev.q('resume', 'totals', 'redo_steps')} update(s) redone after the kill are outside the lineage "
-             "and not compared."),
+        ev.s(f"The {ev.q('resume', 'totals', 'redo_steps')} update(s) attempt 0 applied after its last checkpoint, "
+             "lost with the kill, are outside the lineage and not compared; their redo after the restore is in the "
+             "lineage and is compared."),
         ev.s("The loss plot below lies on the golden curve.", verdict("continuity", True, run="resume"),
              fact("loss.golden.max_gap", "==", 0.0, run="resume")),
     ]]
@@ -434,7 +437,7 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
              f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} against "
              f"{ev.q('wide-fsdp', 'phases', 'median_step_s', unit=' s')}, and a save "
              f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} against "
-             f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')} (every rank writes its shard)."),
+             f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')} (each FSDP rank writes its own shard of the state)."),
         ev.s("The two step-time pairs put FSDP at "
              + ev.derive("fsdp_over_ddp_step_benchmark", bench_ratio, "bytes-fsdp.step_s / bytes-ddp.step_s",
                          {"fsdp": float(ev.get("bytes-fsdp", "step_s")), "ddp": float(ev.get("bytes-ddp", "step_s"))},
@@ -453,7 +456,8 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
              f"(FSDP); the largest relative gap over all {len(ev.reports['wide-fsdp']['loss']['steps'])} updates is "
              + ev.derive("fsdp_vs_ddp_max_loss_gap", gap["gap"], "|fsdp_loss - ddp_loss| / max(1, |ddp_loss|), the "
                          "largest over the updates", gap, "")
-             + f" (at update {gap['step']}): {'within' if within else 'OUTSIDE'} the tolerance of "
+             + (" (the losses are identical at every update)" if gap["gap"] == 0 else f" (at update {gap['step']})")
+             + f": {'within' if within else 'OUTSIDE'} the tolerance of "
                f"{fmt(DEFAULT_LOSS_TOLERANCE)} that continuity allows across reduction orders"
              + (", the same training." if within else ".")),
     ]]

@@ -601,3 +601,17 @@ def test_the_async_chapter_compares_saves_not_medians_and_says_whether_its_two_f
     agree = (bench > 1) == (runs > 1) and max(bench, runs) / min(bench, runs) <= 1.5
     assert ("in the runs: they agree." in text) == agree
     assert ("they disagree, because each is one measurement" in text) != agree
+
+
+def test_the_review_corrections_read_as_the_runs_show(handbook: dict[str, Any]) -> None:
+    """Sentences an expert review called wrong (2026-11-27), each re-derived from the runs."""
+    resume, hang = _report(handbook, "resume"), _report(handbook, "hang-sigstop")
+    restores = resume["verdicts"]["continuity"]["counts"]["restores_checked"]
+    assert f"The reference run's {restores} restore(s) (one per rank that resumed)" in plain(handbook, "state")
+    assert f"no rank completed update {hang['hangs'][0]['last_step']};" in plain(handbook, "health")
+    assert "can all look healthy while a peer is stopped (general behaviour, not measured" in plain(handbook, "health")
+    redo = resume["totals"]["redo_steps"]
+    assert (f"The {redo} update(s) attempt 0 applied after its last checkpoint, lost with the kill, are outside the "
+            "lineage") in plain(handbook, "resume")
+    gap = _derived(handbook, "async")["fsdp_vs_ddp_max_loss_gap"]
+    assert ("(the losses are identical at every update)" in plain(handbook, "async")) == (gap == 0)
