@@ -6,7 +6,8 @@ as docs/FRAMEWORKS.md shows, each run by tests/frameworks/test_zoo.py under `tra
 Patterns (each a correct script; the judge must call its golden run and a kill-and-resume VALID):
     resnet         a ResNet basic block (conv-BN-ReLU-conv-BN plus the skip) under DDP: BatchNorm's
                    running statistics differ between ranks by design
-    syncbn         the same block with SyncBatchNorm: statistics agree across ranks
+    syncbn         the same block with SyncBatchNorm: statistics agree across ranks (CUDA only: torch's
+                   SyncBatchNorm refuses CPU tensors; the ranks share the visible GPUs over gloo)
     ema            an exponential moving average of the weights, saved and restored with them
     clip           gradient clipping by global norm (after DDP's all-reduce, as DDP applies it)
     nonpersistent  a non-persistent buffer (a schedule the forward reads, rebuilt from the step)
@@ -42,7 +43,8 @@ probe = Probe.from_env(args.run_dir, seed=0)
 probe.write_run_json(dataset_size=N, global_batch=B, drop_last=True, total_steps=T)
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-X = torch.randn(N, 4, 6, 6, generator=torch.Generator().manual_seed(1))
+DEVICE = torch.device("cuda", rank % max(torch.cuda.device_count(), 1)) if args.pattern == "syncbn" else torch.device("cpu")
+X = torch.randn(N, 4, 6, 6, generator=torch.Generator().manual_seed(1)).to(DEVICE)
 Y = (X.mean((1, 2, 3)) > 0).long()
 
 
@@ -72,17 +74,18 @@ class Net(nn.Module):
 
 
 def temperature_at(step: int) -> torch.Tensor:
-    return torch.tensor(1.0 + 0.05 * step)
+    return torch.tensor(1.0 + 0.05 * step, device=DEVICE)
 
 
 torch.manual_seed(0)
 model = Net(args.pattern)
 if args.pattern == "syncbn":
     model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+model = model.to(DEVICE)
 ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9)) \
     if args.pattern == "ema" else None
 opt = torch.optim.AdamW(model.parameters(), lr=0.02)
-ddp = DDP(model)
+ddp = DDP(model, device_ids=[DEVICE.index] if DEVICE.type == "cuda" else None)
 # The state the digests cover: the model, and the EMA where there is one (it is part of what a resume restores).
 tracked = nn.ModuleDict({"model": model, **({"ema": ema} if ema is not None else {})})
 probe.track(tracked, opt)
@@ -101,7 +104,7 @@ def state(step: int) -> dict:
 done = 0
 if path.exists():
     try:
-        loaded = torch.load(path, weights_only=True)
+        loaded = torch.load(path, weights_only=True, map_location=DEVICE)
     except Exception as exc:  # a torn file: start fresh (its bytes were never committed)
         probe.reject(path.name, f"does not load: {type(exc).__name__}", path=path)
     else:
