@@ -107,3 +107,42 @@ def test_a_sigtermed_harness_leaves_no_process_behind(tmp_path: Path, launcher: 
     end = harness_events(run, "end")
     assert [e["status"] for e in end] == ["failed"]
     assert {(e["rank"], e["code"]) for e in harness_events(run, "exit")} == {(0, -9), (1, -9)}
+
+
+def test_a_harness_sigkilled_while_it_builds_a_golden_run_leaves_no_child_alive(tmp_path: Path) -> None:
+    """The fork server is started, then spends seconds importing torch: a harness SIGKILLed in
+    that window (the first thing a golden build does) must take it down at once, as it does mid-run."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRAINWRECK_GOLDEN_CACHE=str(tmp_path / "cache"))
+    harness = subprocess.Popen([sys.executable, "-m", "trainwreck.harness.cli", "run", "--total-steps", "4",
+                                "--out", str(tmp_path / "run")], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[psutil.Process] = []
+    try:
+        def started_a_child() -> bool:
+            children[:] = psutil.Process(harness.pid).children(recursive=True)
+            return bool(children)
+
+        wait_until(started_a_child, 180, "the golden build to start its fork server")
+        harness.kill()
+        harness.wait()
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    # Each child must die within a second (torch's import alone takes longer); a zombie has
+    # died, only its reaping by whoever inherited it is left.
+    def still_running() -> list[psutil.Process]:
+        alive = []
+        for proc in children:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    try:
+        wait_until(lambda: not still_running(), 1.0, "every child of the SIGKILLed harness to die")
+    finally:
+        for proc in still_running():
+            proc.kill()  # psutil checks the pid is still the process we saw
