@@ -153,10 +153,12 @@ class Supervisor(JobSupervisor):
                     result.hang = hang
                     break
         finally:
+            # Deaths of their own first; whatever the kill below ends, the harness stopped.
+            self.report_exits(attempt, handle.exited(), reported)
             handle.kill()
             codes = handle.reap(REAP_TIMEOUT_S)
             self.live.remove(handle)
-            self.report_exits(attempt, codes, reported)
+            self.report_exits(attempt, codes, reported, stopped=True)
             for left in getattr(handle, "leftovers", []):  # processes a rank left behind, ended with the attempt
                 self.events.emit("leftover", attempt=attempt, **left)
             self.launch_s.append(result.launch_s)
@@ -164,9 +166,13 @@ class Supervisor(JobSupervisor):
         result.codes = codes
         return result
 
-    def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int]) -> None:
+    def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int],
+                     stopped: bool = False) -> None:
+        """`exit` events for the ranks not reported yet; `stopped`: they were alive when the harness
+        SIGKILLed the attempt, so a -9 is the harness's (harness/report/rootcause.py reads it)."""
         for rank in sorted(set(codes) - reported):
-            self.report_exit(attempt, rank, codes[rank])
+            self.report_exit(attempt, rank, codes[rank],
+                             stopped_by_harness=stopped and codes[rank] == -signal.SIGKILL)
             reported.add(rank)
 
     def kill_all(self) -> None:
