@@ -101,9 +101,8 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
 
 
 def interrupted(name: str, received: Received) -> int:
-    how = "Ctrl-C" if received.name == "SIGINT" else received.name
-    print(f"{' '.join(['trainwreck', name]).strip()}: interrupted ({how}); ranks stopped, partial results left in place",
-          file=sys.stderr)
+    who, how = f"trainwreck {name}" if name else "trainwreck", "Ctrl-C" if received.name == "SIGINT" else received.name
+    print(f"{who}: interrupted ({how}); ranks stopped, partial results left in place", file=sys.stderr)
     return received.exit_code
 
 
@@ -128,7 +127,11 @@ class ReaderMayLeave:
         except BrokenPipeError:
             self.gone = True
             try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(devnull, self.stream.fileno())
+                finally:
+                    os.close(devnull)
             except (OSError, ValueError, io.UnsupportedOperation):
                 pass  # not a real file descriptor (a test's capture): nothing flushes it at exit
             return dropped
