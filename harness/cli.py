@@ -2,19 +2,20 @@
 
 Each command module exposes `configure(parser)` and `main(args) -> int`; exit codes
 everywhere are 0 valid, 1 invalid, 2 not judged (unknown verdict or unusable input,
-reported in one line, never a traceback), 130 interrupted by Ctrl-C.
+reported in one line, never a traceback), 130 interrupted by Ctrl-C, 143 by SIGTERM.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
-from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
-from trainwreck.trainer.config import OneLineParser
-from trainwreck.trainer.files import describe, is_environment_failure
-from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
+# Only this before `main` runs: the rest is imported inside it (the checkers' package alone takes
+# most of a second on a loaded machine), where a Ctrl-C meanwhile becomes the one line.
+from trainwreck.harness.supervise.interrupts import Received, Terminated, interrupt_of, stop_on_signals  # stdlib
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -31,12 +32,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "frameworks": ("trainwreck.harness.commands.frameworks", "judge real trainers (torchrun script, HF Trainer, Lightning, accelerate) under faults"),
 }
 
-EXIT_INTERRUPTED = 130
-"""Ctrl-C: 128 + SIGINT, the shell convention."""
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    stdout, sys.stdout = sys.stdout, ReaderMayLeave(sys.stdout)  # `... | head -1`: the exit code still says the verdict
+    # From the first moment: a Ctrl-C or SIGTERM while torch imports stops the command with one line.
+    try:
+        with stop_on_signals():
+            try:
+                code = dispatch(argv)
+                sys.stdout.flush()
+                return code
+            except (KeyboardInterrupt, Terminated) as exc:
+                return interrupted(argv[0] if argv else "", interrupt_of(exc))
+    finally:
+        sys.stdout = stdout
+
+
+def dispatch(argv: list[str]) -> int:
+    from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
+    from trainwreck.trainer.config import OneLineParser
+
     if not argv or argv[0] in ("-h", "--help"):
         print_usage()
         return 0 if argv else EXIT_UNKNOWN
@@ -46,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNKNOWN
     module = importlib.import_module(COMMANDS[name][0])
     if name == "check":  # the checkers own their argument parsing (stdlib only)
-        try:
-            return int(module.main(rest))
-        except KeyboardInterrupt:
-            return interrupted(name)
+        return int(module.main(rest))
     parser = OneLineParser(one_line, prog=f"trainwreck {name}", description=COMMANDS[name][1])
     module.configure(parser)
     try:
@@ -66,8 +78,12 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
     RunDirError, UnknownName, ...; trainer/errors.py) or the checkers' own InputError
     (harness/errors.py INPUT_ERRORS says why there are two roots), so a command only raises:
     none prints "error:" or picks exit 2 itself (tests/harness/test_errors.py checks).
-    Ctrl-C: the supervisor has already stopped the ranks by the time KeyboardInterrupt
-    reaches here; exit 130 (128 + SIGINT) as shells do, so scripts can tell it apart."""
+    Ctrl-C and SIGTERM: the supervisor has already stopped the ranks by the time the exception
+    reaches `main`, which exits 130 or 143 (128 + the signal) as shells do."""
+    from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
+    from trainwreck.invariants.verdict import EXIT_UNKNOWN
+    from trainwreck.trainer.files import describe, is_environment_failure
+
     try:
         if getattr(args, "out", None) is not None:
             from trainwreck.harness.supervise.rundir import check_out_dir
@@ -82,14 +98,46 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
             raise
         print(f"trainwreck {name}: error: {one_line(describe(exc))}", file=sys.stderr)
         return EXIT_UNKNOWN
-    except KeyboardInterrupt:
-        return interrupted(name)
 
 
-def interrupted(name: str) -> int:
-    print(f"trainwreck {name}: interrupted (Ctrl-C); ranks stopped, partial results left in place",
-          file=sys.stderr)
-    return EXIT_INTERRUPTED
+def interrupted(name: str, received: Received) -> int:
+    who, how = f"trainwreck {name}" if name else "trainwreck", "Ctrl-C" if received.name == "SIGINT" else received.name
+    print(f"{who}: interrupted ({how}); ranks stopped, partial results left in place", file=sys.stderr)
+    return received.exit_code
+
+
+class ReaderMayLeave:
+    """stdout whose reader may go away (`| head -1`): later output is dropped, not a BrokenPipeError
+    traceback, and fd 1 is pointed at /dev/null so the interpreter's last flush is quiet too."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        return self._guard(lambda: self.stream.write(text), len(text))
+
+    def flush(self) -> None:
+        self._guard(self.stream.flush, None)
+
+    def _guard(self, op: Any, dropped: Any) -> Any:
+        if self.gone:
+            return dropped
+        try:
+            return op()
+        except BrokenPipeError:
+            self.gone = True
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(devnull, self.stream.fileno())
+                finally:
+                    os.close(devnull)
+            except (OSError, ValueError, io.UnsupportedOperation):
+                pass  # not a real file descriptor (a test's capture): nothing flushes it at exit
+            return dropped
+
+    def __getattr__(self, name: str) -> Any:  # fileno, encoding, isatty, buffer...
+        return getattr(self.stream, name)
 
 
 def one_line(text: str, limit: int = 400) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from trainwreck.invariants.atomicity import check_atomicity
@@ -10,9 +10,9 @@ from trainwreck.invariants.continuity import check_continuity
 from trainwreck.invariants.coverage import check_coverage
 from trainwreck.invariants.hang import check_hang, first_firings
 from trainwreck.invariants.history import History
-from trainwreck.invariants.progress import check_progress
+from trainwreck.invariants.progress import check_progress, interruption
 from trainwreck.invariants.replicas import check_replicas
-from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, check_safe, compose
+from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, check_safe, compose, overall_word
 
 Checker = Callable[[History, "History | None"], Verdict]
 
@@ -53,14 +53,25 @@ class Judgement:
     verdicts: dict[str, Verdict]
     unfired_faults: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    interrupted: dict[str, Any] | None = None
+    """The `end` event of a job the harness stopped on SIGINT/SIGTERM (status "interrupted"):
+    then `valid` is never False, since the verdicts judge a run cut short from outside."""
+
+    @property
+    def word(self) -> str:
+        """VALID, INVALID, UNKNOWN, or INTERRUPTED: the overall word every output prints."""
+        return overall_word(self.valid, self.interrupted)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "valid": self.valid,
             "verdicts": {name: v.to_json() for name, v in self.verdicts.items()},
             "unfired_faults": list(self.unfired_faults),
             "notes": list(self.notes),
         }
+        if self.interrupted is not None:
+            out["interrupted"] = dict(self.interrupted)
+        return out
 
 
 def unfired_faults(history: History) -> list[Any]:
@@ -87,4 +98,41 @@ def judge(history: History, golden: History | None = None) -> Judgement:
     if unfired:
         parts.append(UNKNOWN)
         notes.append(f"planned fault(s) never fired, so the run did not test them: {', '.join(map(str, unfired))}")
-    return Judgement(compose(parts), verdicts, unfired, notes)
+    stop = interrupted_end(history)
+    if stop is None:
+        return Judgement(compose(parts), verdicts, unfired, notes)
+    violated = [name for name, v in verdicts.items() if v.valid is False]
+    notes.append(f"the job was interrupted ({interruption(stop)}) at step {stop.get('final_step')}: not judged"
+                 + (f"; {', '.join(violated)} judged the part that ran invalid, shown above" if violated else ""))
+    return Judgement(UNKNOWN, verdicts, unfired, notes, {k: v for k, v in stop.items() if not k.startswith("_")})
+
+
+def interrupted_end(history: History) -> dict[str, Any] | None:
+    """The job's last `end` event when it says the harness was interrupted, else None."""
+    ends = history.of_kind("end")
+    return ends[-1] if ends and ends[-1].get("status") == "interrupted" else None
+
+
+GOLDEN_COMPARISONS = "each lineage step's global batch (coverage) and digest or loss (continuity) against the golden run"
+"""What only a golden run shows: a resume that restores every saved byte yet loses the RNG, the LR
+schedule or the data order matches its own saves and differs from the uninterrupted run."""
+
+
+def needs_golden(history: History) -> bool:
+    """Whether judging this run without a golden run skips a comparison it needs: a lineage that
+    crosses a restart (another attempt, a restore) can only be shown exact against one. The
+    replica-group checkers compare with no golden run, and one attempt has nothing to resume."""
+    from trainwreck.invariants.replica_groups import is_replica_run
+
+    if is_replica_run(history.spec):
+        return False
+    return history.attempt_count() > 1 or bool(history.of_kind("restore"))
+
+
+def without_golden(judgement: Judgement, history: History, why: str) -> Judgement:
+    """The judgement of a run judged with no golden run: never valid when the run needed one
+    (`why` says why none was used and names --golden)."""
+    if not needs_golden(history):
+        return judgement
+    note = f"not judged without a golden run: {GOLDEN_COMPARISONS}, which this run needs (it restarted); {why}"
+    return replace(judgement, valid=compose([judgement.valid, UNKNOWN]), notes=[*judgement.notes, note])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainwreck.invariants.history import History
 from trainwreck.invariants.lineage import walk_lineage
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
@@ -23,6 +25,11 @@ def check_progress(history: History, golden: History | None = None) -> Verdict:
                        " so whether it completes is not known", counts,
                        [f"the lineage reaches step {lineage.final_step} of {total} over {attempts} attempt(s)"])
     end = ends[-1]
+    if end["status"] == "interrupted":
+        # The harness itself was stopped (Ctrl-C, SIGTERM) and killed the ranks: nothing about the trainer.
+        return Verdict(NAME, UNKNOWN, f"the job was interrupted ({interruption(end)}) at step {end['final_step']} "
+                       f"of {total}, so whether it completes is not known", counts,
+                       [f"the lineage reaches step {lineage.final_step} of {total} over {attempts} attempt(s)"])
     evidence = Evidence()
     if end["status"] != "completed":
         evidence.add(f"the job ended {end['status']!r} at step {end['final_step']} ({end['_src']})")
@@ -37,3 +44,10 @@ def check_progress(history: History, golden: History | None = None) -> Verdict:
         return Verdict(NAME, False, evidence.lines[0], counts, evidence.listing())
     within = f" within max_restarts={budget}" if budget is not None else ""
     return Verdict(NAME, True, f"completed at step {total} after {attempts} attempt(s){within}", counts)
+
+
+def interruption(end: dict[str, Any]) -> str:
+    """What stopped an interrupted job, from its `end` event: "SIGINT to the harness" (older or
+    foreign writers may leave the signal out)."""
+    sig = end.get("signal")
+    return f"{sig} to the harness" if isinstance(sig, str) and sig else "the harness was stopped"

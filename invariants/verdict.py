@@ -59,6 +59,12 @@ def verdict_word(valid: object) -> str:
     return WORDS[valid] if isinstance(valid, bool) else "UNKNOWN"
 
 
+def overall_word(valid: object, interrupted: object = None) -> str:
+    """The word for a whole run: INTERRUPTED when the harness was stopped (SIGINT, SIGTERM) before the
+    job ended, whatever its verdicts say (an exit 2, never INVALID); else verdict_word."""
+    return "INTERRUPTED" if interrupted else verdict_word(valid)
+
+
 def word_validity(word: str) -> Validity:
     """The validity a word stands for (the inverse of verdict_word)."""
     return {"VALID": True, "INVALID": False}.get(word, UNKNOWN)

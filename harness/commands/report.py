@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainwreck.harness.report import NotARun, render_report
 from trainwreck.harness.report.metrics import METRICS_FILE, openmetrics
-from trainwreck.invariants.verdict import exit_code, verdict_word, word_validity
+from trainwreck.invariants.verdict import exit_code, overall_word, word_validity
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.files import describe
 
@@ -42,4 +42,4 @@ def main(args: argparse.Namespace) -> int:
 def verdict_of(html: Path) -> str:
     """The verdict the report states (report.json sits beside the HTML)."""
     report = json.loads(html.with_name("report.json").read_text())
-    return verdict_word(report["valid"])
+    return overall_word(report["valid"], report.get("interrupted"))

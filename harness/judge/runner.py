@@ -134,7 +134,9 @@ def publish(judged: JudgedRun, report: bool = True) -> None:
     `report` False: no job ran (DCP's own save judged in this process), so no events to render."""
     record, cause = judged.record, judged.root_cause.to_json() if judged.root_cause else None
     write_atomic(RunDir(record.run_dir).verdicts, json.dumps(
-        {**judged.judgement.to_json(), "golden": str(judged.golden_dir), "reproduce": judged.reproduce,
+        # Absolute: `trainwreck check RUN_DIR` uses this golden run from wherever it is called.
+        {**judged.judgement.to_json(), "golden": str(judged.golden_dir.absolute()) if judged.golden_dir.parts else "",
+         "reproduce": judged.reproduce,
          "outcome": record.outcome, "attempts": record.attempts, "root_cause": cause},
         indent=1, default=str) + "\n", root=record.run_dir)
     if report:

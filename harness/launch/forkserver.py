@@ -143,9 +143,11 @@ def freeze_heap() -> None:
 def main(argv: list[str]) -> None:
     fd, parent = int(argv[0]), int(argv[1])
     started = time.perf_counter()
+    # Before the seconds of torch's import, not after: a harness SIGKILLed while the server
+    # still imports would otherwise leave it running until the import ends.
+    set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
     from trainwreck.harness.launch.rank import warm_imports  # imports torch
 
-    set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
     warm_imports()
     freeze_heap()  # the one expensive collection, paid here, before the server says it is ready
     conn = Connection(fd)

@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.invariants.verdict import overall_word, verdict_word
 from trainwreck.harness.report.plots import PLOTS
 from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
 from trainwreck.trainer.rundir import RunDir
@@ -54,7 +54,7 @@ figure { margin: 10px 0; overflow-x: auto; } figcaption { font-size: 13px; color
 
 
 def render_html(report: dict[str, Any]) -> str:
-    word = verdict_word(report["valid"])
+    word = overall_word(report["valid"], report.get("interrupted"))
     body = [
         _header(report, word),
         _nav(),

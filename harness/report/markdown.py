@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from trainwreck.harness.report.html import RECOVERY_COLUMNS, fmt
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.invariants.verdict import overall_word, verdict_word
 
 
 def _cell(text: Any) -> str:
@@ -14,7 +14,7 @@ def _cell(text: Any) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    word = verdict_word(report["valid"])
+    word = overall_word(report["valid"], report.get("interrupted"))
     out = [f"# {report['name']}: {word}", ""]
     scenario = report.get("scenario")
     if scenario:

@@ -119,15 +119,15 @@ def _judgement(run_dir: Path, history: History | None, load_error: str | None) -
     if isinstance(stored, dict) and "valid" in stored and isinstance(stored.get("verdicts"), dict):
         return {"valid": stored["valid"], "verdicts": stored["verdicts"],
                 "unfired_faults": stored.get("unfired_faults", []), "notes": stored.get("notes", []),
-                "judged_by": "verdicts.json", "golden": stored.get("golden"),
+                "judged_by": "verdicts.json", "golden": stored.get("golden"), "interrupted": stored.get("interrupted"),
                 "reproduce": stored.get("reproduce"), "outcome": stored.get("outcome"), "error": None}
     base = {"judged_by": "report (no golden run: digests and batches not compared with an uninterrupted run)",
             "golden": None, "reproduce": None, "outcome": None}
     if history is None:
-        return {**base, "valid": "unknown", "verdicts": {}, "unfired_faults": [], "notes": [],
+        return {**base, "valid": "unknown", "verdicts": {}, "unfired_faults": [], "notes": [], "interrupted": None,
                 "error": f"the run could not be judged: {load_error}"}
     judgement = judge(history).to_json()
-    return {**base, **judgement, "error": None}
+    return {**base, "interrupted": None, **judgement, "error": None}
 
 
 def _read_json(path: Path) -> Any:
@@ -212,15 +212,17 @@ def _rank_batch(raw: RawRun, a: int) -> int | None:
 
 
 def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any]) -> str:
+    end = next((ev for ev in reversed(raw.events) if ev.get("kind") == "end"), None)
+    last = max((ev["attempt"] for ev in raw.events if type(ev.get("attempt")) is int), default=a)
+    last = max([last] + [att for att, _ in raw.lanes])
     if any(ev.get("kind") == "hang" for ev in mine):
         return "hang"
+    if end is not None and end.get("status") == "interrupted" and a == last:
+        return "interrupted"  # the harness was stopped and killed the ranks: not a failure of theirs
     if exits and all(code == 0 for code in exits.values()):
         return "completed"
     if any(code not in (0, None) for code in exits.values()):
         return "failed"
-    end = next((ev for ev in reversed(raw.events) if ev.get("kind") == "end"), None)
-    last = max((ev["attempt"] for ev in raw.events if type(ev.get("attempt")) is int), default=a)
-    last = max([last] + [att for att, _ in raw.lanes])
     if end is not None and a == last:
         return str(end.get("status"))
     return "failed" if a < last else "unknown"
@@ -486,7 +488,7 @@ def _recovery(raw: RawRun, attempts: list[dict[str, Any]], lineage: Lineage | No
     rows = []
     by_number = {a["attempt"]: a for a in attempts}
     for att in attempts:
-        if att["ended"] in ("completed", "unknown") or not att["lanes"]:
+        if att["ended"] in ("completed", "unknown", "interrupted") or not att["lanes"]:
             continue
         rows.append(_recovery_row(raw, att, by_number.get(att["attempt"] + 1), lineage))
     return rows

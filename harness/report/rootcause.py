@@ -11,11 +11,16 @@ before it (a peer's "connection closed" after a planned kill is that kill's
 consequence, and the watchdog's kills of a hung attempt are not crashes).
 Of those, a rank killed by a signal without a traceback counts only in an attempt
 where no rank died on its own: the harness kills the rest of an attempt that lost a rank.
+Where the harness marks each `exit` with `stopped_by_harness` (docs/DESIGN.md), it says
+which: a rank it killed is never a crash, and a signal it did not send (the kernel's
+out-of-memory killer, an operator) is the attempt's first death, so the peers' errors
+that follow ("connection closed by peer") are its consequence, whatever their timestamps.
 """
 from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +69,24 @@ class RootCause:
 
     def sentence(self) -> str:
         """The plain-words line a CLI, a report and a casebook all print."""
+        more = f" ({len(self.crashes) - 1} more crash(es) after it)" if len(self.crashes) > 1 else ""
         if self.before_faults:
             who = "every rank" if self.every_rank else f"rank {self.first.rank}"
-            return (f"{who} crashed before any planned fault fired: {self.first.line} ({self.where()}); "
+            said = (f"{who} crashed before any planned fault fired: {self.first.line} ({self.where()}); "
                     "the verdicts below judge a run that never tested anything")
-        more = f" ({len(self.crashes) - 1} more crash(es) after it)" if len(self.crashes) > 1 else ""
-        return f"rank {self.first.rank} crashed with an error no planned fault caused: {self.first.line} " \
-               f"({self.where()}){more}"
+        elif self.first.how == "signal":  # "killed by SIGKILL": sent from outside, or the rank's own SIGSEGV
+            said = f"rank {self.first.rank} was {self.first.line}, a signal no planned fault sent ({self.where()}){more}"
+        else:
+            said = (f"rank {self.first.rank} crashed with an error no planned fault caused: {self.first.line} "
+                    f"({self.where()}){more}")
+        return said + self._sender()
+
+    def _sender(self) -> str:
+        """Who commonly sends the first crash's signal, when it is one only something outside sends."""
+        if self.first.how != "signal" or self.first.code != -signal.SIGKILL:
+            return ""
+        return ("; an unplanned SIGKILL most often comes from the kernel's out-of-memory killer (dmesg names its "
+                "victims), else from an operator or a scheduler")
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.first.rank, "attempt": self.first.attempt, "line": self.first.line,
@@ -86,7 +102,7 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
     exits = [ev for ev in raw.of_kind("exit") if type(ev.get("rank")) is int and type(ev.get("attempt")) is int]
     crashes = [c for ev in exits if ev.get("code") not in (0, None)
                for c in [_crash(run_dir, raw, ev)] if c is not None]
-    crashes = _drop_collateral(raw, crashes)
+    crashes = _drop_collateral(raw, crashes, exits)
     recorded = LAUNCHERS.get(raw.spec.get("launcher"))  # None: a run written by another harness
     if not crashes and recorded is not None and recorded.agent_reaps_ranks:
         crashes = [c for c in [torchrun_crash(run_dir, raw)] if c is not None]
@@ -104,7 +120,7 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
 
 def _crash(run_dir: Path, raw: RawRun, ev: dict[str, Any]) -> Crash | None:
     attempt, rank, code, t = ev["attempt"], ev["rank"], ev.get("code"), float(ev["t"])
-    if _excused(raw, attempt, rank, t):
+    if ev.get("stopped_by_harness") is True or _excused(raw, attempt, rank, t):
         return None
     path = RunDir(run_dir).rank_log(attempt, rank)
     rel = path.relative_to(run_dir).as_posix()
@@ -130,16 +146,23 @@ def _excused(raw: RawRun, attempt: int, rank: int, t: float) -> bool:
     return False
 
 
-def _drop_collateral(raw: RawRun, crashes: list[Crash]) -> list[Crash]:
-    """The harness kills the rest of an attempt that lost a rank, and the exit events of one
-    teardown share a poll's timestamp: a signal death without a traceback is such a kill when
-    the attempt has a rank that died on its own (an exception or an exit code), else only the
-    earliest signal death of the attempt counts."""
-    own = {c.attempt for c in crashes if c.how != "signal"}
+def _drop_collateral(raw: RawRun, crashes: list[Crash], exits: list[dict[str, Any]]) -> list[Crash]:
+    """The harness kills the rest of an attempt that lost a rank. Where every exit of the
+    attempt says whether the harness stopped it, those it stopped are gone already (_crash),
+    and a signal death left is one nobody in the job sent: the peers' errors are its
+    consequence. Elsewhere (older run directories) the exit events of one teardown share a
+    poll's timestamp: a signal death without a traceback is such a kill when the attempt has a
+    rank that died on its own (an exception or an exit code), else only the earliest counts."""
+    marked = {ev["attempt"] for ev in exits if isinstance(ev.get("stopped_by_harness"), bool)} - \
+        {ev["attempt"] for ev in exits if not isinstance(ev.get("stopped_by_harness"), bool)}
+    signalled = {c.attempt for c in crashes if c.how == "signal" and c.attempt in marked}
+    crashes = [c for c in crashes if c.attempt not in signalled or c.how == "signal"]
+    own = {c.attempt for c in crashes if c.how != "signal" and c.attempt not in marked}
     first: dict[int, float] = {}
     for c in crashes:
         first[c.attempt] = min(first.get(c.attempt, c.t), c.t)
-    return [c for c in crashes if c.how != "signal" or (c.attempt not in own and c.t <= first[c.attempt])]
+    return [c for c in crashes if c.how != "signal" or c.attempt in marked
+            or (c.attempt not in own and c.t <= first[c.attempt])]
 
 
 def last_exception(path: Path) -> tuple[str | None, float | None]:

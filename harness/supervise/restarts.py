@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.faults.external import ExternalFault, ExternalFaults
+from trainwreck.harness.supervise.interrupts import Terminated, interrupt_of
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang
 from trainwreck.trainer.events import EventLog
 from trainwreck.trainer.rundir import RunDir, iter_events, next_attempt
 
-OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error")
+OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error", "interrupted")
+"""interrupted: SIGINT or SIGTERM reached the harness, which stopped the job (`end` status
+"interrupted", with the signal): nothing about the trainer, so no verdict (docs/DESIGN.md)."""
 REAP_TIMEOUT_S = 30.0
 """How long a SIGKILLed attempt may take to disappear (a rank in uninterruptible I/O)."""
 
@@ -27,7 +30,7 @@ class RunRecord:
     run_dir: Path
     """The run directory (already removed if it was temporary and not kept)."""
     status: str
-    """completed or failed, as in the `end` event."""
+    """completed, failed or interrupted, as in the `end` event."""
     outcome: str
     """completed, budget_exhausted, no_progress or error (see OUTCOMES)."""
     attempts: int
@@ -97,18 +100,22 @@ class JobSupervisor:
         raise NotImplementedError
 
     def run(self, started: float) -> RunRecord:
-        outcome, error = "error", None
+        outcome, error, stop = "error", None, {}
         try:
             outcome = self.supervise()
+        except (KeyboardInterrupt, Terminated) as exc:  # the harness was stopped, not the trainer: re-raised
+            outcome, received = "interrupted", interrupt_of(exc)
+            stop = {"signal": received.name, "signal_t": round(received.t, 6)}
+            raise
         except Exception:  # noqa: BLE001 - the record says what broke; the ranks are reaped below
             error = traceback.format_exc()
             print(error, file=sys.stderr)
         finally:
             self.kill_all()
-            status = "completed" if outcome == "completed" else "failed"
+            status = outcome if outcome in ("completed", "interrupted") else "failed"
             last = final_step(self.run_dir, self.attempt)
             self.events.emit("end", status=status, final_step=last, outcome=outcome,
-                             attempts=self.attempt + 1)
+                             attempts=self.attempt + 1, **stop)
             self.events.close()
         return RunRecord(run_dir=self.run_dir, status=status, outcome=outcome, attempts=self.attempt + 1,
                          final_step=last, hangs=self.hangs, wall_s=time.monotonic() - started,

@@ -18,55 +18,15 @@ import signal
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from trainwreck.harness.launch.launchers import Attempt, Launcher
 from trainwreck.harness.supervise.restarts import (REAP_TIMEOUT_S, AttemptResult, JobSupervisor, RunRecord,
                                          newest_committed_step, remove_empty_stacks)
+from trainwreck.harness.supervise.interrupts import raise_if_received, stop_on_signals
 from trainwreck.harness.supervise.rundir import create_run_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HarnessStore
 from trainwreck.harness.supervise.watchdogs import watchdog_class
-
-
-# ----- cleanup on SIGINT/SIGTERM -----------------------------------------------------
-
-
-class Terminated(SystemExit):
-    """SIGTERM reached the harness: clean up, then exit 143 like an unhandled SIGTERM would."""
-
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
-
-
-class SignalGuard:
-    """Turns SIGTERM/SIGINT into exceptions for the duration of a job, so `finally` blocks
-    kill and reap every attempt; a second signal during that cleanup is ignored."""
-
-    def __init__(self) -> None:
-        self._old: dict[int, Any] = {}
-        self._fired = False
-
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self._fired:
-            return  # already unwinding: let the cleanup finish
-        self._fired = True
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated()
-
-    def __enter__(self) -> SignalGuard:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():  # signal() works only there
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 # ----- the job -----------------------------------------------------------------------
@@ -79,7 +39,7 @@ def run_job(spec: JobSpec, resume: bool = False) -> RunRecord:
     run_dir = create_run_dir(spec, resume)
     temporary = spec.run_dir is None
     try:
-        with SignalGuard():
+        with stop_on_signals():  # SIGINT/SIGTERM unwind through the `finally` blocks that kill the ranks
             # The launcher's declaration names who supervises: this module's attempt loop
             # (below) or one that owns restarts itself (torchrun's agent).
             return spec.launcher_kind.supervisor_class()(spec, run_dir).run(started)
@@ -133,6 +93,7 @@ class Supervisor(JobSupervisor):
         reported: set[int] = set()
         try:
             while True:
+                raise_if_received()  # an interrupt whose exception something swallowed still stops the job
                 wait(handle.waitables(), timeout=self.spec.poll_interval_s)
                 board = watchdog.observe()
                 if result.launch_s is None and all(p is not None and p.step >= 1 for p in board.values()):
@@ -153,10 +114,12 @@ class Supervisor(JobSupervisor):
                     result.hang = hang
                     break
         finally:
+            # Deaths of their own first; whatever the kill below ends, the harness stopped.
+            self.report_exits(attempt, handle.exited(), reported)
             handle.kill()
             codes = handle.reap(REAP_TIMEOUT_S)
             self.live.remove(handle)
-            self.report_exits(attempt, codes, reported)
+            self.report_exits(attempt, codes, reported, stopped=True)
             for left in getattr(handle, "leftovers", []):  # processes a rank left behind, ended with the attempt
                 self.events.emit("leftover", attempt=attempt, **left)
             self.launch_s.append(result.launch_s)
@@ -164,9 +127,13 @@ class Supervisor(JobSupervisor):
         result.codes = codes
         return result
 
-    def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int]) -> None:
+    def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int],
+                     stopped: bool = False) -> None:
+        """`exit` events for the ranks not reported yet; `stopped`: they were alive when the harness
+        SIGKILLed the attempt, so a -9 is the harness's (harness/report/rootcause.py reads it)."""
         for rank in sorted(set(codes) - reported):
-            self.report_exit(attempt, rank, codes[rank])
+            self.report_exit(attempt, rank, codes[rank],
+                             stopped_by_harness=stopped and codes[rank] == -signal.SIGKILL)
             reported.add(rank)
 
     def kill_all(self) -> None:

@@ -59,6 +59,28 @@ def test_each_planted_defect_is_caught_by_its_invariant_while_the_reference_pass
     assert row.caught, f"{defect.name} escaped {defect.invariant}: {row.summary}"
     assert control.judgement.unfired_faults == []
     assert row.control_valid, f"the reference failed {defect.scenario.name}: {control.judgement.to_json()}"
+    assert_check_rejudges(judged.record.run_dir, control.record.run_dir)
+
+
+def assert_check_rejudges(defect_dir: Path, control_dir: Path) -> None:
+    """`trainwreck check DIR` with no --golden, as a nightly job re-judging stored runs calls it:
+    it finds the golden run verdicts.json names, so the defect is INVALID and the control VALID."""
+    from trainwreck.invariants.cli import main as check
+
+    assert check([str(defect_dir)]) == 1, f"trainwreck check {defect_dir} passed a broken trainer"
+    assert check([str(control_dir)]) == 0, f"trainwreck check {control_dir} failed the reference"
+
+
+def test_check_without_golden_rejudges_a_defect_only_the_golden_run_catches(
+        tmp_path: Path, golden_cache: Path, warm_launcher: Any, controls: Callable[[Defect], Any],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """rng_not_restored restores every byte it saved: each restore digest equals its save, and
+    only the uninterrupted run shows the trajectory leaving it (it was VALID under check)."""
+    defect = next(d for d in DEFECTS if d.name == "rng_not_restored")
+    judged = run_defect(defect, tmp_path / defect.name, golden_cache)
+    assert judged.judgement.verdicts["continuity"].valid is False
+    assert_check_rejudges(judged.record.run_dir, controls(defect).record.run_dir)
+    assert f"note: golden run: {judged.golden_dir.absolute()}, which verdicts.json names" in capsys.readouterr().out
 
 
 def test_the_table_plants_at_least_twelve_defects_and_every_invariant_can_fail() -> None:

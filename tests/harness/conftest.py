@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psutil
 import pytest
@@ -74,3 +75,11 @@ def harness_events(run_dir: Path, kind: str | None = None) -> list[dict[str, Any
 
 def rank_events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
     return [e for e in read_events(run_dir, "a*.jsonl") if e["kind"] == kind]
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `predicate` until it holds; an AssertionError naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling files written by another process tree; no event to wait on

@@ -7,7 +7,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -15,7 +14,7 @@ import pytest
 
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from tests.harness.conftest import assert_no_leftover_processes, harness_events
+from tests.harness.conftest import assert_no_leftover_processes, harness_events, wait_until
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
 from trainwreck.trainer.rundir import RunDir
@@ -72,13 +71,6 @@ run_job(JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6),
 """
 
 
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling files written by another process tree; no event to wait on
-
-
 @pytest.mark.parametrize("launcher", ["warm", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_sigtermed_harness_leaves_no_process_behind(tmp_path: Path, launcher: str) -> None:
     run = tmp_path / "run"
@@ -105,5 +97,45 @@ def test_a_sigtermed_harness_leaves_no_process_behind(tmp_path: Path, launcher: 
     assert alive == [], f"left behind: {alive}"
     assert all(not psutil.pid_exists(pid) for pid in pids)
     end = harness_events(run, "end")
-    assert [e["status"] for e in end] == ["failed"]
-    assert {(e["rank"], e["code"]) for e in harness_events(run, "exit")} == {(0, -9), (1, -9)}
+    assert [(e["status"], e["outcome"], e["signal"]) for e in end] == [("interrupted", "interrupted", "SIGTERM")]
+    assert {(e["rank"], e["code"], e["stopped_by_harness"]) for e in harness_events(run, "exit")} == \
+        {(0, -9, True), (1, -9, True)}
+
+
+def test_a_harness_sigkilled_while_it_builds_a_golden_run_leaves_no_child_alive(tmp_path: Path) -> None:
+    """The fork server is started, then spends seconds importing torch: a harness SIGKILLed in
+    that window (the first thing a golden build does) must take it down at once, as it does mid-run."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRAINWRECK_GOLDEN_CACHE=str(tmp_path / "cache"))
+    harness = subprocess.Popen([sys.executable, "-m", "trainwreck.harness.cli", "run", "--total-steps", "4",
+                                "--out", str(tmp_path / "run")], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[psutil.Process] = []
+    try:
+        def started_a_child() -> bool:
+            children[:] = psutil.Process(harness.pid).children(recursive=True)
+            return bool(children)
+
+        wait_until(started_a_child, 180, "the golden build to start its fork server")
+        harness.kill()
+        harness.wait()
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    # Each child must die within a second (torch's import alone takes longer); a zombie has
+    # died, only its reaping by whoever inherited it is left.
+    def still_running() -> list[psutil.Process]:
+        alive = []
+        for proc in children:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    try:
+        wait_until(lambda: not still_running(), 1.0, "every child of the SIGKILLed harness to die")
+    finally:
+        for proc in still_running():
+            proc.kill()  # psutil checks the pid is still the process we saw

@@ -156,6 +156,15 @@ class HistoryBuilder:
         return load_history(self.write())
 
 
+def golden_run(directory: Path, *, digests: Callable[[int], str] = digest, **spec: Any) -> Path:
+    """The uninterrupted run of a spec (one attempt of 2 ranks to total_steps), written to
+    `directory`: what `trainwreck check --golden` compares a restarted run with."""
+    golden = HistoryBuilder(directory, **spec)
+    golden.attempt(2).train(golden.spec["total_steps"], digests=digests)
+    golden.end()
+    return golden.write()
+
+
 class Attempt:
     """One attempt of the job: its ranks' events go to their own files."""
 

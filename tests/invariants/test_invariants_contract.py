@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from histories import HistoryBuilder
+from histories import HistoryBuilder, golden_run
 
 from trainwreck.invariants import check_atomicity, check_hang
 from trainwreck.invariants.cli import main
@@ -45,7 +45,7 @@ def test_a_checkpoint_damaged_between_attempts_and_rejected_by_every_later_attem
     verdict = check_atomicity(b.load())
     assert verdict.valid is True, verdict
     assert verdict.counts["rejects_required"] == 2
-    assert main([str(b.dir)]) == 0
+    assert main([str(b.dir), "--golden", str(golden_run(builder("golden").dir, total_steps=8))]) == 0
 
 
 def test_a_damaged_checkpoint_restored_two_attempts_later_is_invalid(builder, capsys):

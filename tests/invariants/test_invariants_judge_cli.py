@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from histories import HistoryBuilder
+from histories import HistoryBuilder, digest, golden_run
 
 from trainwreck.invariants import Verdict, check_safe, compose, intervals, judge
 from trainwreck.invariants.cli import main
@@ -83,9 +83,13 @@ def test_fault_that_fired_twice_counts_once(builder):
 # -- the command line ------------------------------------------------------------
 
 
+def golden(builder, digests=digest):
+    return golden_run(builder("golden").dir, total_steps=8, digests=digests)
+
+
 def test_check_exits_0_on_a_valid_run_and_prints_a_table(builder, capsys):
     run = good_run(builder(total_steps=8, faults=[KILL])).write()
-    assert main([str(run)]) == 0
+    assert main([str(run), "--golden", str(golden(builder))]) == 0
     out = capsys.readouterr().out
     assert "VALID    coverage" in out and out.rstrip().endswith("overall: VALID")
 
@@ -152,7 +156,8 @@ def test_python_dash_m_invariants_runs_the_check(builder):
     run = good_run(builder(total_steps=8, faults=[KILL])).write()
     # A real interpreter: the installed pytest plugin puts this distribution's modules
     # under assertion rewriting, which runpy cannot execute as __main__.
-    result = subprocess.run([sys.executable, "-m", "trainwreck.invariants", str(run), "--json"],
+    result = subprocess.run([sys.executable, "-m", "trainwreck.invariants", str(run), "--json",
+                             "--golden", str(golden(builder))],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["valid"] is True
@@ -167,3 +172,48 @@ def test_invariants_import_only_the_standard_library():
     for module in modules:
         source = open(module.__file__).read()
         assert not any(f"import {name}" in source or f"from {name}" in source for name in banned), module
+
+
+def record_golden(run, golden) -> None:
+    """What `trainwreck run` leaves: verdicts.json naming the golden run it judged against."""
+    (run / "verdicts.json").write_text(json.dumps({"valid": True, "verdicts": {}, "golden": str(golden)}))
+
+
+def test_a_restarted_run_judged_with_no_golden_run_is_never_valid_and_names_the_fix(builder, capsys):
+    """Only a golden run shows a resume that lost the RNG or the LR schedule: without one the
+    comparison was skipped, so the run is not judged (exit 2), never VALID."""
+    run = good_run(builder(total_steps=8, faults=[KILL])).write()
+    assert main([str(run)]) == 2
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("overall: UNKNOWN")
+    assert "not judged without a golden run" in out and "pass --golden DIR" in out and "no verdicts.json" in out
+    one_attempt = builder("single", total_steps=8)
+    one_attempt.attempt(2).train(8)
+    one_attempt.end()
+    assert main([str(one_attempt.write())]) == 0, "one attempt resumes nothing: no golden run needed"
+
+
+def test_check_uses_the_golden_run_verdicts_json_names_and_says_so(builder, capsys):
+    run = good_run(builder(total_steps=8, faults=[KILL])).write()
+    uninterrupted = golden(builder)
+    record_golden(run, uninterrupted)
+    assert main([str(run)]) == 0
+    assert f"note: golden run: {uninterrupted}, which verdicts.json names" in capsys.readouterr().out
+
+
+def test_a_resume_only_the_recorded_golden_run_catches_is_invalid_without_golden(builder, capsys):
+    """rng_not_restored in small: every restore equals its save, yet from step 6 the run leaves
+    the uninterrupted run (here the golden run's digests differ from step 6 on)."""
+    run = good_run(builder(total_steps=8, faults=[KILL])).write()
+    record_golden(run, golden(builder, digests=lambda k: digest(k) if k < 6 else f"other-{k}"))
+    assert main([str(run)]) == 1
+    assert "INVALID  continuity" in capsys.readouterr().out
+
+
+def test_a_recorded_golden_run_that_is_gone_is_said_and_not_judged(builder, capsys, tmp_path):
+    run = good_run(builder(total_steps=8, faults=[KILL])).write()
+    record_golden(run, tmp_path / "deleted-golden")
+    assert main([str(run), "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["valid"] == "unknown" and "golden" not in payload
+    assert any("deleted-golden, no longer exists" in n and "--golden DIR" in n for n in payload["notes"])

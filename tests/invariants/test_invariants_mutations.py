@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from histories import HistoryBuilder
+from histories import HistoryBuilder, golden_run
 
 from trainwreck.invariants.cli import main
 from trainwreck.invariants.loader import REQUIRED
@@ -51,6 +51,7 @@ def base_run() -> Path:
         b.attempt(2, restore="step-00000002", rejects=("step-00000004",)).train(6)
         b.end()
         _BASE["dir"] = b.write()
+        _BASE["golden"] = golden_run(root / "golden", total_steps=6)
     return _BASE["dir"]
 
 
@@ -62,7 +63,7 @@ def run_check(run_dir: Path) -> tuple[int, float]:
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(run_dir)])
+        code = main([str(run_dir), "--golden", str(_BASE["golden"])])  # a restarted run needs one to be VALID
     return code, time.monotonic() - started
 
 

@@ -163,3 +163,49 @@ def test_a_peer_failing_after_the_first_crash_does_not_make_it_every_rank(tmp_pa
     cause = root_cause(run)
     assert cause is not None and cause.before_faults and not cause.every_rank
     assert cause.sentence().startswith(f"rank 1 crashed before any planned fault fired: {NUMPY}")
+
+
+GLOO_PEER = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242"
+
+
+def test_an_unplanned_sigkill_is_the_root_cause_even_when_the_peer_s_error_is_stamped_first(tmp_path: Path) -> None:
+    """The out-of-memory killer's SIGKILL of rank 1: rank 0's gloo error follows it, but the harness
+    polls, so rank 0's traceback can be written before rank 1's exit is seen. The harness marks
+    which exits it caused; a SIGKILL it did not cause is the first death, whatever the clocks say."""
+    w = RunWriter(tmp_path / "run")
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 2)
+    w.t += 0.5
+    w.harness("exit", attempt=0, rank=1, code=-9, stopped_by_harness=False)
+    w.harness("exit", attempt=0, rank=0, code=1, stopped_by_harness=False)
+    w.end(status="failed", final_step=2)
+    run = w.write()
+    (run / "logs").mkdir()
+    peer = run / "logs" / "a000-r000.log"
+    peer.write_text(TRACEBACK.replace(NUMPY, GLOO_PEER))
+    os.utime(peer, (w.t - 0.2, w.t - 0.2))  # written 0.2 s before rank 1's exit was seen
+    cause = root_cause(run)
+    assert cause is not None and (cause.first.rank, cause.first.line) == (1, "killed by SIGKILL")
+    assert [c.rank for c in cause.crashes] == [1], "rank 0's lost connection is the kill's consequence"
+    sentence = cause.sentence()
+    assert sentence.startswith("rank 1 was killed by SIGKILL, a signal no planned fault sent"), sentence
+    assert "out-of-memory killer" in sentence and "Connection closed" not in sentence
+
+
+def test_ranks_the_harness_stopped_are_no_crash_and_a_sigsegv_names_no_memory_killer(tmp_path: Path) -> None:
+    w = RunWriter(tmp_path / "run")
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 2)
+    w.harness("exit", attempt=0, rank=0, code=-11, stopped_by_harness=False)
+    w.harness("exit", attempt=0, rank=1, code=-9, stopped_by_harness=True)
+    w.end(status="failed", final_step=2)
+    cause = root_cause(w.write())
+    assert cause is not None and [c.rank for c in cause.crashes] == [0]
+    assert "SIGSEGV" in cause.sentence() and "out-of-memory" not in cause.sentence()
+    w = RunWriter(tmp_path / "stopped")
+    w.attempt(0, 2)
+    w.train(0, 2, 1, 2)
+    w.harness("exit", attempt=0, rank=0, code=-9, stopped_by_harness=True)
+    w.harness("exit", attempt=0, rank=1, code=-9, stopped_by_harness=True)
+    w.end(status="failed", final_step=2)
+    assert root_cause(w.write()) is None, "every rank the harness killed (an interrupt, a hang): no crash"

@@ -100,3 +100,38 @@ def test_under_torchrun_the_crashed_rank_and_its_line_are_read_from_torchrun_log
     cause = root_cause(run)
     assert cause is not None and (cause.first.rank, cause.first.line, cause.first.log) == \
         (1, NUMPY, "logs/torchrun.log")
+
+
+def test_a_rank_sigkilled_by_no_plan_is_named_with_its_signal_and_the_memory_killer(tmp_path: Path) -> None:
+    """What the kernel's out-of-memory killer does: SIGKILL one rank of a running job, no fault
+    planned. The test sends it by pid (read from the rank's progress record), from outside."""
+    import os
+    import signal
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trainwreck.harness.report.rootcause import root_cause
+    from trainwreck.harness.supervise.supervisor import run_job
+    from trainwreck.trainer.progress import read_progress
+    from trainwreck.trainer.rundir import RunDir
+
+    run = tmp_path / "run"
+    spec = JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6), world_sizes=(2,),
+                   max_restarts=0, hang_timeout_s=60, run_dir=run)
+    with ThreadPoolExecutor(1) as pool:  # the job in a thread; this one plays the kernel
+        job = pool.submit(run_job, spec)
+        deadline = time.monotonic() + 180
+        board = None
+        while board is None or board.step < 2:
+            assert time.monotonic() < deadline and not job.done(), "rank 1 never reached update 2"
+            time.sleep(0.05)  # polling a file another process writes; nothing to wait on
+            board = read_progress(RunDir(run).rank_progress(0, 1))
+        os.kill(board.pid, signal.SIGKILL)
+        record = job.result(timeout=120)
+    assert_no_leftover_processes()
+    assert record.outcome == "budget_exhausted"
+    cause = root_cause(run)
+    assert cause is not None and (cause.first.rank, cause.first.line) == (1, "killed by SIGKILL")
+    sentence = cause.sentence()
+    assert sentence.startswith("rank 1 was killed by SIGKILL, a signal no planned fault sent"), sentence
+    assert "out-of-memory killer" in sentence

@@ -1,0 +1,117 @@
+"""`trainwreck run` stopped from outside (Ctrl-C, SIGTERM, a reader that leaves): one line, the
+shell's exit code, and a run directory that reads as interrupted, never as a trainer bug."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.conftest import harness_events, wait_until
+from tests.report.rundirs import clean_run
+
+REPO = Path(__file__).resolve().parents[2]
+# Rank 1 stops at update 3 and nothing declares the hang for 10 minutes: the job stands still
+# until the test interrupts it, whatever the machine's speed.
+STALL = json.dumps([{"id": "stall", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 3, "expect": "hang"}])
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One golden cache for the module's runs (the first run builds it)."""
+    cache = tmp_path_factory.mktemp("golden")
+    return dict(os.environ, PYTHONPATH=str(REPO), TRAINWRECK_GOLDEN_CACHE=str(cache))
+
+
+def trainwreck(*args: str, env: dict[str, str], **popen: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "trainwreck.harness.cli", *args], env=env,
+                            **popen)  # type: ignore[call-overload]
+
+
+def finish(proc: subprocess.Popen[bytes], timeout_s: float = 120) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+
+
+def check(run: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "trainwreck.harness.cli", *args, str(run)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_an_interrupted_run_says_one_line_and_reads_interrupted_never_invalid(
+        tmp_path: Path, env: dict[str, str], sig: int, code: int, said: str) -> None:
+    run = tmp_path / "run"
+    proc = trainwreck("run", "--plan", STALL, "--total-steps", "8", "--hang-timeout", "600", "--out", str(run),
+                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: run.is_dir() and bool(harness_events(run, "fault")), 300, "the stall to fire")
+        proc.send_signal(sig)
+    finally:
+        out, err = finish(proc)
+    assert proc.returncode == code, err
+    assert err.strip() == f"trainwreck run: interrupted ({said}); ranks stopped, partial results left in place"
+    [end] = harness_events(run, "end")
+    assert (end["status"], end["outcome"], end["signal"]) == ("interrupted", "interrupted", signal.Signals(sig).name)
+    assert all(e["stopped_by_harness"] for e in harness_events(run, "exit")), "the harness killed every rank"
+    rc, text = check(run, env, "check")
+    assert rc == 2 and text.splitlines()[-1] == "overall: INTERRUPTED", text
+    assert f"interrupted ({signal.Signals(sig).name} to the harness)" in text
+    rc, text = check(run, env, "report")
+    assert rc == 2 and text.startswith("INTERRUPTED "), text
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert report["root_cause"] is None, "the harness's own kills are no crash of a rank"
+    assert report["valid"] == "unknown" and report["interrupted"]["signal"] == signal.Signals(sig).name
+    assert (run / "report" / "report.md").read_text().startswith("# run: INTERRUPTED")
+
+
+@pytest.mark.parametrize("after_s", [0.8, 1.5, 4.0])
+def test_ctrl_c_at_any_moment_of_start_up_stops_with_the_one_line(tmp_path: Path, env: dict[str, str],
+                                                                   after_s: float) -> None:
+    """While Python and torch import, the golden run builds, or the fork server starts."""
+    proc = trainwreck("run", "--total-steps", "8", "--out", str(tmp_path / "run"), env=env,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(after_s)  # the moment of the Ctrl-C is the test's input, not a synchronisation
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+    finally:
+        out, err = finish(proc, timeout_s=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "trainwreck run: interrupted (Ctrl-C); ranks stopped, partial results left in place"
+    assert time.monotonic() - started < 15, "the interrupt must stop the run, not wait for it to end"
+
+
+def test_a_reader_that_leaves_neither_costs_a_traceback_nor_changes_the_exit_code(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """`trainwreck check RUN | head -1` on a VALID run: the closed pipe is not the verdict."""
+    run = clean_run(tmp_path / "run")
+    proc = trainwreck("check", str(run), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before a byte is written
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.wait(timeout=60)
+    proc.stderr.close() if proc.stderr else None
+    assert proc.returncode == 0 and err == "", err
+
+
+def test_run_piped_into_a_reader_that_leaves_exits_with_its_verdict(tmp_path: Path, env: dict[str, str]) -> None:
+    read, write = os.pipe()
+    proc = trainwreck("run", "--total-steps", "8", "--out", str(tmp_path / "run"), env=env,
+                      stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    os.close(read)  # as `| head -0` would
+    out, err = finish(proc, timeout_s=300)
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert json.loads((tmp_path / "run" / "verdicts.json").read_text())["valid"] is True
