@@ -459,6 +459,14 @@ def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
         say("cost.coverage", _capital(VIOLATION_COST["coverage"]) + ".", bad,
             fact("facts.coverage.order_only", "==", False))
         return
+    if name == "progress":  # the budget and the no-progress rule end a job for different reasons
+        say("cost.progress.no_progress", "The job stopped because its restarts no longer advanced the newest "
+            "checkpoint (the no-progress rule), not because it ran out of restarts: each attempt died before it "
+            "could save, so restarting again would only repeat it.", bad,
+            fact("facts.progress.no_progress", "==", True))
+        say("cost.progress", _capital(VIOLATION_COST["progress"]) + ".", bad,
+            fact("facts.progress.no_progress", "==", False))
+        return
     say(f"cost.{name}", _capital(VIOLATION_COST.get(name, "the run broke an invariant")) + ".", bad)
 
 

@@ -165,6 +165,7 @@ def progress_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
     total, final = (report.get("spec") or {}).get("total_steps"), end.get("final_step")
     return {
         "outcome": end.get("outcome"), "final_step": final, "total_steps": total, "attempts": len(attempts),
+        "no_progress": end.get("outcome") == "no_progress",
         "short": final is not None and total is not None and final < total,
         "clean_exit": bool(exits) and all(code == 0 for code in exits),
         "signal": ({"fault": signal["id"], "signal": signal["signal"], "ranks": signal.get("ranks"),

@@ -145,3 +145,18 @@ def test_the_violation_question_takes_an_before_a_vowel() -> None:
     from trainwreck.harness.report.angles import _a
 
     assert (_a("atomicity"), _a("coverage"), _a("hang")) == ("an", "a", "a")
+
+
+def test_a_job_ended_by_the_no_progress_rule_is_not_said_to_have_run_out_of_restarts() -> None:
+    from trainwreck.harness.report.angles import _cost
+
+    bad = {"valid": False, "summary": "no_progress after 2 attempt(s)", "evidence": [], "counts": {}}
+    for outcome, said, unsaid in (("no_progress", "the no-progress rule", "within its restart budget"),
+                                  ("budget_exhausted", "within its restart budget", "no-progress rule")):
+        report = {"verdicts": {"progress": bad}, "facts": {"progress": {"outcome": outcome,
+                                                                        "no_progress": outcome == "no_progress"}}}
+        say = Claims(report)
+        say.section = "angle:violation:progress"
+        _cost(say, report, "progress")
+        text = say.text(say.section)
+        assert said in text and unsaid not in text, text
