@@ -196,6 +196,13 @@ class History:
             seen.update(ev["attempt"] for ev in self.of_kind(kind))
         return sorted(seen)
 
+    def attempts_run(self) -> list[int]:
+        """Attempts the job ran: those that left rank events, and those the harness saw exit
+        (an attempt whose ranks died before their probe wrote anything, in `torch.load` say)."""
+        seen = set(self.attempts())
+        seen.update(ev["attempt"] for ev in self.of_kind("exit") if type(ev.get("attempt")) is int)
+        return sorted(seen)
+
     def attempt_count(self) -> int:
         """Attempts the job made: one more than the highest attempt mentioned."""
         highest = max((a for a, _ in self.logs), default=-1)
