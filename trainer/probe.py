@@ -28,7 +28,7 @@ import torch
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.probekit import TrackedLoader, Update, run_fields, seed_everything
+from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
@@ -46,10 +46,6 @@ POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD:
                 fp.AFTER_BACKWARD: "backward", fp.AFTER_OPTIMIZER: "optimizer"}
 """The watchdog phase a loop fault point reaches: every point is progress, so a rank waiting at
 update k's start shows k (a harness signal at step k lands there) and a hung rank is behind."""
-
-
-class ProbeError(ValueError):
-    """The probe was misused or misconfigured; the message says the fix."""
 
 
 class Probe:
@@ -259,7 +255,9 @@ class Probe:
                samples: Sequence[int] | None = None, enabled: bool = True) -> Update:
         """`with probe.update(...):` around one optimizer update (forward, backward, step). On
         entry: progress, the update's fault points, and `batch` with the ids the tracked loader
-        yielded since the last update (or `samples`); on a clean exit: `step` with the global
+        yielded since the last update (or `samples`), or, when no id is known yet, on exit with the
+        ids the body gave `probe.samples` (micro-batches fetched inside the update) or the tracked
+        loader yielded inside it; on a clean exit: `step` with the global
         mean of the loss given to `probe.loss` and the digest of the model and optimizer.
         `step` defaults to the update after the last one restored or completed;
         `enabled=False` makes it a no-op (an evaluation batch in the same loop)."""
@@ -268,6 +266,17 @@ class Probe:
         if on:
             self._ensure_started()
         return Update(self, number, epoch, samples, lambda: self._digest(model, optimizer), on)
+
+    def samples(self, ids: Sequence[int] | Any) -> None:
+        """One micro-batch's sample ids (a list, tensor or array), inside `with probe.update(...)`:
+        each call adds to the update's batch, written when the update ends. For a script that
+        fetches its micro-batches inside the accumulation loop, so their ids are not known when
+        the update begins."""
+        if self.current is not None:
+            self.current.samples(ids)
+        elif self.enabled:
+            raise ProbeError("probe.samples(ids) adds to the update in progress: call it inside "
+                             "`with probe.update(...)`, or pass samples= to probe.update")
 
     def loss(self, value: Any) -> None:
         """This rank's loss of the update in progress (a tensor or a number): the update's

@@ -368,3 +368,48 @@ def test_at_exit_a_harness_probe_says_done_and_writes_what_it_buffered(tmp_path:
     probe.finish()
     assert board(tmp_path) == (0, "done") and [e["kind"] for e in events_of(tmp_path)] == ["step"]
     probe.finish()  # twice (the script closed it, then atexit): nothing more
+
+
+def test_micro_batches_fetched_inside_an_update_are_all_in_its_batch(tmp_path: Path) -> None:
+    """A script that draws its micro-batches inside the accumulation loop (nanoGPT's get_batch)
+    knows no id when the update begins: each `probe.samples(ids)` adds one micro-batch, and the
+    update's one `batch` event, written before its `step`, holds them all. Ids reported at the
+    start as well are refused with the fix, and outside an update the call names `probe.update`."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.track(model, opt)
+        for update in range(2):
+            with probe.update(epoch=0):
+                for micro in range(3):
+                    probe.samples(torch.tensor([10 * update + 2 * micro, 10 * update + 2 * micro + 1]))
+                    model(torch.randn(2, 2)).sum().backward()
+                opt.step(), opt.zero_grad()
+        with pytest.raises(ProbeError, match=r"report every micro-batch with probe.samples\(ids\)"):
+            with probe.update(samples=[7]):
+                probe.samples([8])
+        with pytest.raises(ProbeError, match=r"call it inside `with probe.update"):
+            probe.samples([9])
+        with probe.update(enabled=False):  # an evaluation batch: its ids are no update's
+            probe.samples([99])
+    events = [(e["kind"], e["step"], e.get("samples")) for e in events_of(tmp_path) if e["kind"] in ("batch", "step")]
+    assert events == [("batch", 1, [0, 1, 2, 3, 4, 5]), ("step", 1, None),
+                      ("batch", 2, [10, 11, 12, 13, 14, 15]), ("step", 2, None), ("batch", 3, [7])]
+
+
+def test_a_tracked_loader_drawn_inside_the_update_gives_that_updates_ids_not_the_next_ones(tmp_path: Path) -> None:
+    """`it = iter(loader)` and `next(it)` per micro-batch inside the update: the batches drawn
+    during update k are update k's (they were attributed to update k+1, one update late)."""
+    from torch.utils.data import DataLoader
+
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.track(torch.nn.Linear(1, 1))
+        loader = probe.loader(DataLoader(list(range(8)), batch_size=2), batches_per_update=2)
+        it = iter(loader)
+        for _ in range(2):
+            with probe.update():
+                used = [next(it).tolist() for _ in range(2)]
+                probe.loss(0.0)
+            assert used  # the body's own batches
+    batches = [(e["step"], e["samples"]) for e in events_of(tmp_path) if e["kind"] == "batch"]
+    assert batches == [(1, [0, 1, 2, 3]), (2, [4, 5, 6, 7])]
