@@ -69,7 +69,8 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
                 uncovered += lost
                 rule = f"drop_last allows fewer than {history.spec['global_batch']}" if history.spec["drop_last"] else "drop_last is false"
                 evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {absent_intervals(seen, size)}")
-    mismatched = _compare_golden(history, lineage, golden, evidence, missing) if golden is not None else 0
+    stops: list[str] = []
+    mismatched = _compare_golden(history, lineage, golden, evidence, missing, stops) if golden is not None else 0
     counts.update(duplicated_ids=duplicated, ids_outside_dataset=outside_total, ids_not_covered=uncovered, golden_mismatched_steps=mismatched)
     redo = sum(lineage.redo.values())
     if redo:
@@ -80,6 +81,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     if reasons:
         return Verdict(NAME, UNKNOWN, f"coverage cannot be shown: {reasons[0]}", counts, reasons[:10])
     golden_note = ", each step's batch equals the golden run's" if golden is not None else ""
+    golden_note += f" ({stops[0]})" if stops else ""
     redo_note = f"; {redo} redo step(s) outside it ignored" if redo else ""
     return Verdict(
         NAME,
@@ -208,12 +210,19 @@ def _same_partition(history: History, seg: Segment, golden: History, g_seg: Segm
     return True
 
 
-def _compare_golden(history: History, lineage: Lineage, golden: History, evidence: Evidence, missing: list[str]) -> int:
+def _compare_golden(history: History, lineage: Lineage, golden: History, evidence: Evidence, missing: list[str],
+                    stops: list[str]) -> int:
+    """Steps whose global batch differs from the golden run's; `stops` gets where, and why, the
+    comparison ended (a changed global batch)."""
     g_segments = walk_lineage(golden).segments
     mismatched = 0
     for seg in lineage.segments:
-        if any(batch_changed(history, seg.attempt, golden, g.attempt) for g in g_segments[:1]):
-            continue  # a per-device batch on another world size: its steps are other updates than golden's
+        changed = next((c for g in g_segments[:1] if (c := batch_changed(history, seg.attempt, golden, g.attempt))), None)
+        if changed is not None:  # a per-device batch on another world size: its steps are other updates than golden's
+            if not stops:
+                stops.append(f"from step {seg.first} (attempt {seg.attempt}) on, batches are not compared with the "
+                             f"golden run's: the global batch changed ({changed[0]} -> {changed[1]})")
+            continue
         covering = [g for g in g_segments if g.first <= seg.first and seg.last <= g.last]
         if covering and _same_partition(history, seg, golden, covering[0]):
             continue

@@ -59,6 +59,19 @@ def batch_change_note(change: dict[str, Any]) -> str:
             "or accumulate gradients)")
 
 
+def with_batch_change_note(run_dir: Path, judgement: Any) -> Any:
+    """The judgement with the change of global batch as its first note, when the batch changed
+    between attempts within total_steps too: the checkers then stopped comparing with the golden
+    run at the change, and the judgement says so, not only their counts."""
+    from trainwreck.invariants import Judgement
+
+    change = batch_change(run_dir)
+    if change is None:
+        return judgement
+    return Judgement(judgement.valid, judgement.verdicts, judgement.unfired_faults,
+                     [batch_change_note(change), *judgement.notes])
+
+
 def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, str, str] | None:
     """(attempt, rank, its last exception line, its log relative to the run directory) of the first
     rank whose log ends in a traceback: the rank's own error, where the command really failed."""

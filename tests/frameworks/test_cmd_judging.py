@@ -198,3 +198,17 @@ def test_a_per_device_batch_run_that_repeats_samples_across_the_change_is_invali
     per_device_batch_run(tmp_path / "run", lambda step, rank: [step % 4, (step + 1) % 4])
     judgement = Command('python train.py').judge(tmp_path / "run", None)
     assert judgement.valid is False and judgement.verdicts["coverage"].valid is False
+
+
+def test_a_batch_change_within_total_steps_is_still_the_judgements_first_note(tmp_path: Path) -> None:
+    """Attempt 1 reports half the ids per update (2 instead of 4, one micro-batch of two) and stays
+    within total_steps: the run loads without the across-the-change view, and the judgement's
+    first note still says the global batch changed, so 'not compared' has its reason."""
+    b = HistoryBuilder(tmp_path / "run", dataset_size=16, global_batch=4, total_steps=8)
+    b.attempt(2).train(4, save_every=4).crash(1)
+    b.attempt(1, restore="step-00000004").train(8, samples=lambda step, rank: b.global_batch(step)[:2])
+    b.end()
+    b.write()
+    judgement = Command('python train.py').judge(tmp_path / "run", None)
+    assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 4 -> 2 samples per "
+                                         "update, with the world size (2 -> 1)"), judgement.notes
