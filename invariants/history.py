@@ -22,6 +22,9 @@ from typing import Any, Sequence, Union
 from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right
 
 FORMAT = "trainwreck-run/1"
+SAMPLINGS = ("without_replacement", "with_replacement")
+"""run.json's optional `sampling` (the first when absent): whether each id is drawn once per epoch
+(a sampler's permutation) or independently at every draw (random windows); coverage checks each."""
 # The checker may import nothing of ours, so it names the format itself; trainer/events.py
 # FORMAT is the writer's, and tests/trainer/test_vocabulary.py holds the two equal.
 

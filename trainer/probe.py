@@ -30,7 +30,7 @@ from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
-from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
+from trainwreck.trainer.rundir import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
 
@@ -121,7 +121,8 @@ class Probe:
 
     def write_run_json(self, **spec: Any) -> None:
         """Rank 0 records the fields only the trainer knows: dataset_size, global_batch,
-        drop_last, total_steps (plus any extras). Under plain torchrun it writes run.json;
+        drop_last, total_steps (plus any extras, such as `sampling="with_replacement"` for a
+        script that draws its ids independently: random windows, a replacement sampler). Under plain torchrun it writes run.json;
         under `trainwreck run --cmd` the harness wrote one without them and they are added
         (the harness's own fields win). Rank > 0, a disabled probe, or fields already there:
         nothing is written."""
@@ -130,6 +131,9 @@ class Probe:
         missing = [k for k in ("dataset_size", "global_batch", "drop_last", "total_steps") if k not in spec]
         if missing:
             raise ProbeError(f"write_run_json needs {', '.join(missing)}; pass them as keyword arguments")
+        if spec.get("sampling", SAMPLINGS[0]) not in SAMPLINGS:
+            raise ProbeError(f"write_run_json: sampling={spec['sampling']!r} must be one of {', '.join(map(repr, SAMPLINGS))}"
+                             " (with_replacement: ids drawn independently, e.g. random windows)")
         path = RunDir(self.run_dir).run_json
         existing = read_run_json(self.run_dir) if path.exists() else {}
         if "dataset_size" in existing:

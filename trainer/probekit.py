@@ -125,8 +125,11 @@ def run_fields(loader: Any, world_size: int, batches_per_update: int, epochs: in
     if total_steps is None:
         assert epochs is not None
         total_steps = epochs * (len(loader) // batches_per_update)
-    return {"dataset_size": len(loader.dataset), "global_batch": per_rank * world_size * batches_per_update,
-            "drop_last": bool(loader.drop_last), "total_steps": total_steps}
+    fields = {"dataset_size": len(loader.dataset), "global_batch": per_rank * world_size * batches_per_update,
+              "drop_last": bool(loader.drop_last), "total_steps": total_steps}
+    if getattr(loader.sampler, "replacement", False) is True:  # RandomSampler(replacement=True)
+        fields["sampling"] = "with_replacement"
+    return fields
 
 
 def global_mean(value: Any, world_size: int) -> float:

@@ -413,3 +413,21 @@ def test_a_tracked_loader_drawn_inside_the_update_gives_that_updates_ids_not_the
             assert used  # the body's own batches
     batches = [(e["step"], e["samples"]) for e in events_of(tmp_path) if e["kind"] == "batch"]
     assert batches == [(1, [0, 1, 2, 3]), (2, [4, 5, 6, 7])]
+
+
+def test_sampling_with_replacement_goes_into_run_json_and_a_bad_value_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, RandomSampler
+
+    fields = dict(dataset_size=64, global_batch=8, drop_last=True, total_steps=10)
+    with Probe(tmp_path / "a", rank=0, world_size=1) as probe:
+        with pytest.raises(ProbeError, match=r"sampling='random' must be one of 'without_replacement', 'with_replacement'"):
+            probe.write_run_json(**fields, sampling="random")
+        probe.write_run_json(**fields, sampling="with_replacement")
+    assert read_run_json(tmp_path / "a")["sampling"] == "with_replacement"
+    data = list(range(16))
+    with Probe(tmp_path / "b", rank=0, world_size=1) as probe:  # a replacement sampler says so itself
+        probe.loader(DataLoader(data, batch_size=4, sampler=RandomSampler(data, replacement=True)), epochs=1)
+    assert read_run_json(tmp_path / "b")["sampling"] == "with_replacement"
+    with Probe(tmp_path / "c", rank=0, world_size=1) as probe:
+        probe.loader(DataLoader(data, batch_size=4, shuffle=True), epochs=1)
+    assert "sampling" not in read_run_json(tmp_path / "c")
