@@ -21,7 +21,7 @@ import signal
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import IO, Any, ContextManager, Iterator, Sequence
+from typing import IO, Any, ContextManager, Iterator, Sequence, Union
 
 import torch
 
@@ -46,6 +46,17 @@ POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD:
                 fp.AFTER_BACKWARD: "backward", fp.AFTER_OPTIMIZER: "optimizer"}
 """The watchdog phase a loop fault point reaches: every point is progress, so a rank waiting at
 update k's start shows k (a harness signal at step k lands there) and a hung rank is behind."""
+
+
+class _Find:
+    """The `path` of commit/save/restore left out: the probe locates the checkpoint itself."""
+
+    def __repr__(self) -> str:
+        return "FIND"
+
+
+FIND = _Find()
+Located = Union[str, Path, None, _Find]
 
 
 class Probe:
@@ -73,6 +84,8 @@ class Probe:
         """Batches a tracked loader yielded since the last update began: (ids, the sampler's epoch)."""
         self.updates_per_epoch: int | None = None
         self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
+        self.roots: list[Path] = []
+        """The folders this process's saves wrote under (`saving`): where `locate` looks first."""
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -154,10 +167,11 @@ class Probe:
         self.emit("start", pid=os.getpid())
         self.phase(0, "start")
 
-    def restore(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+    def restore(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
         """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
-        file or folder on disk) the event also carries its `content` (checkpoint_content)."""
-        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        file or folder on disk) the event also carries its `content` (checkpoint_content); without
+        it, the probe looks for `checkpoint` itself (`locate`); `path=None`: no content."""
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
         self.last_step, self.last_digest = step, digest
 
     def reject(self, checkpoint: str, reason: str) -> None:
@@ -178,7 +192,7 @@ class Probe:
         self.advance(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
     def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool,
-             path: str | Path | None = None) -> bool:
+             path: Located = FIND) -> bool:
         """Collective: every rank calls it with whether its own part of the checkpoint is
         durably written. Rank 0 emits `save` only when every rank said yes, because a
         checkpoint with one rank's file missing is not a checkpoint. Returns that answer.
@@ -186,16 +200,16 @@ class Probe:
         rank's part is there)."""
         everyone = all_ranks_agree(durable_on_every_rank, self.world_size)
         if everyone and self.rank == 0:
-            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
         return everyone
 
-    def commit(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+    def commit(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
         """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
         is durable now: report it at once, no collective. A rank-0-only writer must use this,
         not `save`: a peer that dies after the write would otherwise leave a durable
         checkpoint that was never reported, which the next attempt restores anyway.
-        With `path`, the event carries the checkpoint's `content`."""
-        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        With `path` (or found by `locate`), the event carries the checkpoint's `content`."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
 
     def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int, *,
                 path: str | Path | None = None) -> None:
@@ -208,6 +222,23 @@ class Probe:
             return
         self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True,
                   **_content(path))
+
+    def locate(self, checkpoint: str) -> Path | None:
+        """The file or folder a checkpoint name given without `path=` stands for, so the calls
+        written before `path` existed (`commit`, `save`, `restore`) still report the bytes, and a
+        snapshot overwritten in place is known by them: under a folder this process gave
+        `saving`, under RUN_DIR/checkpoints (`path`), or the name as a path itself. None: not
+        found (or no run directory), and the event carries no content, as before."""
+        if self.run_dir is None:
+            return None
+        given = Path(checkpoint)
+        for candidate in [*(root / given for root in self.roots), self.run_dir / "checkpoints" / given, given]:
+            if not candidate.is_symlink() and (candidate.is_file() or candidate.is_dir()):
+                return candidate
+        return None
+
+    def _content_of(self, checkpoint: str, path: Located) -> dict[str, str]:
+        return _content(self.locate(checkpoint) if path is FIND else path)  # type: ignore[arg-type]
 
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
@@ -388,6 +419,8 @@ class Probe:
         or with hooks that have none, it only tells the watchdog (which then allows a save's
         longer budget: a framework's save may be slow)."""
         self.phase(step, "checkpoint")
+        if Path(root) not in self.roots:  # where `locate` finds a checkpoint the script names without a path
+            self.roots.append(Path(root))
         scope = getattr(self.hooks, "saving", None)
         return scope(step, Path(root)) if scope is not None else nullcontext()
 

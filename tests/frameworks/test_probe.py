@@ -431,3 +431,33 @@ def test_sampling_with_replacement_goes_into_run_json_and_a_bad_value_is_refused
     with Probe(tmp_path / "c", rank=0, world_size=1) as probe:
         probe.loader(DataLoader(data, batch_size=4, shuffle=True), epochs=1)
     assert "sampling" not in read_run_json(tmp_path / "c")
+
+
+def test_the_older_calls_without_path_report_the_bytes_of_a_snapshot_overwritten_in_place(tmp_path: Path) -> None:
+    """Scripts written before `path=` existed call `saving`, `commit(step, name, digest)` and
+    `restore(step, name, digest)`: the probe finds the file by its name (under the folder the
+    save wrote to, or RUN_DIR/checkpoints), so each save and restore carries the bytes it names
+    and the judge knows which of the in-place overwrites a resume loaded. `path=None` opts out."""
+    from trainwreck.trainer.probe import checkpoint_content
+
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    snapshot = folder / "snapshot.pt"
+    contents = []
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        for step in (4, 8):
+            with probe.saving(step, folder):
+                snapshot.write_bytes(f"state after update {step}".encode())
+            probe.commit(step, "snapshot.pt", f"d{step}")
+            contents.append(checkpoint_content(snapshot))
+    with Probe(tmp_path / "run", rank=0, world_size=1, attempt=1) as probe:  # a new process: no save yet
+        probe.restore(8, "snapshot.pt", "d8")  # not found: no folder of its own saves, nothing in RUN_DIR
+        (tmp_path / "run" / "checkpoints").mkdir()
+        snapshot.rename(tmp_path / "run" / "checkpoints" / "snapshot.pt")
+        probe.restore(8, "snapshot.pt", "d8")
+        probe.restore(8, "snapshot.pt", "d8", path=None)
+    events = [(e["kind"], e["step"], e.get("content")) for e in events_of(tmp_path / "run")
+              if e["kind"] in ("save", "restore")]
+    assert contents[0] != contents[1]
+    assert events == [("save", 4, contents[0]), ("save", 8, contents[1]), ("restore", 8, None),
+                      ("restore", 8, contents[1]), ("restore", 8, None)]
