@@ -64,3 +64,28 @@ def test_a_resume_that_reseeds_the_data_rng_replays_its_draws_and_coverage_says_
     assert coverage.counts["replayed_steps"] >= 4, coverage.counts
     assert any(line.startswith("attempt 1 resumed at step 5 from ckpt.pt and replayed the draws of lineage steps 1-")
                for line in coverage.evidence), coverage.evidence
+
+
+def diff_counts() -> tuple[list[str], int]:
+    """(the added lines of the instrumented script against its uninstrumented copy, how many of
+    them are only re-indented: the same text as a removed line)."""
+    import difflib
+
+    before = (Path(__file__).parent / "upstream" / "gpt_accum" / "gpt_accum.py").read_text().splitlines()
+    after = (EXAMPLES / "gpt_accum.py").read_text().splitlines()
+    diff = list(difflib.unified_diff(before, after, lineterm="", n=0))
+    added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
+    removed = {line[1:].strip() for line in diff if line.startswith("-") and not line.startswith("---")}
+    return added, sum(line.strip() in removed for line in added)
+
+
+def test_the_gpt_scripts_diff_is_as_many_lines_as_the_docs_say_and_the_docs_show_it() -> None:
+    root = Path(__file__).resolve().parents[2]
+    docs, readme = (root / "docs" / "FRAMEWORKS.md").read_text(), (root / "README.md").read_text()
+    added, reindented = diff_counts()
+    new = len(added) - reindented
+    claim = f"{len(added)} added lines: {new} new or changed, {reindented} only re-indented"
+    assert claim in docs, claim
+    assert f"## A script without a DataLoader: nanoGPT's shape, {new} new lines and {reindented} re-indented" in docs
+    assert f"took {len(added)} added lines, {new} new or changed and {reindented} only re-indented" in " ".join(readme.split())
+    assert all(f"+{line}" in docs for line in added), [line for line in added if f"+{line}" not in docs]

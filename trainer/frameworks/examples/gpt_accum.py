@@ -1,5 +1,5 @@
-"""A GPT trainer shaped like nanoGPT's train.py, instrumented with the trainwreck probe
-(docs/FRAMEWORKS.md, "A script without a DataLoader").
+"""A GPT trainer shaped like nanoGPT's train.py, without a DataLoader (docs/FRAMEWORKS.md,
+"A script without a DataLoader", shows the probe's diff against the uninstrumented copy).
 
 No DataLoader: every micro-batch is drawn inside the accumulation loop as random windows of one
 token stream (sampling with replacement, from a data RNG the checkpoint saves). Tied input and
@@ -19,7 +19,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-
 from trainwreck.trainer.probe import Probe
 
 p = argparse.ArgumentParser()
