@@ -89,3 +89,33 @@ def test_the_gpt_scripts_diff_is_as_many_lines_as_the_docs_say_and_the_docs_show
     assert f"## A script without a DataLoader: nanoGPT's shape, {new} new lines and {reindented} re-indented" in docs
     assert f"took {len(added)} added lines, {new} new or changed and {reindented} only re-indented" in " ".join(readme.split())
     assert all(f"+{line}" in docs for line in added), [line for line in added if f"+{line}" not in docs]
+
+
+OLD_CALLS = Path(__file__).parent / "old_calls_tutorial.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixed", [False, True], ids=["reruns-its-epoch", "resumes-after-it"])
+def test_a_script_with_the_older_calls_is_judged_by_the_bytes_it_restored(
+        tmp_path: Path, golden_cache: Path, fixed: bool) -> None:
+    """The DDP tutorial instrumented with the calls documented before the helpers (no `path=`),
+    snapshot.pt overwritten in place each epoch, rank 1 killed at update 7 (epoch 1). Each save
+    and restore carries the content the probe located, so the restore is matched to the bytes of
+    update 4's save: the tutorial's own bug (resume *at* the finished epoch, calling itself step
+    0) puts both runs of epoch 0 in the lineage, and coverage says so, not only continuity; the
+    fixed script resumes after epoch 0 and is valid."""
+    command = f"{sys.executable} {OLD_CALLS}" + (" --fixed" if fixed else "")
+    spec = JobSpec(target=Command(command), world_sizes=(2, 2), plan=[{"id": "k1", "kind": "kill", "rank": 1, "step": 7}],
+                   hang_timeout_s=60.0, run_dir=tmp_path / "run", keep=True)
+    judged = run_judged(spec, golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
+    saves = {e["content"]: e["step"] for e in events if e["kind"] == "save" and e["attempt"] == 0}
+    restores = {(e["step"], saves.get(e.get("content"))) for e in events if e["kind"] == "restore"}
+    assert restores == {(4 if fixed else 0, 4)}, restores  # (what the script said, the save whose bytes it loaded)
+    verdicts = judged.judgement.verdicts
+    if fixed:
+        assert judged.judgement.valid is True, judged.judgement.to_json()
+    else:
+        assert verdicts["coverage"].valid is False and verdicts["continuity"].valid is False
+        assert verdicts["coverage"].summary.startswith("64 (epoch, id) pair(s) used twice within an epoch (epoch 0: 64)")
