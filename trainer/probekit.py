@@ -11,7 +11,8 @@ state by hand, which took 23 lines in a real script. These helpers do that bookk
 - `Update` is one optimizer update (`with probe.update(...)`): it enters the update (progress,
   its fault points, the `batch` event) before the body's first collective and, after it,
   writes `step` with the global mean loss (gloo has no AVG: a SUM divided by the world size)
-  and the state digest;
+  and the state digest; ids known only inside the update (micro-batches drawn in the
+  accumulation loop, `Update.samples`) make its `batch` be written at the end instead;
 - `seed_everything` seeds python, numpy and torch in one call.
 """
 from __future__ import annotations
