@@ -60,12 +60,14 @@ def batch_change_note(change: dict[str, Any]) -> str:
 
 
 def with_batch_change_note(run_dir: Path, judgement: Any) -> Any:
-    """The judgement with the change of global batch as its first note, when the batch changed
-    between attempts within total_steps too: the checkers then stopped comparing with the golden
-    run at the change, and the judgement says so, not only their counts."""
+    """The judgement with the change of global batch as its first note, when a checker stopped
+    comparing with the golden run at a changed global batch (its counts say
+    `global_batch_changed_at_step`) within total_steps too: the judgement says why, not only
+    the counts. Nothing is added when no checker stopped (an epoch's partial batch is no change)."""
     from trainwreck.invariants import Judgement
 
-    change = batch_change(run_dir)
+    stopped = any("global_batch_changed_at_step" in v.counts for v in judgement.verdicts.values())
+    change = batch_change(run_dir) if stopped else None
     if change is None:
         return judgement
     return Judgement(judgement.valid, judgement.verdicts, judgement.unfired_faults,
