@@ -60,12 +60,16 @@ def check_atomicity(history: History, golden: History | None = None) -> Verdict:
     counts["violations"] = evidence.total
     if evidence:
         return Verdict(NAME, False, f"{evidence.total} violation(s): {evidence.lines[0]}", counts, evidence.listing())
-    restarts = len(attempts) - 1
+    ran = history.attempts_run()
+    silent = len(ran) - len(attempts)
+    counts.update(attempts=len(ran), attempts_without_rank_events=silent)
+    # An attempt whose ranks wrote nothing still counts (the harness ran it); what it did at its start is unknown.
+    unseen = f"; {silent} attempt(s) left no rank events, so their start is not judged" if silent else ""
     return Verdict(
         NAME,
         True,
-        f"{len(attempts)} attempt(s), {restarts} restart(s): each started from the newest intact checkpoint"
-        f" ({counts['fresh_starts']} fresh), {counts['rejects_required']} damaged checkpoint(s) rejected first",
+        f"{len(ran)} attempt(s), {len(ran) - 1} restart(s): each started from the newest intact checkpoint"
+        f" ({counts['fresh_starts']} fresh), {counts['rejects_required']} damaged checkpoint(s) rejected first{unseen}",
         counts,
     )
 

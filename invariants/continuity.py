@@ -38,21 +38,21 @@ def check_continuity(history: History, golden: History | None = None) -> Verdict
     _check_restores(history, evidence, unverified, counts)
     _check_saves(history, evidence, counts)
     lineage = walk_lineage(history)
-    diagnosis = _check_golden(history, lineage, golden, evidence, unverified, counts) if golden is not None else []
+    stops: list[str] = []
+    diagnosis = _check_golden(history, lineage, golden, evidence, unverified, counts, stops) if golden is not None else []
     counts["violations"] = evidence.total
     if evidence:
-        return Verdict(NAME, False, f"{evidence.total} discontinuit{'y' if evidence.total == 1 else 'ies'}: {evidence.lines[0]}", counts, evidence.listing() + diagnosis)
+        return Verdict(NAME, False, f"{evidence.total} discontinuit{'y' if evidence.total == 1 else 'ies'}: {evidence.lines[0]}", counts, evidence.listing() + diagnosis + stops)
     if unverified:
-        return Verdict(NAME, UNKNOWN, f"continuity cannot be shown: {unverified[0]}", counts, unverified[:10])
+        return Verdict(NAME, UNKNOWN, f"continuity cannot be shown: {unverified[0]}", counts, unverified[:10] + stops)
     if not _has_digests(history):
         return Verdict(NAME, UNKNOWN, "no digests in the run: state continuity cannot be shown", counts)
     restores = counts["restores_checked"]
     if golden is None and restores == 0:
         return Verdict(NAME, True, f"no restore to check: the lineage is one attempt; {counts['saves_checked']} save digest(s) match their steps", counts)
     golden_note = f", {counts['golden_steps_checked']} lineage steps match the golden run" if golden is not None else ""
-    if "global_batch_changed_at_step" in counts:
-        golden_note += (f" up to step {counts['global_batch_changed_at_step']}, where the global batch changed "
-                        f"({counts['global_batch_golden']} -> {counts['global_batch_after_change']})")
+    if stops:
+        golden_note += f" up to step {counts['global_batch_changed_at_step']}; {stops[0]}"
     return Verdict(NAME, True, f"{restores} restore digest(s) equal their saves{golden_note}", counts)
 
 
@@ -103,8 +103,11 @@ def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -
 
 
 def _check_golden(
-    history: History, lineage: Lineage, golden: History, evidence: Evidence, unverified: list[str], counts: dict[str, int]
+    history: History, lineage: Lineage, golden: History, evidence: Evidence, unverified: list[str], counts: dict[str, int],
+    stops: list[str],
 ) -> list[str]:
+    """Each lineage step against the golden run's; where comparing stops (a changed global batch),
+    `stops` gets the sentence saying from which step and why."""
     if not lineage.complete:
         unverified.extend(lineage.problems[:1])
     golden_at = dict(walk_lineage(golden).steps())
@@ -119,9 +122,10 @@ def _check_golden(
         g_attempt = golden_at.get(k, max(golden_at.values(), default=0))
         changed = batch_changed(history, attempt, golden, g_attempt)
         if changed is not None:  # a per-device batch on another world size: steps are other updates
-            counts.setdefault("global_batch_changed_at_step", k)
-            counts.setdefault("global_batch_golden", changed[0])
-            counts.setdefault("global_batch_after_change", changed[1])
+            if not stops:
+                counts.update(global_batch_changed_at_step=k, global_batch_golden=changed[0],
+                              global_batch_after_change=changed[1])
+                stops.append(_stop_sentence(history, golden, k, attempt, g_attempt, changed))
             continue
         if k not in golden_at:
             _note(unverified, f"the golden run has no step {k}")
@@ -147,6 +151,15 @@ def _check_golden(
             _note(unverified, f"lineage step {k}: neither digests nor losses to compare with the golden run")
     counts["golden_steps_checked"] = checked
     return diagnosis
+
+
+def _stop_sentence(history: History, golden: History, k: int, attempt: int, g_attempt: int,
+                   changed: tuple[int, int]) -> str:
+    """Why the comparison with the golden run ends at lineage step k."""
+    worlds = (golden.world_sizes.get(g_attempt), history.world_sizes.get(attempt))
+    return (f"from lineage step {k} on (attempt {attempt}) steps are not compared with the golden run: the global "
+            f"batch changed ({changed[0]} -> {changed[1]} samples per update, world size {worlds[0]} -> {worlds[1]}), "
+            f"so step {k} is another update than the golden run's step {k}")
 
 
 def _diagnose(history: History, lineage: Lineage, golden: History, k: int, attempt: int,

@@ -34,7 +34,10 @@ def _seen(parts: list[Part]) -> set[int]:
 def check_coverage(history: History, golden: History | None = None) -> Verdict:
     """No id twice in an epoch of the lineage; completed epochs cover every id
     (all but fewer than `global_batch` with `drop_last`); no id outside the
-    dataset; with a golden run, each step's global batch equals the golden one."""
+    dataset; with a golden run, each step's global batch equals the golden one.
+    Drawn with replacement (run.json `sampling`), an id may repeat: exactly-once is
+    not checked, and what still holds is: ids inside the dataset, no resumed attempt
+    replaying draws already in the lineage, and the golden run's batches."""
     if not any(log.batch_steps for log in history.logs.values()):
         return Verdict(NAME, UNKNOWN, "no batch events: nothing says which samples were used")
     lineage = walk_lineage(history)
@@ -45,6 +48,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     for seg in lineage.segments:
         last_epoch = _add_segment(history, seg, epochs, last_epoch, evidence, missing)
     size = history.spec["dataset_size"]
+    replacement = history.spec.get("sampling") == "with_replacement"
     counts = {"lineage_steps": sum(s.last - s.first + 1 for s in lineage.segments), "epochs": len(epochs)}
     duplicated = outside_total = uncovered = 0
     twice_by_epoch: dict[int, int] = {}
@@ -53,7 +57,7 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
         parts, (used,) = epochs.pop(epoch)
         seen = _seen(parts)
         lowest, highest = min(seen), max(seen)  # over the distinct ids: cheaper than over every use
-        if used != len(seen):
+        if used != len(seen) and not replacement:  # drawn with replacement, an id may come again
             twice, line = _where_twice(history, lineage, epoch)
             duplicated += twice
             twice_by_epoch[epoch] = twice
@@ -62,25 +66,34 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
         if outside:
             outside_total += len(outside)
             evidence.add(f"epoch {epoch}: ids outside the dataset 0..{size - 1}: {intervals(outside)}")
-        if n + 1 < len(ordered):  # a later epoch is in the lineage: this one completed
+        if n + 1 < len(ordered) and not replacement:  # a later epoch is in the lineage: this one completed
             lost = size - (len(seen) - len(outside))
             allowed = history.spec["global_batch"] - 1 if history.spec["drop_last"] else 0
             if lost > allowed:
                 uncovered += lost
                 rule = f"drop_last allows fewer than {history.spec['global_batch']}" if history.spec["drop_last"] else "drop_last is false"
                 evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {absent_intervals(seen, size)}")
-    mismatched = _compare_golden(history, lineage, golden, evidence, missing) if golden is not None else 0
+    stops: list[str] = []
+    mismatched = _compare_golden(history, lineage, golden, evidence, missing, stops) if golden is not None else 0
     counts.update(duplicated_ids=duplicated, ids_outside_dataset=outside_total, ids_not_covered=uncovered, golden_mismatched_steps=mismatched)
+    if replacement:
+        counts["replayed_steps"] = _replayed(history, lineage, evidence)
     redo = sum(lineage.redo.values())
     if redo:
         counts["redo_steps"] = redo
     if evidence:
-        return Verdict(NAME, False, _violation_summary(twice_by_epoch, outside_total, uncovered, mismatched, evidence), counts, evidence.listing())
+        summary = _violation_summary(twice_by_epoch, outside_total, uncovered, mismatched, counts.get("replayed_steps", 0), evidence)
+        return Verdict(NAME, False, summary, counts, evidence.listing())
     reasons = ([] if lineage.complete else lineage.problems) + missing
     if reasons:
         return Verdict(NAME, UNKNOWN, f"coverage cannot be shown: {reasons[0]}", counts, reasons[:10])
     golden_note = ", each step's batch equals the golden run's" if golden is not None else ""
+    golden_note += f" ({stops[0]})" if stops else ""
     redo_note = f"; {redo} redo step(s) outside it ignored" if redo else ""
+    if replacement:
+        return Verdict(NAME, True, f"{counts['lineage_steps']} lineage steps drawn with replacement: every id inside "
+                       f"the dataset, no resumed attempt replayed draws already in the lineage{golden_note}{redo_note};"
+                       " sampling with replacement: exactly-once not checked (an id may be drawn again)", counts)
     return Verdict(
         NAME,
         True,
@@ -208,12 +221,19 @@ def _same_partition(history: History, seg: Segment, golden: History, g_seg: Segm
     return True
 
 
-def _compare_golden(history: History, lineage: Lineage, golden: History, evidence: Evidence, missing: list[str]) -> int:
+def _compare_golden(history: History, lineage: Lineage, golden: History, evidence: Evidence, missing: list[str],
+                    stops: list[str]) -> int:
+    """Steps whose global batch differs from the golden run's; `stops` gets where, and why, the
+    comparison ended (a changed global batch)."""
     g_segments = walk_lineage(golden).segments
     mismatched = 0
     for seg in lineage.segments:
-        if any(batch_changed(history, seg.attempt, golden, g.attempt) for g in g_segments[:1]):
-            continue  # a per-device batch on another world size: its steps are other updates than golden's
+        changed = next((c for g in g_segments[:1] if (c := batch_changed(history, seg.attempt, golden, g.attempt))), None)
+        if changed is not None:  # a per-device batch on another world size: its steps are other updates than golden's
+            if not stops:
+                stops.append(f"from step {seg.first} (attempt {seg.attempt}) on, batches are not compared with the "
+                             f"golden run's: the global batch changed ({changed[0]} -> {changed[1]})")
+            continue
         covering = [g for g in g_segments if g.first <= seg.first and seg.last <= g.last]
         if covering and _same_partition(history, seg, golden, covering[0]):
             continue
@@ -234,6 +254,37 @@ def _compare_golden(history: History, lineage: Lineage, golden: History, evidenc
     return mismatched
 
 
+REPLAY_RUN = 2
+"""Consecutive resumed steps whose batches must all equal earlier lineage steps' to call it a
+replay: one equal batch of a few ids drawn from a small dataset can be chance, two in a row are not."""
+
+
+def _replayed(history: History, lineage: Lineage, evidence: Evidence) -> int:
+    """Drawn with replacement, a resumed attempt must continue the data RNG where the lineage left
+    it: each restored segment's first draws are compared with every earlier lineage step's global
+    batch. A restart that re-seeded the RNG (or rewound it to an older position) draws the same
+    batches again; returns the replayed steps found (evidence says where)."""
+    drawn: dict[int, tuple[int, ...]] = {}  # earlier lineage step -> its global batch
+    first_of: dict[tuple[int, ...], int] = {}  # a global batch -> the first earlier step that drew it
+    replayed = 0
+    for seg in lineage.segments:
+        batches = {k: tuple(ids) for k, ids in _by_step(history, seg.attempt, seg.first, seg.last).items()}
+        length = seg.last - seg.first + 1
+        first = first_of.get(batches.get(seg.first, ())) if seg.restored is not None else None
+        if first is not None:
+            same = next((n for n in range(length) if batches.get(seg.first + n) != drawn.get(first + n)), length)
+            if same >= min(REPLAY_RUN, length):
+                replayed += same
+                evidence.add(f"attempt {seg.attempt} resumed at step {seg.first} from {seg.restored} and replayed the "
+                             f"draws of lineage steps {first}-{first + same - 1}: steps {seg.first}-{seg.first + same - 1}"
+                             " used the same global batches (its data RNG restarted instead of resuming where the "
+                             "checkpoint left it)")
+        for k in sorted(batches):
+            drawn[k] = batches[k]
+            first_of.setdefault(batches[k], k)
+    return replayed
+
+
 def _diff(ours: list[int], theirs: list[int]) -> str:
     extra, lacking = set(ours) - set(theirs), set(theirs) - set(ours)
     detail = []
@@ -244,7 +295,7 @@ def _diff(ours: list[int], theirs: list[int]) -> str:
     return "; ".join(detail) or "same ids, different multiplicity"
 
 
-def _violation_summary(twice: dict[int, int], out: int, unc: int, mism: int, evidence: Evidence) -> str:
+def _violation_summary(twice: dict[int, int], out: int, unc: int, mism: int, replayed: int, evidence: Evidence) -> str:
     """The count of repeats is of (epoch, id) pairs: an id repeated in two epochs counts twice, so
     it can exceed the dataset's size; the summary says so, with each epoch's share."""
     parts = []
@@ -258,4 +309,6 @@ def _violation_summary(twice: dict[int, int], out: int, unc: int, mism: int, evi
         parts.append(f"{unc} id(s) never used in a completed epoch")
     if mism:
         parts.append(f"{mism} step(s) whose batch differs from the golden run")
+    if replayed:
+        parts.append(f"{replayed} resumed step(s) replayed draws already in the lineage (sampling with replacement)")
     return "; ".join(parts) or evidence.lines[0]

@@ -22,6 +22,9 @@ from typing import Any, Sequence, Union
 from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right
 
 FORMAT = "trainwreck-run/1"
+SAMPLINGS = ("without_replacement", "with_replacement")
+"""run.json's optional `sampling` (the first when absent): whether each id is drawn once per epoch
+(a sampler's permutation) or independently at every draw (random windows); coverage checks each."""
 # The checker may import nothing of ours, so it names the format itself; trainer/events.py
 # FORMAT is the writer's, and tests/trainer/test_vocabulary.py holds the two equal.
 
@@ -194,6 +197,13 @@ class History:
         seen = {a for a, _ in self.logs}
         for kind in ("start", "restore", "reject", "save"):
             seen.update(ev["attempt"] for ev in self.of_kind(kind))
+        return sorted(seen)
+
+    def attempts_run(self) -> list[int]:
+        """Attempts the job ran: those that left rank events, and those the harness saw exit
+        (an attempt whose ranks died before their probe wrote anything, in `torch.load` say)."""
+        seen = set(self.attempts())
+        seen.update(ev["attempt"] for ev in self.of_kind("exit") if type(ev.get("attempt")) is int)
         return sorted(seen)
 
     def attempt_count(self) -> int:

@@ -44,8 +44,8 @@ except ImportError:  # pragma: no cover - the orjson path reads everything alone
 
 from trainwreck.invariants.files import open_regular, read_bounded
 from trainwreck.invariants import spill
-from trainwreck.invariants.history import (FORMAT, History, InputError, RankLog, extend_digests, extend_ints,
-                                               extend_losses)
+from trainwreck.invariants.history import (FORMAT, SAMPLINGS, History, InputError, RankLog, extend_digests,
+                                               extend_ints, extend_losses)
 
 _INT = "a non-negative integer"
 # Reading bounds (files.py refuses what is not a regular file). run.json is a small spec;
@@ -369,6 +369,7 @@ def load_spec(run_dir: str) -> dict[str, Any]:
         ("max_restarts", False, nonneg_int),
         ("hang_slack_s", False, nonneg_num),
         ("loss_tolerance", False, nonneg_num),
+        ("sampling", False, (lambda v: v in SAMPLINGS, " or ".join(map(repr, SAMPLINGS)))),
     ]
     for key, required, (ok, what) in rules:
         if key not in spec or spec[key] is None:

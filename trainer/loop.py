@@ -280,7 +280,7 @@ class Trainer:
         self.load(verified)
         if self.rank == 0:
             self.checkpoints.announce_if_unannounced(verified)
-        self.probe.restore(self.state.step, name, self.digest())
+        self.probe.restore(self.state.step, name, self.digest(), path=None)  # names are unique: no bytes to hash
 
     def load(self, verified: Verified) -> None:
         payloads = verified.payloads or self.decode(verified)

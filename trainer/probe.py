@@ -21,16 +21,16 @@ import signal
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import IO, Any, ContextManager, Iterator, Sequence
+from typing import IO, Any, ContextManager, Iterator, Sequence, Union
 
 import torch
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.probekit import TrackedLoader, Update, run_fields, seed_everything
+from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
-from trainwreck.trainer.rundir import (RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
+from trainwreck.trainer.rundir import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest
 
@@ -48,8 +48,15 @@ POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD:
 update k's start shows k (a harness signal at step k lands there) and a hung rank is behind."""
 
 
-class ProbeError(ValueError):
-    """The probe was misused or misconfigured; the message says the fix."""
+class _Find:
+    """The `path` of commit/save/restore left out: the probe locates the checkpoint itself."""
+
+    def __repr__(self) -> str:
+        return "FIND"
+
+
+FIND = _Find()
+Located = Union[str, Path, None, _Find]
 
 
 class Probe:
@@ -77,6 +84,8 @@ class Probe:
         """Batches a tracked loader yielded since the last update began: (ids, the sampler's epoch)."""
         self.updates_per_epoch: int | None = None
         self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
+        self.roots: list[Path] = []
+        """The folders this process's saves wrote under (`saving`): where `locate` looks first."""
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -125,7 +134,8 @@ class Probe:
 
     def write_run_json(self, **spec: Any) -> None:
         """Rank 0 records the fields only the trainer knows: dataset_size, global_batch,
-        drop_last, total_steps (plus any extras). Under plain torchrun it writes run.json;
+        drop_last, total_steps (plus any extras, such as `sampling="with_replacement"` for a
+        script that draws its ids independently: random windows, a replacement sampler). Under plain torchrun it writes run.json;
         under `trainwreck run --cmd` the harness wrote one without them and they are added
         (the harness's own fields win). Rank > 0, a disabled probe, or fields already there:
         nothing is written."""
@@ -134,6 +144,9 @@ class Probe:
         missing = [k for k in ("dataset_size", "global_batch", "drop_last", "total_steps") if k not in spec]
         if missing:
             raise ProbeError(f"write_run_json needs {', '.join(missing)}; pass them as keyword arguments")
+        if spec.get("sampling", SAMPLINGS[0]) not in SAMPLINGS:
+            raise ProbeError(f"write_run_json: sampling={spec['sampling']!r} must be one of {', '.join(map(repr, SAMPLINGS))}"
+                             " (with_replacement: ids drawn independently, e.g. random windows)")
         path = RunDir(self.run_dir).run_json
         existing = read_run_json(self.run_dir) if path.exists() else {}
         if "dataset_size" in existing:
@@ -155,10 +168,11 @@ class Probe:
         self.emit("start", pid=os.getpid(), **extra)
         self.phase(0, "start")
 
-    def restore(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+    def restore(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
         """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
-        file or folder on disk) the event also carries its `content` (checkpoint_content)."""
-        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        file or folder on disk) the event also carries its `content` (checkpoint_content); without
+        it, the probe looks for `checkpoint` itself (`locate`); `path=None`: no content."""
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
         self.last_step, self.last_digest = step, digest
 
     def reject(self, checkpoint: str, reason: str) -> None:
@@ -179,7 +193,7 @@ class Probe:
         self.advance(step, "optimizer")  # the watchdog's view: update `step` is done, nothing later yet
 
     def save(self, step: int, checkpoint: str, digest: str, *, durable_on_every_rank: bool,
-             path: str | Path | None = None) -> bool:
+             path: Located = FIND) -> bool:
         """Collective: every rank calls it with whether its own part of the checkpoint is
         durably written. Rank 0 emits `save` only when every rank said yes, because a
         checkpoint with one rank's file missing is not a checkpoint. Returns that answer.
@@ -187,16 +201,16 @@ class Probe:
         rank's part is there)."""
         everyone = all_ranks_agree(durable_on_every_rank, self.world_size)
         if everyone and self.rank == 0:
-            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+            self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
         return everyone
 
-    def commit(self, step: int, checkpoint: str, digest: str, *, path: str | Path | None = None) -> None:
+    def commit(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
         """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
         is durable now: report it at once, no collective. A rank-0-only writer must use this,
         not `save`: a peer that dies after the write would otherwise leave a durable
         checkpoint that was never reported, which the next attempt restores anyway.
-        With `path`, the event carries the checkpoint's `content`."""
-        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_content(path))
+        With `path` (or found by `locate`), the event carries the checkpoint's `content`."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
 
     def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int, *,
                 path: str | Path | None = None) -> None:
@@ -209,6 +223,23 @@ class Probe:
             return
         self.emit("save", attempt=writer_attempt, step=step, checkpoint=checkpoint, digest=digest, recovered=True,
                   **_content(path))
+
+    def locate(self, checkpoint: str) -> Path | None:
+        """The file or folder a checkpoint name given without `path=` stands for, so the calls
+        written before `path` existed (`commit`, `save`, `restore`) still report the bytes, and a
+        snapshot overwritten in place is known by them: under a folder this process gave
+        `saving`, under RUN_DIR/checkpoints (`path`), or the name as a path itself. None: not
+        found (or no run directory), and the event carries no content, as before."""
+        if self.run_dir is None:
+            return None
+        given = Path(checkpoint)
+        for candidate in [*(root / given for root in self.roots), self.run_dir / "checkpoints" / given, given]:
+            if not candidate.is_symlink() and (candidate.is_file() or candidate.is_dir()):
+                return candidate
+        return None
+
+    def _content_of(self, checkpoint: str, path: Located) -> dict[str, str]:
+        return _content(self.locate(checkpoint) if path is FIND else path)  # type: ignore[arg-type]
 
     def prune(self, checkpoint: str) -> None:
         self.emit("prune", checkpoint=checkpoint)
@@ -260,7 +291,9 @@ class Probe:
                samples: Sequence[int] | None = None, enabled: bool = True) -> Update:
         """`with probe.update(...):` around one optimizer update (forward, backward, step). On
         entry: progress, the update's fault points, and `batch` with the ids the tracked loader
-        yielded since the last update (or `samples`); on a clean exit: `step` with the global
+        yielded since the last update (or `samples`), or, when no id is known yet, on exit with the
+        ids the body gave `probe.samples` (micro-batches fetched inside the update) or the tracked
+        loader yielded inside it; on a clean exit: `step` with the global
         mean of the loss given to `probe.loss` and the digest of the model and optimizer.
         `step` defaults to the update after the last one restored or completed;
         `enabled=False` makes it a no-op (an evaluation batch in the same loop)."""
@@ -269,6 +302,17 @@ class Probe:
         if on:
             self._ensure_started()
         return Update(self, number, epoch, samples, lambda: self._digest(model, optimizer), on)
+
+    def samples(self, ids: Sequence[int] | Any) -> None:
+        """One micro-batch's sample ids (a list, tensor or array), inside `with probe.update(...)`:
+        each call adds to the update's batch, written when the update ends. For a script that
+        fetches its micro-batches inside the accumulation loop, so their ids are not known when
+        the update begins."""
+        if self.current is not None:
+            self.current.samples(ids)
+        elif self.enabled:
+            raise ProbeError("probe.samples(ids) adds to the update in progress: call it inside "
+                             "`with probe.update(...)`, or pass samples= to probe.update")
 
     def loss(self, value: Any) -> None:
         """This rank's loss of the update in progress (a tensor or a number): the update's
@@ -376,6 +420,8 @@ class Probe:
         or with hooks that have none, it only tells the watchdog (which then allows a save's
         longer budget: a framework's save may be slow)."""
         self.phase(step, "checkpoint")
+        if Path(root) not in self.roots:  # where `locate` finds a checkpoint the script names without a path
+            self.roots.append(Path(root))
         scope = getattr(self.hooks, "saving", None)
         return scope(step, Path(root)) if scope is not None else nullcontext()
 

@@ -11,7 +11,8 @@ state by hand, which took 23 lines in a real script. These helpers do that bookk
 - `Update` is one optimizer update (`with probe.update(...)`): it enters the update (progress,
   its fault points, the `batch` event) before the body's first collective and, after it,
   writes `step` with the global mean loss (gloo has no AVG: a SUM divided by the world size)
-  and the state digest;
+  and the state digest; ids known only inside the update (micro-batches drawn in the
+  accumulation loop, `Update.samples`) make its `batch` be written at the end instead;
 - `seed_everything` seeds python, numpy and torch in one call.
 """
 from __future__ import annotations
@@ -21,6 +22,10 @@ from collections import deque
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
+
+
+class ProbeError(ValueError):
+    """The probe was misused or misconfigured; the message says the fix."""
 
 
 class UpdateSink(Protocol):
@@ -121,8 +126,11 @@ def run_fields(loader: Any, world_size: int, batches_per_update: int, epochs: in
     if total_steps is None:
         assert epochs is not None
         total_steps = epochs * (len(loader) // batches_per_update)
-    return {"dataset_size": len(loader.dataset), "global_batch": per_rank * world_size * batches_per_update,
-            "drop_last": bool(loader.drop_last), "total_steps": total_steps}
+    fields = {"dataset_size": len(loader.dataset), "global_batch": per_rank * world_size * batches_per_update,
+              "drop_last": bool(loader.drop_last), "total_steps": total_steps}
+    if getattr(loader.sampler, "replacement", False) is True:  # RandomSampler(replacement=True)
+        fields["sampling"] = "with_replacement"
+    return fields
 
 
 def global_mean(value: Any, world_size: int) -> float:
@@ -140,31 +148,54 @@ def global_mean(value: Any, world_size: int) -> float:
 
 
 class Update:
-    """One optimizer update of the script (`with probe.update(...)`); see Probe.update."""
+    """One optimizer update of the script (`with probe.update(...)`); see Probe.update.
+
+    Its `batch` is written when the update begins if its ids are known then (`samples=`, or
+    batches the tracked loader yielded before it); otherwise when it ends, with every id the
+    body reported (`samples(ids)`, once per micro-batch) or the tracked loader yielded inside
+    it: a script that fetches its micro-batches inside the accumulation loop reports them all."""
 
     def __init__(self, probe: UpdateSink, step: int, epoch: int | None, samples: Any, digest: Callable[[], str],
                  enabled: bool) -> None:
-        self.probe, self.step, self.epoch, self.samples = probe, step, epoch, samples
+        self.probe, self.step, self.epoch, self.given = probe, step, epoch, samples
         self.digest, self.enabled = digest, enabled
         self.loss: Any = None
         """The script's loss of this update on this rank (probe.loss sets it); reduced over ranks at the end."""
+        self.reported = False
+        """Whether `batch` was written on entry (the ids were known when the update began)."""
+        self.added: list[int] | None = None
+        """The ids the body reported with `samples`, in order; None: it reported none."""
 
     def __enter__(self) -> Update:
+        self.probe.current = self
         if not self.enabled:
             return self
         probe = self.probe
         probe.enter(self.step)  # progress and fault points first: a signal at this step lands here
-        samples, epoch = probe.take_samples(self.step, self.samples, self.epoch)
+        samples, epoch = probe.take_samples(self.step, self.given, self.epoch)
         if samples is not None:
             probe.batch(self.step, epoch, samples)
-        probe.current = self
+            self.reported = True
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+    def samples(self, ids: Sequence[int] | Any) -> None:
+        """Add one micro-batch's sample ids (a list, tensor or array) to this update's batch."""
         if not self.enabled:
             return
+        if self.reported:
+            raise ProbeError(f"update {self.step}'s batch was written when it began (samples= or probe.loader "
+                             "batches drawn before it); report every micro-batch with probe.samples(ids) inside "
+                             "the update instead, and pass no samples= to probe.update")
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        self.added = (self.added or []) + [int(i) for i in ids]
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.probe.current = None
-        if kind is not None:
-            return  # the update did not complete: no `step` (the exception goes on)
+        if not self.enabled or kind is not None:
+            return  # disabled, or the update did not complete: no `step` (the exception goes on)
+        if not self.reported:  # the ids the body reported, or the loader yielded, during the update
+            samples, epoch = self.probe.take_samples(self.step, self.added, self.epoch)
+            if samples is not None:
+                self.probe.batch(self.step, epoch, samples)
         loss = None if self.loss is None else global_mean(self.loss, self.probe.world_size)
         self.probe.step(self.step, loss, self.digest())

@@ -30,6 +30,10 @@ class RunDirError(InputError):
     """The run directory cannot be used; the message says why and what to do."""
 
 
+SAMPLINGS = ("without_replacement", "with_replacement")
+"""run.json's optional `sampling` (the first when absent), as invariants/history.py reads it: ids
+drawn once per epoch (a permutation), or independently at each draw (random windows)."""
+
 MEASUREMENT_FORMAT = "trainwreck-measurement/1"
 """measurement.json's `format`: a benchmark job's figures (docs/DESIGN.md, "Measurement directories")."""
 MEASUREMENT_FIELDS = ("command", "measure")

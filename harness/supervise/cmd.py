@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.faults.errors import PlanError
-from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change, rank_error
+from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change, rank_error, with_batch_change_note
 from trainwreck.harness.launch.cmdfaults import unapplied
 from trainwreck.harness.supervise.cmdkey import cmd_golden_key
 from trainwreck.harness.supervise.cmdrepeat import REPEAT_STOP, judged_without_golden, nondeterminism
@@ -98,7 +98,7 @@ class Command:
         try:
             golden = load_history(golden_dir) if golden_dir is not None and unrepeatable is None else None
             try:
-                judgement = judge(load_history(run_dir), golden)
+                judgement = with_batch_change_note(run_dir, judge(load_history(run_dir), golden))
             except InputError:
                 # A per-device batch resumed on another world size runs past total_steps: judged across the change.
                 across = judge_across_batch_change(run_dir, golden)

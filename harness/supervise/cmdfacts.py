@@ -59,6 +59,21 @@ def batch_change_note(change: dict[str, Any]) -> str:
             "or accumulate gradients)")
 
 
+def with_batch_change_note(run_dir: Path, judgement: Any) -> Any:
+    """The judgement with the change of global batch as its first note, when a checker stopped
+    comparing with the golden run at a changed global batch (its counts say
+    `global_batch_changed_at_step`) within total_steps too: the judgement says why, not only
+    the counts. Nothing is added when no checker stopped (an epoch's partial batch is no change)."""
+    from trainwreck.invariants import Judgement
+
+    stopped = any("global_batch_changed_at_step" in v.counts for v in judgement.verdicts.values())
+    change = batch_change(run_dir) if stopped else None
+    if change is None:
+        return judgement
+    return Judgement(judgement.valid, judgement.verdicts, judgement.unfired_faults,
+                     [batch_change_note(change), *judgement.notes])
+
+
 def rank_error(run_dir: Path, ranks: list[tuple[int, int]]) -> tuple[int, int, str, str] | None:
     """(attempt, rank, its last exception line, its log relative to the run directory) of the first
     rank whose log ends in a traceback: the rank's own error, where the command really failed."""

@@ -198,3 +198,25 @@ def test_a_per_device_batch_run_that_repeats_samples_across_the_change_is_invali
     per_device_batch_run(tmp_path / "run", lambda step, rank: [step % 4, (step + 1) % 4])
     judgement = Command('python train.py').judge(tmp_path / "run", None)
     assert judgement.valid is False and judgement.verdicts["coverage"].valid is False
+
+
+def test_a_batch_change_within_total_steps_is_still_the_judgements_first_note(tmp_path: Path) -> None:
+    """Attempt 1 reports half the ids per update (2 instead of 4, one micro-batch of two) and stays
+    within total_steps: the run loads without the across-the-change view, continuity stops
+    comparing with the golden run at the change, and the judgement's first note says why.
+    Judged without a golden run nothing stopped, and no note is added."""
+    golden = HistoryBuilder(tmp_path / "golden", dataset_size=16, global_batch=4, total_steps=8)
+    golden.attempt(2).train(8)
+    golden.end()
+    golden.write()
+    b = HistoryBuilder(tmp_path / "run", dataset_size=16, global_batch=4, total_steps=8)
+    b.attempt(2).train(4, save_every=4).crash(1)
+    b.attempt(1, restore="step-00000004").train(8, samples=lambda step, rank: b.global_batch(step)[:2])
+    b.end()
+    b.write()
+    judgement = Command('python train.py').judge(tmp_path / "run", tmp_path / "golden")
+    assert judgement.verdicts["continuity"].counts["global_batch_changed_at_step"] == 5
+    assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 4 -> 2 samples per "
+                                         "update, with the world size (2 -> 1)"), judgement.notes
+    alone = Command('python train.py').judge(tmp_path / "run", None)
+    assert not any("global batch changed" in note for note in alone.notes), alone.notes

@@ -368,3 +368,96 @@ def test_at_exit_a_harness_probe_says_done_and_writes_what_it_buffered(tmp_path:
     probe.finish()
     assert board(tmp_path) == (0, "done") and [e["kind"] for e in events_of(tmp_path)] == ["step"]
     probe.finish()  # twice (the script closed it, then atexit): nothing more
+
+
+def test_micro_batches_fetched_inside_an_update_are_all_in_its_batch(tmp_path: Path) -> None:
+    """A script that draws its micro-batches inside the accumulation loop (nanoGPT's get_batch)
+    knows no id when the update begins: each `probe.samples(ids)` adds one micro-batch, and the
+    update's one `batch` event, written before its `step`, holds them all. Ids reported at the
+    start as well are refused with the fix, and outside an update the call names `probe.update`."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.track(model, opt)
+        for update in range(2):
+            with probe.update(epoch=0):
+                for micro in range(3):
+                    probe.samples(torch.tensor([10 * update + 2 * micro, 10 * update + 2 * micro + 1]))
+                    model(torch.randn(2, 2)).sum().backward()
+                opt.step(), opt.zero_grad()
+        with pytest.raises(ProbeError, match=r"report every micro-batch with probe.samples\(ids\)"):
+            with probe.update(samples=[7]):
+                probe.samples([8])
+        with pytest.raises(ProbeError, match=r"call it inside `with probe.update"):
+            probe.samples([9])
+        with probe.update(enabled=False):  # an evaluation batch: its ids are no update's
+            probe.samples([99])
+    events = [(e["kind"], e["step"], e.get("samples")) for e in events_of(tmp_path) if e["kind"] in ("batch", "step")]
+    assert events == [("batch", 1, [0, 1, 2, 3, 4, 5]), ("step", 1, None),
+                      ("batch", 2, [10, 11, 12, 13, 14, 15]), ("step", 2, None), ("batch", 3, [7])]
+
+
+def test_a_tracked_loader_drawn_inside_the_update_gives_that_updates_ids_not_the_next_ones(tmp_path: Path) -> None:
+    """`it = iter(loader)` and `next(it)` per micro-batch inside the update: the batches drawn
+    during update k are update k's (they were attributed to update k+1, one update late)."""
+    from torch.utils.data import DataLoader
+
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.track(torch.nn.Linear(1, 1))
+        loader = probe.loader(DataLoader(list(range(8)), batch_size=2), batches_per_update=2)
+        it = iter(loader)
+        for _ in range(2):
+            with probe.update():
+                used = [next(it).tolist() for _ in range(2)]
+                probe.loss(0.0)
+            assert used  # the body's own batches
+    batches = [(e["step"], e["samples"]) for e in events_of(tmp_path) if e["kind"] == "batch"]
+    assert batches == [(1, [0, 1, 2, 3]), (2, [4, 5, 6, 7])]
+
+
+def test_sampling_with_replacement_goes_into_run_json_and_a_bad_value_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, RandomSampler
+
+    fields = dict(dataset_size=64, global_batch=8, drop_last=True, total_steps=10)
+    with Probe(tmp_path / "a", rank=0, world_size=1) as probe:
+        with pytest.raises(ProbeError, match=r"sampling='random' must be one of 'without_replacement', 'with_replacement'"):
+            probe.write_run_json(**fields, sampling="random")
+        probe.write_run_json(**fields, sampling="with_replacement")
+    assert read_run_json(tmp_path / "a")["sampling"] == "with_replacement"
+    data = list(range(16))
+    with Probe(tmp_path / "b", rank=0, world_size=1) as probe:  # a replacement sampler says so itself
+        probe.loader(DataLoader(data, batch_size=4, sampler=RandomSampler(data, replacement=True)), epochs=1)
+    assert read_run_json(tmp_path / "b")["sampling"] == "with_replacement"
+    with Probe(tmp_path / "c", rank=0, world_size=1) as probe:
+        probe.loader(DataLoader(data, batch_size=4, shuffle=True), epochs=1)
+    assert "sampling" not in read_run_json(tmp_path / "c")
+
+
+def test_the_older_calls_without_path_report_the_bytes_of_a_snapshot_overwritten_in_place(tmp_path: Path) -> None:
+    """Scripts written before `path=` existed call `saving`, `commit(step, name, digest)` and
+    `restore(step, name, digest)`: the probe finds the file by its name (under the folder the
+    save wrote to, or RUN_DIR/checkpoints), so each save and restore carries the bytes it names
+    and the judge knows which of the in-place overwrites a resume loaded. `path=None` opts out."""
+    from trainwreck.trainer.probe import checkpoint_content
+
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    snapshot = folder / "snapshot.pt"
+    contents = []
+    with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
+        for step in (4, 8):
+            with probe.saving(step, folder):
+                snapshot.write_bytes(f"state after update {step}".encode())
+            probe.commit(step, "snapshot.pt", f"d{step}")
+            contents.append(checkpoint_content(snapshot))
+    with Probe(tmp_path / "run", rank=0, world_size=1, attempt=1) as probe:  # a new process: no save yet
+        probe.restore(8, "snapshot.pt", "d8")  # not found: no folder of its own saves, nothing in RUN_DIR
+        (tmp_path / "run" / "checkpoints").mkdir()
+        snapshot.rename(tmp_path / "run" / "checkpoints" / "snapshot.pt")
+        probe.restore(8, "snapshot.pt", "d8")
+        probe.restore(8, "snapshot.pt", "d8", path=None)
+    events = [(e["kind"], e["step"], e.get("content")) for e in events_of(tmp_path / "run")
+              if e["kind"] in ("save", "restore")]
+    assert contents[0] != contents[1]
+    assert events == [("save", 4, contents[0]), ("save", 8, contents[1]), ("restore", 8, None),
+                      ("restore", 8, contents[1]), ("restore", 8, None)]

@@ -201,3 +201,19 @@ def test_in_rank_corruption_at_bind_counts_against_its_own_attempt_when_a_later_
     verdict = check_atomicity(history)
     assert verdict.valid is True, verdict
     assert verdict.counts["rejects_required"] == 2
+
+
+def test_an_attempt_that_died_before_its_probe_wrote_anything_is_still_counted(builder):
+    """Attempt 1's ranks die in `torch.load` before their probe writes an event: only the
+    harness's `exit` events show it ran. It is an attempt and a restart all the same (the harness
+    said "no_progress after 2 attempt(s)"), and the summary says its start was not judged."""
+    b = builder(total_steps=8)
+    b.attempt(2).train(5, save_every=2).crash(1)
+    b.spec["world_sizes"].append(2)
+    for rank in range(2):
+        b.harness("exit", attempt=1, rank=rank, code=1)
+    verdict = check_atomicity(b.load())
+    assert verdict.valid is True, verdict
+    assert verdict.summary.startswith("2 attempt(s), 1 restart(s): "), verdict.summary
+    assert verdict.summary.endswith("; 1 attempt(s) left no rank events, so their start is not judged")
+    assert (verdict.counts["attempts"], verdict.counts["attempts_without_rank_events"]) == (2, 1)

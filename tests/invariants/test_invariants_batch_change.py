@@ -59,13 +59,17 @@ def test_a_per_device_batch_resumed_on_fewer_ranks_is_judged_exactly_once_and_up
     history, golden = run(builder, on_one_rank, epoch_one_rank)
     coverage = check_coverage(history, golden)
     assert coverage.valid is True, coverage
+    assert ("each step's batch equals the golden run's (from step 3 (attempt 1) on, batches are not compared with "
+            "the golden run's: the global batch changed (8 -> 4))") in coverage.summary, coverage.summary
     continuity = check_continuity(history, golden)
     assert continuity.valid is True, continuity
     assert continuity.counts["golden_steps_checked"] == 2
     assert continuity.counts["global_batch_changed_at_step"] == 3
     assert (continuity.counts["global_batch_golden"], continuity.counts["global_batch_after_change"]) == (8, 4)
-    assert continuity.summary.endswith("2 lineage steps match the golden run up to step 3, where the global batch "
-                                       "changed (8 -> 4)")
+    assert continuity.summary.endswith(
+        "2 lineage steps match the golden run up to step 3; from lineage step 3 on (attempt 1) steps are not compared "
+        "with the golden run: the global batch changed (8 -> 4 samples per update, world size 2 -> 1), so step 3 is "
+        "another update than the golden run's step 3"), continuity.summary
     assert history.logs[(1, 0)].digests[0] == "one-rank-3" and digest(2) == "state-2"
 
 
@@ -87,3 +91,20 @@ def test_an_attempt_that_resumes_on_an_epochs_partial_batch_is_still_compared_wi
     continuity = check_continuity(b.load(), golden.load())
     assert continuity.valid is False and "global_batch_changed_at_step" not in continuity.counts
     assert continuity.evidence[0].startswith("lineage step 3 (attempt 1): digest drift-3 != golden state-3")
+
+
+def test_a_comparison_that_stops_at_a_batch_change_says_so_in_an_invalid_verdict_too(builder):
+    """The golden comparison ends where the global batch changed; a violation elsewhere (a restore
+    whose digest is not its save's) must not hide that the later steps went unchecked."""
+    golden = builder("golden", dataset_size=SIZE, global_batch=8, total_steps=6)
+    golden.attempt(2).train(6, samples=on_two_ranks, epoch=epoch_two_ranks)
+    golden.end()
+    b: HistoryBuilder = builder(dataset_size=SIZE, global_batch=8, total_steps=10)
+    b.attempt(2).train(3, save_every=2, samples=on_two_ranks, epoch=epoch_two_ranks).crash(1)
+    b.attempt(1, restore="step-00000002", restore_digest="torn").train(10, samples=on_one_rank, epoch=epoch_one_rank)
+    b.end()
+    continuity = check_continuity(b.load(), golden.load())
+    assert continuity.valid is False, continuity
+    assert continuity.evidence[-1] == (
+        "from lineage step 3 on (attempt 1) steps are not compared with the golden run: the global batch changed "
+        "(8 -> 4 samples per update, world size 2 -> 1), so step 3 is another update than the golden run's step 3")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from histories import HistoryBuilder
 
 from trainwreck.invariants import check_coverage, walk_lineage
@@ -154,3 +155,49 @@ def test_restore_of_an_uncommitted_checkpoint_is_judged_on_an_assumed_lineage(bu
     lineage = walk_lineage(history)
     assert lineage.complete and "assumed attempt 0" in lineage.problems[0]
     assert check_coverage(history).valid is True
+
+
+def random_windows(step: int, rank: int) -> list[int]:
+    """Two ids a rank draws at update `step` from a data RNG that goes on from draw to draw."""
+    import random
+
+    return random.Random(1000 * step + rank).choices(range(16), k=2)
+
+
+def killed_and_resumed(builder, resumed_draws, **spec):
+    b = builder(dataset_size=16, global_batch=4, total_steps=8, **spec)
+    b.attempt(2).train(5, save_every=4, samples=random_windows, epoch=lambda step: 0).crash(1)
+    b.attempt(2, restore="step-00000004").train(8, samples=resumed_draws, epoch=lambda step: 0)
+    b.end()
+    return b.load()
+
+
+def test_draws_with_replacement_resumed_where_the_rng_left_off_are_valid_and_say_what_is_not_checked(builder):
+    history = killed_and_resumed(builder, random_windows, sampling="with_replacement")
+    assert sum(len(set(random_windows(k, r))) < 2 for k in range(1, 9) for r in range(2)) > 0  # ids do repeat
+    verdict = check_coverage(history)
+    assert verdict.valid is True, verdict
+    assert verdict.summary == ("8 lineage steps drawn with replacement: every id inside the dataset, no resumed attempt "
+                               "replayed draws already in the lineage; 1 redo step(s) outside it ignored; sampling with "
+                               "replacement: exactly-once not checked (an id may be drawn again)")
+    assert verdict.counts["replayed_steps"] == 0
+    # Judged as a permutation (no `sampling` field: old run directories), the same draws repeat ids.
+    assert check_coverage(killed_and_resumed(builder, random_windows, name="old")).valid is False
+
+
+def test_a_restart_that_reseeds_the_data_rng_replays_its_draws_and_is_invalid(builder):
+    history = killed_and_resumed(builder, lambda step, rank: random_windows(step - 4, rank), sampling="with_replacement")
+    verdict = check_coverage(history)
+    assert verdict.valid is False, verdict
+    assert verdict.counts["replayed_steps"] == 4
+    assert verdict.summary == "4 resumed step(s) replayed draws already in the lineage (sampling with replacement)"
+    assert verdict.evidence[0] == ("attempt 1 resumed at step 5 from step-00000004 and replayed the draws of lineage "
+                                   "steps 1-4: steps 5-8 used the same global batches (its data RNG restarted instead "
+                                   "of resuming where the checkpoint left it)")
+
+
+def test_an_unknown_sampling_is_refused_naming_the_field_and_its_values(builder):
+    from trainwreck.invariants import InputError
+
+    with pytest.raises(InputError, match="field 'sampling' must be 'without_replacement' or 'with_replacement', got 'random'"):
+        killed_and_resumed(builder, random_windows, sampling="random")
