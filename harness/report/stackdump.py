@@ -44,6 +44,12 @@ def thread_stacks(text: str) -> list[ThreadStack]:
             for h, end in zip(heads, ends)]
 
 
+def by_faulthandler(text: str) -> bool:
+    """Whether the dump has faulthandler's headers: written by its C signal handler, which runs with
+    no GIL, so even a rank whose Python threads are all blocked (one holds the GIL in C) leaves one."""
+    return _HEADER.search(text) is not None
+
+
 def training_thread(threads: list[ThreadStack]) -> ThreadStack | None:
     """The main thread's block (the last with frames that threading did not start); else the first
     block with frames, as a trainer that trains on a thread of its own leaves no other clue."""

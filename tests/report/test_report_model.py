@@ -112,7 +112,7 @@ def test_a_stack_is_read_from_the_training_threads_block_wherever_the_dump_puts_
     (run / "stacks" / "a000-r001-p1.txt").write_text((STACKS / dump).read_text())
     (stack,) = build_report(run)["hangs"][0]["stacks"]
     assert stack["threads"] == 2 and stack["frame"] == frame, stack
-    assert stack["in_injector"] is frame.startswith("faults/")
+    assert stack["in_injector"] is frame.startswith("faults/") and stack["faulthandler"] is True
 
 
 def test_the_scenario_question_leads_the_interview_angle(tmp_path: Path) -> None:
