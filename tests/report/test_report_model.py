@@ -99,7 +99,7 @@ STACKS = Path(__file__).parent / "data" / "stacks"
 
 @pytest.mark.parametrize("dump,frame", [
     # record.py: SIGUSR1 handled by the main thread, whose "Current thread" block comes second
-    ("current-second.txt", "stacks/record.py:23 train_step"),
+    ("current-second.txt", "stacks/record.py:24 train_step"),
     # record.py: handled by the waiting worker, whose block comes first and is "Current"
     ("current-first.txt", "stacks/record.py:24 train_step"),
     # hang-holding-gil with async saves: the persist thread's block first, no block "Current" (a

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def persist(ready: threading.Event, stop: threading.Event) -> None:
@@ -19,9 +20,10 @@ def persist(ready: threading.Event, stop: threading.Event) -> None:
     stop.wait()
 
 
-def train_step(handler: threading.Thread) -> None:
+def train_step(handler: threading.Thread, out: str) -> None:
     signal.pthread_kill(handler.ident, signal.SIGUSR1)
-    time.sleep(0.2)  # a handler on the worker writes while this thread sleeps
+    while "in <module>" not in Path(out).read_text():  # the main thread's block, the dump's last, is written
+        time.sleep(0.001)
 
 
 ready, stop = threading.Event(), threading.Event()
@@ -30,5 +32,5 @@ worker.start()
 ready.wait()
 with open(sys.argv[2], "w") as out:
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
-    train_step(threading.main_thread() if sys.argv[1] == "main" else worker)
+    train_step(threading.main_thread() if sys.argv[1] == "main" else worker, sys.argv[2])
 stop.set()
