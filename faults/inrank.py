@@ -34,6 +34,7 @@ How each kind acts (docs/FAULTS.md has the table):
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import time
@@ -58,7 +59,12 @@ if TYPE_CHECKING:
 
 POINT_KINDS = ("kill", "hang", "nan_grad")
 GATE_MAX_S = 5.0
-"""The longest a rank waits at a harness fault's step for the harness's signal."""
+"""The longest a rank waits for a harness fault's signal once the harness has recorded the fault."""
+GATE_UNHEARD_S = 120.0
+"""The longest a rank waits at a harness fault's step for the harness to record the fault at all:
+a harness that polls fires in the poll that first reads the step, so only one that stopped
+polling leaves a rank here this long."""
+GATE_POLL_S = 0.005
 COMM_KINDS = COMM_HOOK_KINDS
 
 
@@ -102,6 +108,7 @@ class FaultHooks:
         self.harness_at_step = [f for f in faults if KINDS[f["kind"]].where == HARNESS and f.get("step") is not None]
         self.gates: list[dict[str, Any]] = []
         self.gate_s = 0.0
+        self.harness_log = Path()
         self.events: EventLog | None = None
         self.rank, self.world_size, self.attempt = -1, 0, -1
         self.clock = StepClock()
@@ -184,6 +191,7 @@ class FaultHooks:
             hang_timeout_s = read_run_json(run.root).get("hang_timeout_s")
         except RunDirError:
             return  # no run.json: no harness runs this plan, so no signal would ever come
+        self.harness_log = run.harness_events
         fired = {e.get("fault_id") for e in iter_events(run.root, batches=False) if e["kind"] == "fault"}
         for fault in self.harness_at_step:
             ranks = fault.get("ranks") or [fault["rank"]]
@@ -195,14 +203,41 @@ class FaultHooks:
         self.gate_s = min(GATE_MAX_S, 0.5 * timeout)
 
     def _await_harness(self, step: int) -> None:
-        """At the start of a harness fault's step, give the harness (which polls the progress
-        boards) time to send its signal before this rank runs on. The signal ends the wait:
-        SIGKILL and SIGTERM end the process, SIGSTOP stops it. Should none come (the harness
-        decided otherwise), the rank carries on after gate_s."""
+        """At the start of a harness fault's step, hold the rank until the harness has recorded the
+        fault (its `fault` event in events/harness.jsonl), then give the signal it sends right after
+        that event time to land: SIGKILL and SIGTERM end the process, SIGSTOP stops it, here.
+
+        A fixed wait let a loaded machine's harness, polling late, signal the rank an update or two
+        on, somewhere else (CI once dumped the SIGSTOPped rank outside this frame). Holding the
+        rank longer never looks like a hang: the harness fires in the poll that first reads this
+        step on the board, and that reading restarts the watchdog's clock. The loop calls nothing
+        of trainer/ or faults/, so a stack dump taken while it waits names this frame."""
         due = [f for f in self.gates if step >= f["step"]]
+        if not due:
+            return
         for fault in due:
             self.gates.remove(fault)
-        if due:
+        unheard = {f["id"] for f in due}
+        read, deadline = 0, time.monotonic() + GATE_UNHEARD_S
+        while unheard and time.monotonic() < deadline:
+            try:
+                with open(self.harness_log, "rb") as log:
+                    log.seek(read)
+                    chunk = log.read()
+            except OSError:
+                chunk = b""  # the harness writes its first event at the attempt's start: not there yet
+            whole = chunk[:chunk.rfind(b"\n") + 1]  # a line being appended is read on the next pass
+            read += len(whole)
+            for line in whole.splitlines():
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("kind") == "fault":
+                    unheard.discard(event.get("fault_id"))
+            if unheard:
+                time.sleep(GATE_POLL_S)  # a poll with a deadline: a file append sends no notification
+        if not unheard:
             time.sleep(self.gate_s)
 
     # ----- the point faults ---------------------------------------------------------------

@@ -302,18 +302,81 @@ def ckpt_interval(ev: Evidence) -> list[Paragraph]:
     ]]
 
 
+def _suspect_index(ev: Evidence, run: str) -> int | None:
+    """The first suspect's stack among the hang's dumps, if one was dumped with a frame."""
+    hang = ev.reports[run]["hangs"][0]
+    return next((i for i, st in enumerate(hang["stacks"]) if st.get("rank") in hang["ranks"] and st.get("frame")),
+                None)
+
+
 def _suspect_stack(ev: Evidence, run: str) -> str:
     """Where the first suspect stood, from its stack dump; a rank that never ran Python again may leave none."""
-    hang = ev.reports[run]["hangs"][0]
-    found = [i for i, st in enumerate(hang["stacks"]) if st.get("rank") in hang["ranks"] and st.get("frame")]
-    if not found:
+    i = _suspect_index(ev, run)
+    if i is None:
         return "no stack of a suspect could be dumped"
-    i = found[0]
     where = (f"rank {ev.q(run, 'hangs', 0, 'stacks', i, 'rank')}'s stack at "
              f"{ev.q(run, 'hangs', 0, 'stacks', i, 'frame')}")
-    if hang["stacks"][i].get("in_injector"):
+    if ev.reports[run]["hangs"][0]["stacks"][i].get("in_injector"):
         where += " (inside the fault injector: where the planned fault holds it, not a bug in training)"
     return where
+
+
+def _captured_without_the_gil(ev: Evidence, run: str) -> list[Claim]:
+    """What wrote the GIL-holding rank's stack: faulthandler's C handler, when its dump says so."""
+    i = _suspect_index(ev, run)
+    if i is None:
+        return []
+    st = ("hangs", 0, "stacks", i)
+    return [ev.s("That stack was still captured: faulthandler's handler for the watchdog's SIGUSR1 is C code run "
+                 "from the signal, which needs no GIL, and it wrote "
+                 f"{ev.q(run, *st, 'threads')} thread block(s) of rank {ev.q(run, *st, 'rank')}; what no thread of "
+                 "the rank can run is Python, so a watchdog written as a Python thread inside the rank would never "
+                 "have fired.", fact(f"hangs.0.stacks.{i}.faulthandler", "==", True, run=run))]
+
+
+def _monitored_barrier(ev: Evidence) -> list[Claim]:
+    """What torch's monitored_barrier named, run for real with one rank held back (benchmarks/barrier.py)."""
+    run = "monitored-barrier"
+    stalled, first = ev.get(run, "stalled_rank"), ev.reports[run]["ranks"][0]
+    lead = (f"torch's <code>monitored_barrier</code> (gloo only) was run here with rank "
+            f"{ev.q(run, 'stalled_rank')} of {ev.q(run, 'world_size')} gloo ranks held back (benchmarks/barrier.py): "
+            f"rank 0's call raised after {ev.q(run, 'ranks', 0, 'raised_after_s', unit=' s')} against its "
+            f"{ev.q(run, 'timeout_s', unit=' s')} timeout (configured) and its error named rank(s) "
+            f"{ev.q(run, 'ranks', 0, 'names')}")
+    out = [ev.s(lead + ", the one held back: unlike a plain collective, it names the rank that never came.",
+                fact("ranks.0.names", "==", [stalled], run=run)) if first["names"] == [stalled] else
+           ev.s(lead + f", not rank {stalled}, the one held back.", fact("ranks.0.names", "!=", [stalled], run=run))]
+    for k in range(1, len(ev.reports[run]["ranks"])):
+        out.append(ev.s(f"Rank {ev.q(run, 'ranks', k, 'rank')}, which did arrive, raised too, naming rank(s) "
+                        f"{ev.q(run, 'ranks', k, 'names')}: it says where to look, rank 0's log, not who is missing.",
+                        fact(f"ranks.{k}.names", "==", [0], run=run)))
+    out.append(ev.s("It is a barrier the job must call itself and every rank blocks in it on the host: torch documents "
+                    "it for debugging, at a cost in speed, not for every step."))
+    return out
+
+
+NCCL_ASYNC_ERROR_HANDLING = 3
+"""TORCH_NCCL_ASYNC_ERROR_HANDLING's default in torch 2.13 (ProcessGroupNCCL.hpp: 3, SkipCleanUp, tears the
+process down without cleaning up the communicators)."""
+NCCL_TIMEOUT_MIN = 10
+"""ProcessGroupNCCL's default collective timeout in torch 2.13 (kProcessGroupNCCLDefaultTimeout), minutes."""
+FLIGHT_RECORDER_ENTRIES = 2000
+"""The flight recorder's default ring size in torch 2.13 (FlightRecorder.hpp, TORCH_FR_BUFFER_SIZE)."""
+
+
+def on_gpus(ev: Evidence) -> list[Claim]:
+    """What torch documents for NCCL: stated as documented, since this CPU machine measured none of it."""
+    return [
+        ev.s("On GPUs, NCCL has what gloo lacks (documented by torch, not run here: this machine has no GPU). "
+             "ProcessGroupNCCL's own watchdog thread checks every collective against the process group's timeout "
+             f"({NCCL_TIMEOUT_MIN} minutes by default for NCCL) and, under <code>TORCH_NCCL_ASYNC_ERROR_HANDLING</code> "
+             f"({NCCL_ASYNC_ERROR_HANDLING} by default: tear the process down), ends a rank blocked past it instead of "
+             "leaving it waiting."),
+        ev.s("Its flight recorder keeps each rank's most recent collectives (<code>TORCH_NCCL_TRACE_BUFFER_SIZE</code> "
+             f"entries, {FLIGHT_RECORDER_ENTRIES} by default) and, with <code>TORCH_NCCL_DUMP_ON_TIMEOUT</code> set, "
+             "writes them out when the watchdog times out: the rank whose record stops a collective short of its "
+             "peers' is the one that hangs."),
+    ]
 
 
 def which_rank_hangs(ev: Evidence) -> list[Paragraph]:
@@ -322,6 +385,7 @@ def which_rank_hangs(ev: Evidence) -> list[Paragraph]:
              f"all-reduce until the process group's timeout ({fmt(GLOO_DEFAULT_TIMEOUT_S)} s by default, a value "
              "torch configures, not one measured here), and then the error names the collective that timed out on "
              "the waiting rank, not the rank that stopped."),
+        *_monitored_barrier(ev),
         ev.s("trainwreck's watchdog watches progress files from outside and names the rank furthest behind, after "
              "its own configured timeout: "
              f"{ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')} in these runs."),
@@ -329,14 +393,15 @@ def which_rank_hangs(ev: Evidence) -> list[Paragraph]:
         ev.s(f"SIGSTOP on rank 1: rank(s) {ev.q('hang-sigstop', 'hangs', 0, 'ranks')} named after "
              f"{ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')} without progress (measured), "
              f"{_suspect_stack(ev, 'hang-sigstop')}."),
-        ev.s("A hang that holds the GIL (no Python thread of the rank runs again, so an in-process watchdog thread "
-             f"cannot help): rank(s) {ev.q('hang-holding-gil', 'hangs', 0, 'ranks')} named after "
+        ev.s("A hang that holds the GIL (no Python thread of the rank runs again): rank(s) "
+             f"{ev.q('hang-holding-gil', 'hangs', 0, 'ranks')} named after "
              f"{ev.q('hang-holding-gil', 'hangs', 0, 'detected_after_s', unit=' s')} (measured), "
              f"{_suspect_stack(ev, 'hang-holding-gil')}."),
+        *_captured_without_the_gil(ev, "hang-holding-gil"),
         ev.s("With the watchdog disabled (CAUGHT by the hang invariant): "
              f"{ev.q('watchdog_disabled', 'verdicts', 'hang', 'summary')}",
              verdict("hang", False, run="watchdog_disabled")),
-    ]]
+    ], on_gpus(ev)]
 
 
 def _ckpt_phase(ev: Evidence, run: str) -> str:
@@ -698,7 +763,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             (("pad_uneven_shards", "loss"), ("pad_uneven_shards", "coverage"))),
     Chapter("interval", "How often should you checkpoint?", ("resume",), ckpt_interval, (("resume", "ckpt_age"),)),
     Chapter("hang", "Which rank hangs, and why does gloo not tell you?",
-            ("hang-sigstop", "hang-holding-gil", "watchdog_disabled"), which_rank_hangs,
+            ("hang-sigstop", "hang-holding-gil", "watchdog_disabled", "monitored-barrier"), which_rank_hangs,
             (("hang-holding-gil", "progress"),)),
     Chapter("async", ASYNC_QUESTION,
             ("wide-sync", "wide-async", "async-kill-persist", "wide-fsdp", "bytes-ddp", "bytes-fsdp"), async_and_fsdp,

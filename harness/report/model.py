@@ -20,6 +20,7 @@ from trainwreck.harness.report.metrics import baselines
 from trainwreck.harness.report.period import slowdowns
 from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.harness.report.rootcause import root_cause
+from trainwreck.harness.report.stackdump import by_faulthandler, thread_stacks, training_thread
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
@@ -321,23 +322,26 @@ def _hangs(raw: RawRun, run_dir: Path) -> list[dict[str, Any]]:
             for ev in raw.of_kind("hang")]
 
 
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _RANK_IN_NAME = re.compile(r"-r(\d+)")
 
 
 def _stack(run_dir: Path, rel: str) -> dict[str, Any]:
-    """Where a rank stood when the watchdog fired: the first trainer frame of its dump, and the innermost."""
+    """Where a rank stood when the watchdog fired: the first trainer frame of its training thread's
+    dump, and the innermost; `threads` counts the dump's thread blocks, `faulthandler` says whether
+    faulthandler's C handler wrote it (its headers)."""
     match = _RANK_IN_NAME.search(Path(rel).name)
     out: dict[str, Any] = {"file": rel, "rank": int(match.group(1)) if match else None,
-                           "frame": None, "innermost": None}
+                           "frame": None, "innermost": None, "threads": 0, "faulthandler": False}
     try:  # only a regular file inside stacks/, bounded: the event's path is data, not a file to open
         text = read_text(run_dir / rel, STACK_LIMIT, root=RunDir(run_dir).stacks)
     except (OSError, ValueError):
         return out
-    block = text.split("\n\n")[0]  # faulthandler: the current thread first, most recent call first
-    frames = [m.groupdict() for m in _FRAME.finditer(block)]
+    threads = thread_stacks(text)
+    training = training_thread(threads)
+    frames = training.frames if training else ()
     short = [f"{'/'.join(Path(f['path']).parts[-2:])}:{f['line']} {f['func']}" for f in frames]
     ours = [s for s, f in zip(short, frames) if re.search(r"/(trainer|faults)/", f["path"])]
+    out["threads"], out["faulthandler"] = len(threads), by_faulthandler(text)
     out["innermost"] = short[0] if short else None
     out["frame"] = ours[0] if ours else out["innermost"]
     # A rank held by a planned fault stands in the injector's own code (faults/): the fault, not a bug.

@@ -158,6 +158,8 @@ PLANS: dict[str, Scenario] = declare("handbook", ((s.name, s) for s in (
 refused the handbook's twin of it)."""
 
 MEASURE_WORLD, MEASURE_STEPS = 2, 6
+BARRIER_WORLD = 3
+"""Three ranks, so the rank monitored_barrier names is not merely "the other one"."""
 MEASURE_TIMEOUT_S = 300.0
 """The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
 
@@ -184,6 +186,9 @@ MEASURES: dict[str, Measure] = declare("measurements", (
     ("comm", Measure(("python", "-m", "trainwreck.benchmarks.comm", "--world", str(MEASURE_WORLD)),
                      f"benchmarks/comm.py: gloo all-reduce time on {MEASURE_WORLD} ranks from 4 KiB to 8 MiB, and "
                      "the 2.1 M-parameter model's gradients reduced one parameter at a time against one bucket")),
+    ("barrier", Measure(("python", "-m", "trainwreck.benchmarks.barrier", "--world", str(BARRIER_WORLD)),
+                        f"benchmarks/barrier.py: torch.distributed.monitored_barrier on {BARRIER_WORLD} gloo ranks with "
+                        f"rank {BARRIER_WORLD - 1} held back; what each caller's error says and which ranks it names")),
     ("activations", Measure(("python", "-m", "trainwreck.benchmarks.activations"),
                             "benchmarks/activations.py: bytes held for backward by a 16-layer reference MLP, plain, "
                             "with every layer checkpointed and with √depth checkpointed segments (glibc malloc "
@@ -303,6 +308,7 @@ CASES: tuple[Case, ...] = (
     Case("hang-sigstop", "control", "disabled"),
     Case("watchdog_disabled", "defect", "disabled"),
     Case("hang-holding-gil", "scenario", "hang-holding-gil"),
+    Case("monitored-barrier", "measure", "barrier", expect="MEASURED"),
     Case("straggler", "scenario", "straggler"),
     Case("slow-disk", "scenario", "slow-disk"),
     Case("restart-loop", "plan", "restart-loop", expect="INVALID"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from trainwreck.faults.corrupt import apply_corruption, committed
 from trainwreck.faults.inrank import FaultHooks
 from trainwreck.faults.storage import FaultyStorage, RecordingStorage, StepClock
 from trainwreck.faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
-from trainwreck.trainer.events import EventLog
+from trainwreck.trainer.events import FORMAT, EventLog
+from trainwreck.trainer.rundir import RunDir
 from trainwreck.trainer.storage import LocalStorage
 
 
@@ -86,6 +88,28 @@ def test_faults_for_other_ranks_and_attempts_are_dropped_at_bind(tmp_path: Path)
     events.close()
     written = [json.loads(line) for line in (tmp_path / "events" / "r.jsonl").read_text().splitlines()]
     assert [e["fault_id"] for e in written] == ["k2"], "the event is written before the fault acts"
+
+
+def test_a_rank_waits_at_a_harness_faults_step_until_the_harness_has_recorded_the_fault(tmp_path: Path) -> None:
+    # A fixed wait (half the hang timeout) let a loaded CI harness, polling later than that, find
+    # the rank past its step: the SIGSTOP landed elsewhere and the hang report's frame with it.
+    (tmp_path / "run.json").write_text(json.dumps({"format": FORMAT, "hang_timeout_s": 0.2}))
+    hooks = FaultHooks([{"id": "stop", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 3}])
+    events = EventLog(RunDir(tmp_path).rank_events(0, 1, 1), attempt=0, rank=1, world_size=2)
+    hooks.bind(events, rank=1, world_size=2, attempt=0)
+    passed = threading.Event()
+    rank = threading.Thread(target=lambda: (hooks.point("step_start", 3), passed.set()), daemon=True)
+    rank.start()
+    harness = EventLog(RunDir(tmp_path).harness_events)
+    try:
+        harness.emit("attempt", attempt=0, world_size=2)  # the harness's own events do not open the gate
+        assert not passed.wait(20 * hooks.gate_s), "the rank went on before the harness recorded its fault"
+    finally:
+        harness.emit("fault", attempt=0, fault_id="stop", rank=1, signal="SIGSTOP")
+        harness.close()
+    assert passed.wait(30), "the rank never went on after the harness recorded its fault"
+    rank.join(30)
+    events.close()
 
 
 def _store_with_checkpoints(root: Path, steps: list[int]) -> LocalStorage:

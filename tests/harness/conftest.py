@@ -11,6 +11,8 @@ import psutil
 import pytest
 
 from trainwreck.harness.launch import launchers
+from trainwreck.trainer.progress import read_progress
+from trainwreck.trainer.rundir import RunDir
 
 
 def live_descendants() -> list[psutil.Process]:
@@ -83,3 +85,12 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)  # polling files written by another process tree; no event to wait on
+
+
+def silent_since(run_dir: Path, attempt: int, world_size: int) -> float:
+    """When the attempt's ranks last published progress (the newest time on their boards): where the
+    silence a watchdog measures begins. A hang's latency counts from here, not from the fault: the
+    ranks the fault did not stop work on to the next collective first, for as long as the machine's
+    load makes them take."""
+    boards = [read_progress(RunDir(run_dir).rank_progress(attempt, r)) for r in range(world_size)]
+    return max(b.t for b in boards if b is not None)

@@ -1,6 +1,6 @@
 """trainwreck handbook: every chapter a question, every quoted number the number in its run's report.json.
 
-One real handbook (all chapters, 22 runs, from an empty golden cache: 89-196 s of wall clock
+One real handbook (all chapters, 23 runs, from an empty golden cache: 89-196 s of wall clock
 on the 2 shared cores, at load averages 7-26, 60-82 CPU-seconds; docs/REPORTS.md gives
 each measurement with its date and load) is made once per module; the tests read what it
 wrote. The claim checker is also run on a tampered report, so a check that could not fail

@@ -93,6 +93,28 @@ def test_a_hang_answer_quotes_the_measured_delay_the_timeout_and_the_stack(tmp_p
     assert report["recovery"][0]["detected_after_s"] == pytest.approx(3.2, abs=1e-6)
 
 
+STACKS = Path(__file__).parent / "data" / "stacks"
+"""Recorded faulthandler dumps (record.py says how the two current-*.txt were made)."""
+
+
+@pytest.mark.parametrize("dump,frame", [
+    # record.py: SIGUSR1 handled by the main thread, whose "Current thread" block comes second
+    ("current-second.txt", "stacks/record.py:24 train_step"),
+    # record.py: handled by the waiting worker, whose block comes first and is "Current"
+    ("current-first.txt", "stacks/record.py:24 train_step"),
+    # hang-holding-gil with async saves: the persist thread's block first, no block "Current" (a
+    # gloo thread ran the handler); the first block made the handbook place rank 0 in fsync_dir
+    ("gil-async-rank0.txt", "faults/blocking.py:31 holding_gil"),
+])
+def test_a_stack_is_read_from_the_training_threads_block_wherever_the_dump_puts_it(
+        tmp_path: Path, dump: str, frame: str) -> None:
+    run = hung_run(tmp_path / "run")
+    (run / "stacks" / "a000-r001-p1.txt").write_text((STACKS / dump).read_text())
+    (stack,) = build_report(run)["hangs"][0]["stacks"]
+    assert stack["threads"] == 2 and stack["frame"] == frame, stack
+    assert stack["in_injector"] is frame.startswith("faults/") and stack["faulthandler"] is True
+
+
 def test_the_scenario_question_leads_the_interview_angle(tmp_path: Path) -> None:
     run = hung_run(tmp_path / "run")
     (run / "verdicts.json").write_text(json.dumps({
