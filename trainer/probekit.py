@@ -36,7 +36,7 @@ class UpdateSink(Protocol):
 
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None: ...
 
-    def step(self, step: int, loss: float | None, digest: str) -> None: ...
+    def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None: ...
 
 
 def seed_everything(seed: int) -> None:
@@ -142,7 +142,7 @@ def global_mean(value: Any, world_size: int) -> float:
 class Update:
     """One optimizer update of the script (`with probe.update(...)`); see Probe.update."""
 
-    def __init__(self, probe: UpdateSink, step: int, epoch: int | None, samples: Any, digest: Callable[[], str],
+    def __init__(self, probe: UpdateSink, step: int, epoch: int | None, samples: Any, digest: Callable[[], dict[str, str]],
                  enabled: bool) -> None:
         self.probe, self.step, self.epoch, self.samples = probe, step, epoch, samples
         self.digest, self.enabled = digest, enabled
@@ -167,4 +167,4 @@ class Update:
         if kind is not None:
             return  # the update did not complete: no `step` (the exception goes on)
         loss = None if self.loss is None else global_mean(self.loss, self.probe.world_size)
-        self.probe.step(self.step, loss, self.digest())
+        self.probe.step(self.step, loss, **self.digest())  # `digest`, and `buffers` where the model has local ones
