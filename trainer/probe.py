@@ -288,7 +288,7 @@ class Probe:
     def checkpoint(self, path: str | Path, step: int | None = None) -> Iterator[None]:
         """`with probe.checkpoint(path):` around the script's own save of the whole checkpoint
         (by one rank, or by every rank to one path): its file operations are crash points under
-        the harness; after it the file (or folder) is fsynced and reported (`commit`) with its
+        the harness; after it the file (or folder) is fsynced and reported (`save`) with its
         content digest and the digests of the state saved, taken now: evaluation between the
         update and the save (under DDP it broadcasts rank 0's buffers) changes what is written.
         Bytes that are not whole are never reported (`_whole`): when every rank writes one
@@ -304,8 +304,8 @@ class Probe:
             yield
         fields = self._saved_state(number)
         _fsync_tree(target)
-        content = checkpoint_content(target)  # once: the bytes judged whole are the bytes reported
-        if _whole(target):
+        content = checkpoint_content(target)  # hashed, then checked: bytes torn before the check are never reported
+        if _whole(target):  # what `commit` writes, with the digests of the state saved
             self.emit("save", step=number, checkpoint=target.name, **fields, content=content)
 
     def restored(self, path: str | Path, step: int, model: torch.nn.Module | None = None,
@@ -499,20 +499,29 @@ def _buffers(buffers: str | None) -> dict[str, str]:
 
 
 def _whole(path: Path) -> bool:
-    """Whether a checkpoint's bytes are whole, as far as its format tells: a zip archive
-    (torch.save's format) is whole when its central directory, written last, is there and
-    every member lies inside the file; a folder, or any other format, cannot say and counts
-    as whole. A torn torch.save (a rank killed inside its write) ends before its directory."""
+    """Whether a checkpoint's bytes are whole, as far as its format tells. A zip archive
+    (torch.save's format) is whole when its directory, written last, is there and every member
+    reads back with its CRC-32 (a file several ranks wrote at once can be a mix of their bytes);
+    a file of fewer than 4 bytes is a write in progress. A folder, or any other format, cannot
+    say and counts as whole. A torn torch.save (a rank killed inside its write) fails here."""
     if not path.is_file():
         return True
     with open(path, "rb") as f:
-        if f.read(4) != b"PK\x03\x04":
-            return True
+        head = f.read(4)
+    if len(head) < 4:
+        return False
+    if head != b"PK\x03\x04":
+        return True
     try:
         with zipfile.ZipFile(path) as archive:
-            size = path.stat().st_size
-            return all(m.header_offset + m.compress_size <= size for m in archive.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError):
+            for member in archive.infolist():
+                if not member.CRC and member.file_size:  # torch told not to compute CRCs: no check
+                    continue
+                with archive.open(member) as stream:  # reading to the end checks the CRC
+                    while stream.read(1 << 20):
+                        pass
+        return True
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return False
 
 

@@ -169,8 +169,16 @@ def test_a_torn_file_is_never_reported_as_a_committed_checkpoint(tmp_path: Path)
             os.truncate(path, path.stat().st_size // 2)  # the other rank's torn write
         with probe.checkpoint(path, step=2):
             torch.save(model.state_dict(), path)
+            path.write_bytes(b"")  # the other rank's open("wb"): nothing written yet
+        with probe.checkpoint(path, step=3):
+            torch.save(model.state_dict(), path)
+            data = bytearray(path.read_bytes())
+            data[data.find(model.weight.detach().numpy().tobytes())] ^= 0xFF  # two ranks' bytes mixed: a CRC fails
+            path.write_bytes(bytes(data))
+        with probe.checkpoint(path, step=4):
+            torch.save(model.state_dict(), path)
     saves = [e for e in events_of(tmp_path / "run") if e["kind"] == "save"]
-    assert [e["step"] for e in saves] == [2]
+    assert [e["step"] for e in saves] == [4]
 
 
 def _save_rank(rank: int, store_path: str, run_dir: str, durable: list[bool]) -> None:
