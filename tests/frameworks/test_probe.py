@@ -374,10 +374,13 @@ def test_save_commit_and_restore_carry_the_content_when_given_the_path_and_not_o
     with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
         probe.commit(4, "snapshot.pt", "d4", path=ckpt)
         probe.save(4, "snapshot.pt", "d4", durable_on_every_rank=True, path=ckpt)
-        probe.restore(4, "snapshot.pt", "d4", path=ckpt)
-        probe.commit(5, "snapshot.pt", "d5")  # the existing call, unchanged
+        probe.restore(4, "snapshot.pt", "d4", path=ckpt, buffers="b4")
+        probe.reject("snapshot.pt", "does not load", path=ckpt)  # the bytes it refused
+        probe.commit(5, "snapshot.pt", "d5")  # the existing calls, unchanged
+        probe.reject("snapshot.pt", "does not load")
     events = events_of(tmp_path / "run")
-    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 3 + [None]
+    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 4 + [None] * 2
+    assert [e.get("buffers") for e in events] == [None, None, "b4", None, None, None]
 
 
 def test_the_helpers_write_what_a_hand_instrumented_loop_would_without_touching_the_loop(tmp_path: Path) -> None:
