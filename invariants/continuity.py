@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainwreck.invariants.history import History
-from trainwreck.invariants.lineage import (Lineage, batch_changed, content_of, restore_point, save_of_restore,
-                                           walk_lineage)
+from trainwreck.invariants.lineage import (Lineage, batch_changed, content_of, damage_of, restore_point,
+                                           save_of_restore, walk_lineage)
 from trainwreck.invariants.verdict import UNKNOWN, Evidence, Verdict
 
 NAME = "continuity"
@@ -78,8 +78,13 @@ def _check_restores(history: History, evidence: Evidence, unverified: list[str],
             unverified.append(f"{where}: restore or save has no digest")
             continue
         counts["restores_checked"] += 1
+        damage = damage_of(history, ev, save)
+        damaged = f"; its bytes were damaged by fault {damage['fault_id']!r} ({damage['_src']})" if damage else ""
+        by = f"recorded by its save (attempt {save['attempt']} step {save['step']})"
         if ev["digest"] != save["digest"]:
-            evidence.add(f"{where}: digest {ev['digest']} != {save['digest']} recorded by its save (attempt {save['attempt']} step {save['step']})")
+            evidence.add(f"{where}: parameters or optimizer state differ: digest {ev['digest']} != {save['digest']} {by}{damaged}")
+        elif ev.get("buffers") is not None and save.get("buffers") is not None and ev["buffers"] != save["buffers"]:
+            evidence.add(f"{where}: buffers (running statistics) differ: {ev['buffers']} != {save['buffers']} {by}{damaged}")
 
 
 def _check_saves(history: History, evidence: Evidence, counts: dict[str, int]) -> None:

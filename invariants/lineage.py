@@ -70,19 +70,44 @@ def save_of_restore(history: History, restore: dict[str, Any]) -> dict[str, Any]
 
     By content when the restore carries it: the latest earlier save of equal content,
     whatever its name (one file overwritten in place, or renamed aside as a backup, is
-    still known). A restore whose content no save committed resolves to None when the
-    name's own save carries a (different) content: those bytes were never committed.
-    Otherwise, when either side lacks `content` (older writers), by name as before."""
+    still known). When every rank wrote one path, each rank's save of it is a candidate
+    and the bytes decide, not which event came last: of the latest saves of those bytes
+    (same attempt, step and name), the one whose state the loaded state equals.
+    A restore whose content no save committed resolves to the name's own save when a fault
+    damaged that checkpoint since (`damage_of` names it; the restore loaded the damaged
+    bytes), else to None when that save carries a (different) content: those bytes were
+    never committed. Otherwise, when either side lacks `content` (older writers), by name."""
     before = restore["attempt"]
     content = content_of(restore)
     if content is not None:
-        same = _latest(ev for ev in history.of_kind("save") if content_of(ev) == content and ev["attempt"] < before)
-        if same is not None:
-            return same
+        same = [ev for ev in history.of_kind("save") if content_of(ev) == content and ev["attempt"] < before]
+        latest = _latest(same)
+        if latest is not None:
+            group = [ev for ev in same if _round(ev) == _round(latest)]
+            return next((ev for ev in group if _state(ev) == _state(restore)), latest)
     by_name = resolve_save(history, restore["checkpoint"], before)
     if content is not None and by_name is not None and content_of(by_name) is not None:
-        return None
+        return by_name if damage_of(history, restore, by_name) is not None else None
     return by_name
+
+
+def damage_of(history: History, restore: dict[str, Any], save: dict[str, Any]) -> dict[str, Any] | None:
+    """The fault that damaged `save`'s checkpoint after it was saved and before `restore`'s
+    attempt looked, when the restore loaded other bytes than the save committed (a fault
+    event naming the checkpoint: a planned `corrupt`); None otherwise."""
+    if content_of(restore) is None or content_of(restore) == content_of(save):
+        return None
+    return next((ev for ev in history.of_kind("fault") if ev.get("checkpoint") == save["checkpoint"]
+                 and isinstance(ev.get("attempt"), int) and ev["attempt"] <= restore["attempt"]
+                 and (ev["attempt"], ev["_pos"]) > (save["attempt"], save["_pos"])), None)
+
+
+def _round(save: dict[str, Any]) -> tuple[Any, ...]:
+    return save["attempt"], save["step"], save["checkpoint"]
+
+
+def _state(event: dict[str, Any]) -> tuple[Any, Any]:
+    return event.get("digest"), event.get("buffers")
 
 
 def _latest(saves: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

@@ -1,4 +1,12 @@
-"""`replicas`: all ranks of an attempt hold the same state at the same step."""
+"""`replicas`: all ranks of an attempt hold the same state at the same step.
+
+An event's `digest` covers the state replicas must agree on (parameters, optimizer state,
+the buffers they keep equal); it is compared at every step and restore. Its optional
+`buffers` (docs/DESIGN.md) covers local buffers, a BatchNorm's running statistics, which
+DDP ranks update each from its own batch: different at every step's end by design, so
+compared only at a restore, where every rank loaded the same checkpoint. An old run whose
+`digest` covered those buffers too carries no `buffers` and is judged as it always was.
+The evidence names the part that differs."""
 
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ def check_replicas(history: History, golden: History | None = None) -> Verdict:
         shared, split = _disagreements(logs)
         compared += shared
         for step in sorted(split):
-            evidence.add(f"attempt {attempt} step {step}: {_groups(_digests_at(logs, step))}")
+            evidence.add(f"attempt {attempt} step {step}: {STATE}: {_groups(_digests_at(logs, step))}")
     for attempt, step, rank, _, digest, src in history.duplicate_steps:
         log = history.logs.get((attempt, rank))
         first = log.digest_by_step().get(step) if log else None
@@ -77,26 +85,33 @@ def _digests_at(logs: list[RankLog], step: int) -> dict[int, Any]:
     return {log.rank: log.digest_by_step()[step] for log in logs if step in log.digest_by_step()}
 
 
+STATE = "parameters or optimizer state differ"
+BUFFERS = "buffers (running statistics) differ"
+
+
 def _check_restores(history: History, evidence: Evidence) -> int:
-    """Every rank loads the checkpoint itself; all must end in the same state."""
-    by_attempt: dict[int, dict[int, Any]] = {}
+    """Every rank loads the checkpoint itself; all must end in the same state, local buffers too."""
+    by_attempt: dict[int, dict[str, dict[int, Any]]] = {}
     for ev in history.of_kind("restore"):
-        if ev.get("digest") is not None:
-            by_attempt.setdefault(ev["attempt"], {})[ev["rank"]] = ev["digest"]
+        for part in ("digest", "buffers"):
+            if ev.get(part) is not None:
+                by_attempt.setdefault(ev["attempt"], {}).setdefault(part, {})[ev["rank"]] = ev[part]
     compared = 0
-    for attempt, per_rank in sorted(by_attempt.items()):
-        if len(per_rank) < 2:
+    for attempt, parts in sorted(by_attempt.items()):
+        if len(parts.get("digest", {})) < 2:
             continue
         compared += 1
-        if len(set(map(str, per_rank.values()))) > 1:
-            evidence.add(f"attempt {attempt} restore: {_groups(per_rank)}")
+        for part, what in (("digest", STATE), ("buffers", BUFFERS)):
+            per_rank = parts.get(part, {})
+            if len(set(map(str, per_rank.values()))) > 1:
+                evidence.add(f"attempt {attempt} restore: {what}: {_groups(per_rank, part)}")
     return compared
 
 
-def _groups(per_rank: dict[int, Any]) -> str:
+def _groups(per_rank: dict[int, Any], part: str = "digest") -> str:
     """"rank(s) 0,1 digest aa; rank(s) 2 digest bb", the majority first."""
     by_digest: dict[str, list[int]] = {}
     for rank, digest in sorted(per_rank.items()):
         by_digest.setdefault(str(digest), []).append(rank)
     groups = sorted(by_digest.items(), key=lambda item: (-len(item[1]), item[1]))
-    return "; ".join(f"rank(s) {','.join(map(str, ranks))} digest {digest}" for digest, ranks in groups)
+    return "; ".join(f"rank(s) {','.join(map(str, ranks))} {part} {digest}" for digest, ranks in groups)

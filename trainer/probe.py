@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import os
 import signal
+import zipfile
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -32,7 +33,7 @@ from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, run_f
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
-from trainwreck.trainer.state import model_optimizer_digest
+from trainwreck.trainer.state import model_optimizer_digest, state_digests
 
 # The environment the harness gives a `--cmd` rank (beside torchrun's RANK, WORLD_SIZE, ...).
 ENV_RUN_DIR = "TRAINWRECK_RUN_DIR"
@@ -86,6 +87,8 @@ class Probe:
         self.tracked: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
         self.roots: list[Path] = []
         """The folders this process's saves wrote under (`saving`): where `locate` looks first."""
+        self.digested: tuple[torch.nn.Module | None, torch.optim.Optimizer | None] = (None, None)
+        """The model and optimizer last digested (an update given them): what `checkpoint` digests."""
         if self.run_dir is not None:
             paths = RunDir(self.run_dir)
             self.events = EventLog(paths.rank_events(attempt, rank, pid if pid is not None else os.getpid()),
@@ -168,15 +171,20 @@ class Probe:
         self.emit("start", pid=os.getpid(), **extra)
         self.phase(0, "start")
 
-    def restore(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
+    def restore(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND,
+                buffers: str | None = None) -> None:
         """State after update `step` was loaded from `checkpoint`; with `path` (the checkpoint's
         file or folder on disk) the event also carries its `content` (checkpoint_content); without
-        it, the probe looks for `checkpoint` itself (`locate`); `path=None`: no content."""
-        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
+        it, the probe looks for `checkpoint` itself (`locate`); `path=None`: no content. `buffers`:
+        the digest of the loaded local buffers (`state_digests`)."""
+        self.emit("restore", step=step, checkpoint=checkpoint, digest=digest, **_buffers(buffers),
+                  **self._content_of(checkpoint, path))
         self.last_step, self.last_digest = step, digest
 
-    def reject(self, checkpoint: str, reason: str) -> None:
-        self.emit("reject", checkpoint=checkpoint, reason=reason)
+    def reject(self, checkpoint: str, reason: str, *, path: str | Path | None = None) -> None:
+        """The script found `checkpoint` unusable and skipped it; with `path`, the event carries
+        the `content` of the bytes it refused."""
+        self.emit("reject", checkpoint=checkpoint, reason=reason, **_content(path))
 
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None:
         if type(samples) is not list:  # a tensor or array of ids: JSON needs plain ints
@@ -204,13 +212,16 @@ class Probe:
             self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
         return everyone
 
-    def commit(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND) -> None:
+    def commit(self, step: int, checkpoint: str, digest: str, *, path: Located = FIND,
+               buffers: str | None = None) -> None:
         """The calling rank alone wrote the whole checkpoint (the state of every replica) and it
         is durable now: report it at once, no collective. A rank-0-only writer must use this,
         not `save`: a peer that dies after the write would otherwise leave a durable
         checkpoint that was never reported, which the next attempt restores anyway.
-        With `path` (or found by `locate`), the event carries the checkpoint's `content`."""
-        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **self._content_of(checkpoint, path))
+        With `path` (or found by `locate`), the event carries the checkpoint's `content`; with
+        `buffers`, the digest of the local buffers saved (`state_digests`)."""
+        self.emit("save", step=step, checkpoint=checkpoint, digest=digest, **_buffers(buffers),
+                  **self._content_of(checkpoint, path))
 
     def recover(self, step: int, checkpoint: str, digest: str, writer_attempt: int, *,
                 path: str | Path | None = None) -> None:
@@ -301,7 +312,7 @@ class Probe:
         on = enabled and self.enabled
         if on:
             self._ensure_started()
-        return Update(self, number, epoch, samples, lambda: self._digest(model, optimizer), on)
+        return Update(self, number, epoch, samples, lambda: self._digests(model, optimizer), on)
 
     def samples(self, ids: Sequence[int] | Any) -> None:
         """One micro-batch's sample ids (a list, tensor or array), inside `with probe.update(...)`:
@@ -323,20 +334,26 @@ class Probe:
     @contextmanager
     def checkpoint(self, path: str | Path, step: int | None = None) -> Iterator[None]:
         """`with probe.checkpoint(path):` around the script's own save of the whole checkpoint
-        (one rank writes it): its file operations are crash points under the harness; after
-        it the file (or folder) is fsynced and reported (`commit`) with its content digest.
-        `step` defaults to the last completed update."""
+        (by one rank, or by every rank to one path): its file operations are crash points under
+        the harness; after it the file (or folder) is fsynced and reported (`save`) with its
+        content digest and the digests of the state saved, taken now: evaluation between the
+        update and the save (under DDP it broadcasts rank 0's buffers) changes what is written.
+        Bytes that are not whole are never reported (`_whole`): when every rank writes one
+        path, another rank's write may be in progress, or torn. `step` defaults to the last
+        completed update."""
         if not self.enabled:
             yield
             return
         self._ensure_started()
         number = self.last_step if step is None else step
-        digest = self.last_digest if number == self.last_step and self.last_digest else self._digest(None, None)
         target = Path(path)
         with self.saving(number, target.parent):
             yield
+        fields = self._saved_state(number)
         _fsync_tree(target)
-        self.commit(number, target.name, digest, path=target)
+        content = checkpoint_content(target)  # hashed, then checked: bytes torn before the check are never reported
+        if _whole(target):  # what `commit` writes, with the digests of the state saved
+            self.emit("save", step=number, checkpoint=target.name, **fields, content=content)
 
     def restored(self, path: str | Path, step: int, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None) -> None:
@@ -346,7 +363,8 @@ class Probe:
         if not self.enabled:
             return
         self._ensure_started()
-        self.restore(step, Path(path).name, self._digest(model, optimizer), path=path)
+        fields = self._digests(model, optimizer)
+        self.restore(step, Path(path).name, fields["digest"], path=path, buffers=fields.get("buffers"))
 
     def take_samples(self, step: int, samples: Sequence[int] | None,
                      epoch: int | None) -> tuple[list[int] | None, int]:
@@ -367,13 +385,26 @@ class Probe:
         if not self.started:
             self.start()
 
-    def _digest(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> str:
+    def _digests(self, model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> dict[str, str]:
+        """An event's `digest` and, for a model with local buffers, `buffers` (`state_digests`)."""
+        if model is not None:
+            self.digested = (model, optimizer)
         model = model if model is not None else self.tracked[0]
         optimizer = optimizer if optimizer is not None else self.tracked[1]
         if model is None:
             raise ProbeError("the probe has no model to digest: pass model= and optimizer= to this call, "
                              "or call probe.track(model, optimizer) once")
-        return state_digest(model, optimizer)
+        digest, buffers = state_digests(getattr(model, "module", model), optimizer)
+        return {"digest": digest, **_buffers(buffers)}
+
+    def _saved_state(self, step: int) -> dict[str, str]:
+        """The digests of the state a checkpoint of update `step` holds, taken now: of the tracked
+        model, else of the one the updates digested; without either (a script that passes its own
+        digests), the digest the probe last reported for that update."""
+        model, optimizer = self.tracked if self.tracked[0] is not None else self.digested
+        if model is None and step == self.last_step and self.last_digest:
+            return {"digest": self.last_digest}
+        return self._digests(model, optimizer)
 
     # ----- watchdog and faults ------------------------------------------------------------
 
@@ -512,6 +543,37 @@ def _content(path: str | Path | None) -> dict[str, str]:
     return {} if path is None else {"content": checkpoint_content(path)}
 
 
+def _buffers(buffers: str | None) -> dict[str, str]:
+    return {} if buffers is None else {"buffers": buffers}
+
+
+def _whole(path: Path) -> bool:
+    """Whether a checkpoint's bytes are whole, as far as its format tells. A zip archive
+    (torch.save's format) is whole when its directory, written last, is there and every member
+    reads back with its CRC-32 (a file several ranks wrote at once can be a mix of their bytes);
+    a file of fewer than 4 bytes is a write in progress. A folder, or any other format, cannot
+    say and counts as whole. A torn torch.save (a rank killed inside its write) fails here."""
+    if not path.is_file():
+        return True
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if len(head) < 4:
+        return False
+    if head != b"PK\x03\x04":
+        return True
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if not member.CRC and member.file_size:  # torch told not to compute CRCs: no check
+                    continue
+                with archive.open(member) as stream:  # reading to the end checks the CRC
+                    while stream.read(1 << 20):
+                        pass
+        return True
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+
+
 def arm_stack_dump(run_dir: Path, attempt: int, rank: int) -> IO[str]:
     """SIGUSR1 writes every thread's Python stack into the rank's stack file (the watchdog's
     dump on a hang, as harness/launch/rank.py arms it for the reference trainer). A handler the
@@ -556,8 +618,10 @@ def all_ranks_agree(value: bool, world_size: int) -> bool:
 
 
 def state_digest(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> str:
-    """sha256 (16 hex digits) of parameters and buffers and optimizer state, in a fixed order:
-    equal states give equal digests, and every DDP replica gives the same one. The same
-    rule as the reference trainer's digest (trainer/state.py model_optimizer_digest).
+    """sha256 (16 hex digits) of parameters, optimizer state and the buffers replicas keep
+    equal, in a fixed order: equal states give equal digests, and every DDP replica gives the
+    same one. A BatchNorm's running statistics differ between DDP replicas by design and are
+    left out (trainer/state.py state_digests digests them apart, as the helpers' `buffers`).
+    The same rule as the reference trainer's digest (trainer/state.py model_optimizer_digest).
     A DDP/FSDP-style wrapper's `module.` prefix is dropped, so wrapped and bare agree."""
     return model_optimizer_digest(getattr(model, "module", model), optimizer)

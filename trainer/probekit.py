@@ -41,7 +41,7 @@ class UpdateSink(Protocol):
 
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None: ...
 
-    def step(self, step: int, loss: float | None, digest: str) -> None: ...
+    def step(self, step: int, loss: float | None, digest: str, **extra: Any) -> None: ...
 
 
 def seed_everything(seed: int) -> None:
@@ -155,7 +155,7 @@ class Update:
     body reported (`samples(ids)`, once per micro-batch) or the tracked loader yielded inside
     it: a script that fetches its micro-batches inside the accumulation loop reports them all."""
 
-    def __init__(self, probe: UpdateSink, step: int, epoch: int | None, samples: Any, digest: Callable[[], str],
+    def __init__(self, probe: UpdateSink, step: int, epoch: int | None, samples: Any, digest: Callable[[], dict[str, str]],
                  enabled: bool) -> None:
         self.probe, self.step, self.epoch, self.given = probe, step, epoch, samples
         self.digest, self.enabled = digest, enabled
@@ -198,4 +198,4 @@ class Update:
             if samples is not None:
                 self.probe.batch(self.step, epoch, samples)
         loss = None if self.loss is None else global_mean(self.loss, self.probe.world_size)
-        self.probe.step(self.step, loss, self.digest())
+        self.probe.step(self.step, loss, **self.digest())  # `digest`, and `buffers` where the model has local ones

@@ -90,8 +90,32 @@ def state_digest(state: TrainState) -> str:
 
 def model_optimizer_digest(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> str:
     """The digest rule (the probe's `state_digest` uses it too, so every trainer agrees)."""
+    return state_digests(model, optimizer)[0]
+
+
+def state_digests(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> tuple[str, str | None]:
+    """(digest, buffers): the digest of the state every replica must hold equal (parameters,
+    optimizer state, and every buffer but the local ones), and the digest of the local buffers
+    (`local_buffers`; None when the model has none). A model without them digests as it always
+    did, so the reference trainer's digests and old run directories keep their meaning."""
     opt_state = optimizer.state_dict()["state"] if optimizer is not None else {}
-    return digest_of(model.state_dict().items(), opt_state)
+    local = local_buffers(model)
+    items = model.state_dict().items()
+    digest = digest_of(((k, v) for k, v in items if k not in local), opt_state)
+    return digest, (digest_of(((k, v) for k, v in items if k in local), {}) if local else None)
+
+
+def local_buffers(model: nn.Module) -> set[str]:
+    """The state-dict names of the buffers each replica updates from its own batch: a BatchNorm's
+    (or InstanceNorm's) running statistics. Under DDP they differ between ranks at every step's end
+    by design (rank 0's are broadcast at the next forward, then each rank updates its own), so they
+    are digested apart; SyncBatchNorm reduces its statistics over ranks, so its buffers are not local."""
+    names: set[str] = set()
+    for prefix, module in model.named_modules():
+        # _NormBase: BatchNorm1d/2d/3d, LazyBatchNorm, InstanceNorm (with track_running_stats)
+        if isinstance(module, nn.modules.batchnorm._NormBase) and not isinstance(module, nn.SyncBatchNorm):
+            names.update(f"{prefix}.{name}" if prefix else name for name, _ in module.named_buffers(recurse=False))
+    return names
 
 
 def digest_of(params: Iterable[tuple[str, torch.Tensor]], opt_state: Mapping[Any, Mapping[str, Any]]) -> str:

@@ -19,7 +19,8 @@ WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back fr
 TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;(?: id (\d+) at (.*))?")
 USE = re.compile(r"attempt (\d+) rank (\d+) step (\d+)")
 GOLDEN_BATCH = re.compile(r"step (\d+) \(attempt (\d+)\): global batch differs from the golden run")
-RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): digest \w+ != \w+ recorded by its save")
+RESTORE_DIGEST = re.compile(r"attempt (\d+) rank (\d+) restored (\S+): (?:[\w ()]+ differ: )?(?:digest )?\w+ != \w+ "
+                            r"recorded by its save")
 RESTORE_STEP = re.compile(r"attempt (\d+) rank (\d+) restored (\S+) as step (\d+), but it was saved at step (\d+)")
 SAVE_DIGEST = re.compile(r"attempt (\d+) saved (\S+) at step (\d+) with digest")
 GOLDEN_DIGEST = re.compile(r"lineage step (\d+) \(attempt (\d+)\): digest \w+ != golden")

@@ -106,6 +106,81 @@ def test_equal_states_give_equal_digests_and_a_wrapper_does_not_change_it() -> N
     assert state_digest(model, optimizer) != state_digest(twin)
 
 
+def bn_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+
+
+def test_batchnorm_running_statistics_are_digested_apart_from_the_state_replicas_agree_on() -> None:
+    """Under DDP each rank updates its own running statistics: the digest leaves them out (and
+    keeps what every replica holds equal), `buffers` covers them; SyncBatchNorm keeps them equal."""
+    from trainwreck.trainer.state import digest_of, state_digests
+
+    torch.manual_seed(0)
+    model, other = bn_model(), bn_model()
+    other.load_state_dict(model.state_dict())
+    other[1].running_mean += 1.0  # another rank's statistics after its own batch
+    (digest, stats), (other_digest, other_stats) = state_digests(model, None), state_digests(other, None)
+    assert digest == other_digest == state_digest(model) and stats != other_stats and stats is not None
+    other[0].weight.data += 1.0  # a parameter differs: the digest says so
+    assert state_digests(other, None)[0] != digest
+    synced = torch.nn.SyncBatchNorm(4)
+    before = state_digests(synced, None)
+    synced.running_mean += 1.0
+    assert state_digests(synced, None)[0] != before[0] and before[1] is None
+    # A model without running statistics digests as it always did: the reference trainer's rule, unchanged.
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    optimizer = torch.optim.AdamW(plain.parameters())
+    plain(torch.ones(2, 3)).sum().backward(), optimizer.step()
+    assert state_digests(plain, optimizer) == (digest_of(plain.state_dict().items(),
+                                                         optimizer.state_dict()["state"]), None)
+
+
+def test_a_checkpoint_reports_the_state_it_saved_not_the_last_updates(tmp_path: Path) -> None:
+    """Evaluation between the update and the save (under DDP: rank 0's statistics broadcast)
+    changes what is written; the save's digests are taken when it is written."""
+    from trainwreck.trainer.state import state_digests
+
+    torch.manual_seed(0)
+    model = bn_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Probe(tmp_path / "run", rank=1, world_size=2) as probe:
+        probe.track(model, opt)
+        with probe.update(1, samples=[0, 1]):
+            model(torch.randn(4, 3)).sum().backward(), opt.step(), opt.zero_grad()
+        model[1].running_mean.fill_(0.5)  # what DDP's broadcast of rank 0's buffers does at an eval forward
+        with probe.checkpoint(tmp_path / "ckpt.pt"):
+            torch.save(model.state_dict(), tmp_path / "ckpt.pt")
+    (step,) = [e for e in events_of(tmp_path / "run") if e["kind"] == "step"]
+    (save,) = [e for e in events_of(tmp_path / "run") if e["kind"] == "save"]
+    digest, stats = state_digests(model, opt)
+    assert (save["digest"], save["buffers"]) == (digest, stats) and step["digest"] == digest
+    assert step["buffers"] != stats
+
+
+def test_a_torn_file_is_never_reported_as_a_committed_checkpoint(tmp_path: Path) -> None:
+    """Every rank writes one path; another rank tore it (killed inside its write) before this
+    rank's commit read it: those bytes are not a checkpoint, so no `save` names them."""
+    model = torch.nn.Linear(3, 2)
+    path = tmp_path / "ckpt.pt"
+    with Probe(tmp_path / "run", rank=1, world_size=2) as probe:
+        probe.track(model)
+        with probe.checkpoint(path, step=1):
+            torch.save(model.state_dict(), path)
+            os.truncate(path, path.stat().st_size // 2)  # the other rank's torn write
+        with probe.checkpoint(path, step=2):
+            torch.save(model.state_dict(), path)
+            path.write_bytes(b"")  # the other rank's open("wb"): nothing written yet
+        with probe.checkpoint(path, step=3):
+            torch.save(model.state_dict(), path)
+            data = bytearray(path.read_bytes())
+            data[data.find(model.weight.detach().numpy().tobytes())] ^= 0xFF  # two ranks' bytes mixed: a CRC fails
+            path.write_bytes(bytes(data))
+        with probe.checkpoint(path, step=4):
+            torch.save(model.state_dict(), path)
+    saves = [e for e in events_of(tmp_path / "run") if e["kind"] == "save"]
+    assert [e["step"] for e in saves] == [4]
+
+
 def _save_rank(rank: int, store_path: str, run_dir: str, durable: list[bool]) -> None:
     store = dist.FileStore(store_path, 2)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
@@ -299,10 +374,13 @@ def test_save_commit_and_restore_carry_the_content_when_given_the_path_and_not_o
     with Probe(tmp_path / "run", rank=0, world_size=1) as probe:
         probe.commit(4, "snapshot.pt", "d4", path=ckpt)
         probe.save(4, "snapshot.pt", "d4", durable_on_every_rank=True, path=ckpt)
-        probe.restore(4, "snapshot.pt", "d4", path=ckpt)
-        probe.commit(5, "snapshot.pt", "d5")  # the existing call, unchanged
+        probe.restore(4, "snapshot.pt", "d4", path=ckpt, buffers="b4")
+        probe.reject("snapshot.pt", "does not load", path=ckpt)  # the bytes it refused
+        probe.commit(5, "snapshot.pt", "d5")  # the existing calls, unchanged
+        probe.reject("snapshot.pt", "does not load")
     events = events_of(tmp_path / "run")
-    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 3 + [None]
+    assert [e.get("content") for e in events] == [checkpoint_content(ckpt)] * 4 + [None] * 2
+    assert [e.get("buffers") for e in events] == [None, None, "b4", None, None, None]
 
 
 def test_the_helpers_write_what_a_hand_instrumented_loop_would_without_touching_the_loop(tmp_path: Path) -> None:

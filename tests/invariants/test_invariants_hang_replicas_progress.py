@@ -109,7 +109,7 @@ def test_replicas_diverging_at_one_step_are_invalid(builder):
     verdict = check_replicas(b.load())
     assert verdict.valid is False
     assert verdict.counts["disagreements"] == 1
-    assert verdict.evidence == ["attempt 0 step 3: rank(s) 0,1 digest state-3; rank(s) 2 digest bitflip"]
+    assert verdict.evidence == ["attempt 0 step 3: parameters or optimizer state differ: rank(s) 0,1 digest state-3; rank(s) 2 digest bitflip"]
 
 
 def test_divergence_among_ranks_that_rank_0_never_reached_is_found(builder):
