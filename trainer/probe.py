@@ -29,7 +29,7 @@ import torch
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
-from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, run_fields, seed_everything
+from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, plain_ids, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
 from trainwreck.trainer.rundir import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
@@ -187,8 +187,7 @@ class Probe:
         self.emit("reject", checkpoint=checkpoint, reason=reason, **_content(path))
 
     def batch(self, step: int, epoch: int, samples: Sequence[int]) -> None:
-        if type(samples) is not list:  # a tensor or array of ids: JSON needs plain ints
-            samples = samples.tolist() if hasattr(samples, "tolist") else [int(s) for s in samples]
+        samples = plain_ids(samples)  # a tensor or array of ids: JSON needs plain ints
         self.enter(step)
         self.emit("batch", step=step, epoch=epoch, samples=samples)
         self.advance(step, "data")
@@ -378,7 +377,7 @@ class Probe:
         if epoch is None:
             epoch = (step - 1) // self.updates_per_epoch if self.updates_per_epoch else 0
         if samples is not None:
-            return list(samples), epoch
+            return plain_ids(samples), epoch
         return ([i for ids, _ in drawn for i in ids] if drawn else None), epoch
 
     def _ensure_started(self) -> None:

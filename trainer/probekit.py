@@ -24,6 +24,13 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import torch
 
 
+
+def plain_ids(ids: Any) -> list[int]:
+    """Sample ids as plain ints, whatever the script holds them in (a list, a tensor, an array):
+    what an event's JSON can carry."""
+    ids = ids.tolist() if hasattr(ids, "tolist") else ids
+    return [int(i) for i in ids]
+
 class ProbeError(ValueError):
     """The probe was misused or misconfigured; the message says the fix."""
 
@@ -186,8 +193,7 @@ class Update:
             raise ProbeError(f"update {self.step}'s batch was written when it began (samples= or probe.loader "
                              "batches drawn before it); report every micro-batch with probe.samples(ids) inside "
                              "the update instead, and pass no samples= to probe.update")
-        ids = ids.tolist() if hasattr(ids, "tolist") else ids
-        self.added = (self.added or []) + [int(i) for i in ids]
+        self.added = (self.added or []) + plain_ids(ids)
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.probe.current = None

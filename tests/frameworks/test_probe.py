@@ -539,3 +539,16 @@ def test_the_older_calls_without_path_report_the_bytes_of_a_snapshot_overwritten
     assert contents[0] != contents[1]
     assert events == [("save", 4, contents[0]), ("save", 8, contents[1]), ("restore", 8, None),
                       ("restore", 8, contents[1]), ("restore", 8, None)]
+
+
+@pytest.mark.parametrize("ids", [torch.tensor([1, 2, 3, 4]), [torch.tensor(1), 2, 3, 4]], ids=["tensor", "list"])
+def test_an_update_given_its_ids_as_a_tensor_writes_plain_ints(tmp_path: Path, ids: Any) -> None:
+    # samples= as a tensor crashed the update with "Tensor is not JSON serializable".
+    probe = Probe(tmp_path, 0, 1, 0)
+    model = torch.nn.Linear(2, 2)
+    probe.track(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with probe.update(1, epoch=0, samples=ids):
+        probe.loss(torch.tensor(1.0))
+    probe.close()
+    (batch,) = [e for e in events_of(tmp_path) if e["kind"] == "batch"]
+    assert batch["samples"] == [1, 2, 3, 4]
