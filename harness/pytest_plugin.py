@@ -197,11 +197,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def cuda_device_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from trainwreck.harness.launch.gpus import cuda_device_count as count  # the CLI's own count
+
+    return count()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
