@@ -5,7 +5,7 @@ Options, resolved in one place (`resolve`): a test's `@pytest.mark.trainwreck(na
 key `trainwreck_NAME` > the default. Markers: `gpu(devices=N)` (skips without N CUDA
 devices), `chaos`, `slow`, `trainwreck(**options)`. Fixtures: `trainwreck_settings`,
 `warm_launcher` (this worker's fork server, shut down at session end), `golden_cache`
-(one directory per session, shared by xdist workers), `run_scenario` (runs and judges
+(the CLI's cache by default, kept across sessions, shared by xdist workers), `run_scenario` (runs and judges
 a scenario, returns a `JudgedRun`), `run_command` (runs and judges *your own* training
 command under a plan, docs/TESTING.md) and `chaos` (the property-based chaos suite). A
 failing test that ran jobs gets a `trainwreck` report section: each run's verdicts,
@@ -38,6 +38,7 @@ CHAOS_PROFILE = "chaos_profile"
 COMMAND = "command"
 WORLD_SIZES = "world_sizes"
 HANG_TIMEOUT = "hang_timeout"
+GOLDEN_CACHE = "golden_cache"
 
 MARKER = "trainwreck"
 KEEP_POLICIES = ("failed", "all", "none")
@@ -79,6 +80,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(COMMAND, "", "your training command for run_command() called without one, e.g. 'python train.py'"),
     Option(WORLD_SIZES, "2", "run_command(): world size per attempt, e.g. 2,1 (the last repeats)"),
     Option(HANG_TIMEOUT, "30", "run_command(): seconds without progress before a hang is declared"),
+    # Its env var is the CLI's ($TRAINWRECK_GOLDEN_CACHE): one cache, keyed alike, for both.
+    Option(GOLDEN_CACHE, "", "where golden runs are cached across sessions (default: the CLI's cache, "
+                             "$XDG_CACHE_HOME/trainwreck/golden or ~/.cache/trainwreck/golden)"),
 )}
 
 
@@ -282,29 +286,34 @@ def warm_launcher() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where golden runs are cached: $TRAINWRECK_GOLDEN_CACHE, else one directory per session.
+def golden_cache(request: pytest.FixtureRequest) -> Path:
+    """Where golden runs are cached: `golden_cache_dir` (the CLI's cache unless an option says)."""
+    return golden_cache_dir(request.config)
 
-    xdist workers share it (their base temp directories are siblings); harness.judge.golden
-    builds each entry in a scratch directory and renames it, so racing workers are safe."""
-    from trainwreck.harness.judge.golden import CACHE_ENV
 
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = root / "trainwreck-golden"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def golden_cache_dir(config: pytest.Config) -> Path:
+    """The golden_cache option (flag, $TRAINWRECK_GOLDEN_CACHE, ini), else the CLI's own cache
+    (harness/judge/golden.py `default_cache_dir`). A golden run is keyed by what shapes it, so
+    one built by any session or `trainwreck run` is reused, not rebuilt every session. xdist
+    workers and concurrent sessions share it safely: each entry is built in a scratch
+    directory and renamed into place."""
+    from trainwreck.harness.judge.golden import default_cache_dir
+
+    value, _ = resolve(config, GOLDEN_CACHE)
+    return Path(value) if value else default_cache_dir()
 
 
 def apply_backend(config_overrides: dict[str, Any], backend: str) -> dict[str, Any]:
     return {**config_overrides, **backend_fields(backend)}
 
 
-def record_run(request: pytest.FixtureRequest, judged: Any) -> None:
-    """Attach a JudgedRun to the test, so its failure report shows the run and how to reproduce it."""
+def record_run(request: pytest.FixtureRequest, judged: Any) -> Any:
+    """Attach a JudgedRun to the test, so its failure report shows the run and how to reproduce
+    it; returns the run marked so, whose `assert_valid` then points at that section instead of
+    printing it a second time."""
+    judged = replace(judged, section_shown=True)
     request.node.stash.setdefault(RUNS_KEY, []).append(judged)
+    return judged
 
 
 def _clean_up(request: pytest.FixtureRequest, settings: Settings, run_dirs: list[Path]) -> None:
@@ -339,8 +348,7 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
         judged = run_judged(spec_for(base, out, launcher=settings.launcher), base.name, golden_cache)
         if settings.backend != "auto":  # `trainwreck run` defaults to auto: name the backend that ran
             judged = replace(judged, reproduce=f"{judged.reproduce} --backend {settings.backend}")
-        record_run(request, judged)
-        return judged
+        return record_run(request, judged)
 
     yield run
     _clean_up(request, settings, run_dirs)
@@ -380,8 +388,7 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
         except (PlanError, SpecError, ValueError) as exc:
             pytest.fail(f"run_command(): {exc}", pytrace=False)
         judged = run_judged(spec, golden_cache=golden_cache, fresh_golden=fresh_golden)
-        record_run(request, judged)
-        return judged
+        return record_run(request, judged)
 
     yield run
     _clean_up(request, settings, run_dirs)
