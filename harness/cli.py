@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
+from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp  # stdlib-only
 from trainwreck.trainer.config import OneLineParser
 from trainwreck.trainer.files import describe, is_environment_failure
 from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
@@ -37,6 +38,7 @@ EXIT_INTERRUPTED = 130
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    keep_torch_cache_out_of_tmp()  # before any command imports torch; its ranks inherit it
     if not argv or argv[0] in ("-h", "--help"):
         print_usage()
         return 0 if argv else EXIT_UNKNOWN

@@ -187,6 +187,9 @@ MARKERS = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp
+
+    keep_torch_cache_out_of_tmp()  # before a test imports torch: nothing of a run in $TMPDIR
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     settings_for(config)  # a bad CLI/env/ini value fails the session at once, not every test

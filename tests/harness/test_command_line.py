@@ -2,6 +2,7 @@
 matches what each command accepts."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -106,7 +107,6 @@ def test_a_full_disk_that_names_no_file_is_named_by_the_run_directorys_disk(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
     import errno
-    import os
     from types import SimpleNamespace
 
     from trainwreck.harness.cli import run_command
@@ -122,3 +122,31 @@ def test_a_full_disk_that_names_no_file_is_named_by_the_run_directorys_disk(
     err = capsys.readouterr().err
     assert f"{out} is on the disk mounted at {mount} (" in err and " free of " in err, err
     assert "free space on that disk" in err, err
+
+
+def test_a_run_leaves_nothing_in_tmpdir_and_keeps_torchs_cache_in_the_users_cache(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    tmp, home = tmp_path / "tmp", tmp_path / "home"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(TMPDIR=str(tmp), HOME=str(home), TRAINWRECK_GOLDEN_CACHE=str(tmp_path / "golden"))
+    done = subprocess.run([sys.executable, "-m", "trainwreck.harness.cli", "run", "--plan", "[]", "--world-sizes", "1",
+                           "--total-steps", "4", "--out", str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in tmp.iterdir()) == [], "the run left these in $TMPDIR"
+    assert (home / ".cache" / "trainwreck" / "torchinductor").is_dir(), "torch never made its cache: nothing tested"
+
+
+def test_a_torch_cache_folder_the_user_chose_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from trainwreck.harness.launch import torchcache
+
+    monkeypatch.setenv(torchcache.ENV, str(tmp_path / "mine"))
+    torchcache.keep_torch_cache_out_of_tmp()
+    assert os.environ[torchcache.ENV] == str(tmp_path / "mine")
+    monkeypatch.delenv(torchcache.ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    torchcache.keep_torch_cache_out_of_tmp()
+    assert os.environ[torchcache.ENV] == str(tmp_path / "xdg" / "trainwreck" / "torchinductor")
