@@ -79,8 +79,7 @@ def writers_sentence() -> str:
 
     defects = [name for name in writer_variants() if name != "reference"]
     return (f"writers: reference (the default) and the planted defects of its writer {', '.join(defects)}; "
-            f"DCP's own save "
-            f"{', '.join(DCP_LAYOUTS)}; a framework's own save {', '.join(FRAMEWORKS)} (with --power-loss: "
+            f"DCP's own save {', '.join(DCP_LAYOUTS)} ({DCP_WRITER} alone with --power-loss); a framework's own save {', '.join(FRAMEWORKS)} (with --power-loss: "
             f"{', '.join(FOREIGN_WRITERS)})")
 
 
@@ -149,7 +148,8 @@ class SweepRequest:
         if not (self.dcp_own or (self.power_loss and self.writer in FOREIGN_WRITERS)):
             # DCP's own commit and the framework writers' saves are no trainer variants
             if self.writer not in writer_variants():
-                raise InputError(f"--writer {self.writer!r} is not a checkpoint writer; {writers_sentence()}")
+                sweep = "power-loss" if self.power_loss else "crash"
+                raise InputError(f"--writer {self.writer!r} is not a writer the {sweep} sweep takes; {writers_sentence()}")
         if self.dcp_own and self.parallelism != "ddp":
             raise InputError(f"--writer {self.writer} sweeps DCP's own save in one process; leave out --parallelism")
 
