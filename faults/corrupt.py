@@ -13,6 +13,11 @@ Where: the checkpoint store of the run directory, reached through the trainer's
 ``rank: null`` (damage from outside any training rank, counted before the attempt by
 the atomicity checker), ``applied_by_rank: 0`` and ``checkpoint`` for each checkpoint
 it damaged, and is written before the damage is done.
+
+A fault that finds nothing to damage (no committed checkpoint, a named target or file the
+run never wrote: `__1_0.distcp` at world size 1) raises `CannotAct` with the reason; the
+hooks record it as a `fault_skip` event and the judge reports the fault as never fired
+(unknown), never as a crash of the rank that applied it.
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ from trainwreck.trainer.storage import LocalStorage, Storage
 
 # emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.
 Emit = Callable[..., None]
+
+
+class CannotAct(Exception):
+    """A fault whose target does not exist in this run: the message says what was missing."""
 
 
 def checkpoints_root(events_path: Path) -> Path:
@@ -42,21 +51,28 @@ def targets(storage: Storage, fault: dict[str, Any], how_many: int = 1) -> list[
     """The checkpoints to damage: the newest committed ones, or the one named by `target`."""
     target = fault.get("target", "newest")
     if target != "newest":
-        return [target] if target in storage.list(".") else []
-    return committed(storage)[:how_many]
+        if target not in storage.list("."):
+            raise CannotAct(f"its target {target!r} is not in checkpoints/")
+        return [target]
+    names = committed(storage)[:how_many]
+    if len(names) < how_many:
+        raise CannotAct(f"it needs {how_many} committed checkpoint(s) and the store holds {len(names)}")
+    return names
 
 
 def apply_corruption(fault: dict[str, Any], storage: Storage, emit: Emit) -> list[str]:
-    """Apply one `corrupt` fault; returns the damaged checkpoints. Nothing to damage means
-    no event, so the run is judged "unknown" (the fault did not test anything)."""
+    """Apply one `corrupt` fault; returns the damaged checkpoints. Nothing to damage raises
+    CannotAct before any event or damage, so the run is judged "unknown" (the fault did not
+    test anything) and says why."""
     how = fault["how"]
     if how == "tear_pointer":
         return _tear_pointer(fault, storage, emit)
     if how == "stale_tmp":
         return _stale_tmp(fault, storage, emit)
     names = targets(storage, fault, 2 if how == "break_newest_two" else 1)
-    if how == "break_newest_two" and len(names) < 2:
-        return []  # fewer than two to break: this fault cannot do what it says
+    if how != "delete_manifest":  # every file is checked before any is damaged: all or nothing
+        for name in names:
+            _existing(storage, _file(fault, name))
     for name in names:
         if how == "delete_manifest":
             emit(fault, f"deleted {name}/{MANIFEST}", checkpoint=name)
@@ -70,6 +86,19 @@ def apply_corruption(fault: dict[str, Any], storage: Storage, emit: Emit) -> lis
 
 def _file(fault: dict[str, Any], name: str) -> str:
     return f"{name}/{fault.get('file', 'model.pt')}"
+
+
+def _existing(storage: Storage, path: str) -> str:
+    """`path` if the store holds it; otherwise why the fault cannot act, with what is there."""
+    if storage.exists(path):
+        return path
+    folder = path.rpartition("/")[0] or "."
+    try:
+        present = ", ".join(sorted(storage.list(folder))[:8]) or "nothing"
+    except OSError:
+        present = "nothing readable"
+    raise CannotAct(f"{path} does not exist (that checkpoint holds {present}); a file name that names a "
+                    "rank, such as __1_0.distcp, exists only when the run has that rank")
 
 
 def _truncate(fault: dict[str, Any], storage: Storage, emit: Emit, name: str) -> None:
@@ -96,7 +125,7 @@ def _flip(fault: dict[str, Any], storage: Storage, emit: Emit, name: str) -> Non
 def _tear_pointer(fault: dict[str, Any], storage: Storage, emit: Emit) -> list[str]:
     # The pointer is not a checkpoint: no `checkpoint` field; every checkpoint stays intact.
     if not storage.exists(POINTER):
-        return []
+        raise CannotAct(f"there is no {POINTER} pointer to tear (no checkpoint was committed)")
     data = storage.read(POINTER)
     emit(fault, f"tore {POINTER}: kept {len(data) // 2} of {len(data)} bytes")
     storage.write(POINTER, data[: len(data) // 2])
@@ -119,9 +148,9 @@ def corrupt_run_dir(fault: dict[str, Any], events_path: Path, emit: Emit) -> lis
     """`apply_corruption` on the store of the run directory that holds `events_path`."""
     root = checkpoints_root(events_path)
     if not root.is_dir():
-        return []
+        raise CannotAct("the run directory has no checkpoints/ (no checkpoint was saved)")
     try:
         storage = LocalStorage(root, within=root.parent)  # a checkpoints/ linked elsewhere is not ours to damage
-    except OSError:
-        return []
+    except OSError as exc:
+        raise CannotAct(f"checkpoints/ cannot be opened inside the run directory: {exc}") from None
     return apply_corruption(fault, storage, emit)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from trainwreck.faults import blocking
-from trainwreck.faults.corrupt import corrupt_run_dir
+from trainwreck.faults.corrupt import CannotAct, corrupt_run_dir
 from trainwreck.faults.plan import COMM_HOOK_KINDS, HARNESS, KINDS, parse_plan, with_defaults
 from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
 from trainwreck.trainer import hooks as fp
@@ -126,7 +126,10 @@ class FaultHooks:
         self.per_update = [cls(mine, self.record, rank, run.root) for kind, cls in step_injectors().items()
                            if (mine := self.of_kind(kind))]
         for fault in self.of_kind("corrupt"):
-            corrupt_run_dir(fault, events.path, self._record_corruption)
+            try:
+                corrupt_run_dir(fault, events.path, self._record_corruption)
+            except CannotAct as why:  # a missing target is the plan's gap, not a crash of this rank
+                self.skip(fault, str(why))
         self._arm_gates(run)
 
     def point(self, name: str, step: int, **ctx: Any) -> None:
@@ -171,6 +174,13 @@ class FaultHooks:
         self.fired.add(fault["id"])
         self.events.emit("fault", fault_id=fault["id"], rank=self.rank, detail=detail,
                          fault_kind=fault["kind"], **extra)
+
+    def skip(self, fault: dict[str, Any], reason: str) -> None:
+        """The `fault_skip` event of a fault that could not act: it never fired, and the
+        judge's unknown says why (flushed at once, like `fault`)."""
+        assert self.events is not None, "bind() must run before a fault is skipped"
+        self.events.emit("fault_skip", fault_id=fault["id"], rank=self.rank, reason=reason,
+                         fault_kind=fault["kind"])
 
     def _record_corruption(self, fault: dict[str, Any], detail: str, checkpoint: str | None = None) -> None:
         # rank null: the damage is the world's doing between attempts, not this rank's work.

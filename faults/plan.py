@@ -340,11 +340,14 @@ def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
     if kind.where == HARNESS:
         _check_external(fid, raw)
     hang_expected = raw.get("expect") == "hang"
-    hangs = kind.hangs and raw.get("then", "wait") == "wait"
+    # A SIGSTOPped rank is never continued, so the job hangs until the watchdog names it.
+    stops = raw.get("signal") == "SIGSTOP"
+    hangs = (kind.hangs and raw.get("then", "wait") == "wait") or stops
     if hangs and not hang_expected:
-        raise PlanError(f"fault {fid}: kind {kind.name!r} hangs the job, so the harness must detect it: "
-                        "add \"expect\": \"hang\"")
-    if hang_expected and not hangs and not (kind.name == "signal" and raw.get("signal") == "SIGSTOP"):
+        what = "signal 'SIGSTOP' stops its rank for good, so the job hangs" if stops else f"kind {kind.name!r} hangs the job"
+        raise PlanError(f"fault {fid}: {what}, and the harness must detect it: add \"expect\": \"hang\" "
+                        "(without it the hang event is judged a false alarm)")
+    if hang_expected and not hangs:
         raise PlanError(f"fault {fid}: field 'expect'='hang' but a {kind.name!r} fault does not hang the job "
                         "(a hang event would then be judged a false alarm); remove 'expect'")
     if kind.name == "straggler" and "until" in raw and raw["until"] < raw["step"]:

@@ -49,12 +49,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(argv: list[str]) -> int:
+    from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp  # stdlib-only
     from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
     from trainwreck.trainer.config import OneLineParser
+
+    keep_torch_cache_out_of_tmp()  # before any command imports torch; its ranks inherit it
 
     if not argv or argv[0] in ("-h", "--help"):
         print_usage()
         return 0 if argv else EXIT_UNKNOWN
+    if argv[0] in ("-V", "--version"):
+        print(f"trainwreck {version()}")
+        return EXIT_VALID
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"trainwreck: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
@@ -96,7 +102,8 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
     except OSError as exc:  # the machine, not the input: a full disk, a read-only folder, a taken port
         if not is_environment_failure(exc):
             raise
-        print(f"trainwreck {name}: error: {one_line(describe(exc))}", file=sys.stderr)
+        near = getattr(args, "out", None) or getattr(args, "run_dir", None) or "."  # where the command writes
+        print(f"trainwreck {name}: error: {one_line(describe(exc, near))}", file=sys.stderr)
         return EXIT_UNKNOWN
 
 
@@ -146,8 +153,18 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def version() -> str:
+    """The installed distribution's version (an uninstalled checkout has none to report)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("trainwreck")
+    except PackageNotFoundError:
+        return "(not installed: run from a checkout)"
+
+
 def print_usage() -> None:
-    print("usage: trainwreck COMMAND [options]\n\ncommands:")
+    print("usage: trainwreck COMMAND [options]\n       trainwreck --version\n\ncommands:")
     for name, (_, help_text) in COMMANDS.items():
         print(f"  {name:<10} {help_text}")
     print("\n`trainwreck COMMAND --help` describes each one.")

@@ -5,7 +5,7 @@ Options, resolved in one place (`resolve`): a test's `@pytest.mark.trainwreck(na
 key `trainwreck_NAME` > the default. Markers: `gpu(devices=N)` (skips without N CUDA
 devices), `chaos`, `slow`, `trainwreck(**options)`. Fixtures: `trainwreck_settings`,
 `warm_launcher` (this worker's fork server, shut down at session end), `golden_cache`
-(one directory per session, shared by xdist workers), `run_scenario` (runs and judges
+(the CLI's cache by default, kept across sessions, shared by xdist workers), `run_scenario` (runs and judges
 a scenario, returns a `JudgedRun`), `run_command` (runs and judges *your own* training
 command under a plan, docs/TESTING.md) and `chaos` (the property-based chaos suite). A
 failing test that ran jobs gets a `trainwreck` report section: each run's verdicts,
@@ -39,6 +39,7 @@ CHAOS_PROFILE = "chaos_profile"
 COMMAND = "command"
 WORLD_SIZES = "world_sizes"
 HANG_TIMEOUT = "hang_timeout"
+GOLDEN_CACHE = "golden_cache"
 
 MARKER = "trainwreck"
 KEEP_POLICIES = ("failed", "all", "none")
@@ -83,6 +84,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option(COMMAND, "", "your training command for run_command() called without one, e.g. 'python train.py'"),
     Option(WORLD_SIZES, "2", "run_command(): world size per attempt, e.g. 2,1 (the last repeats)"),
     Option(HANG_TIMEOUT, "30", "run_command(): seconds without progress before a hang is declared"),
+    # Its env var is the CLI's ($TRAINWRECK_GOLDEN_CACHE): one cache, keyed alike, for both.
+    Option(GOLDEN_CACHE, "", "where golden runs are cached across sessions (default: the CLI's cache, "
+                             "$XDG_CACHE_HOME/trainwreck/golden or ~/.cache/trainwreck/golden)"),
 )}
 
 
@@ -189,6 +193,9 @@ MARKERS = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp
+
+    keep_torch_cache_out_of_tmp()  # before a test imports torch: nothing of a run in $TMPDIR
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     settings_for(config)  # a bad CLI/env/ini value fails the session at once, not every test
@@ -203,11 +210,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def cuda_device_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from trainwreck.harness.launch.gpus import cuda_device_count as count  # the CLI's own count
+
+    return count()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -290,20 +295,21 @@ def warm_launcher() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def golden_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where golden runs are cached: $TRAINWRECK_GOLDEN_CACHE, else one directory per session.
+def golden_cache(request: pytest.FixtureRequest) -> Path:
+    """Where golden runs are cached: `golden_cache_dir` (the CLI's cache unless an option says)."""
+    return golden_cache_dir(request.config)
 
-    xdist workers share it (their base temp directories are siblings); harness.judge.golden
-    builds each entry in a scratch directory and renames it, so racing workers are safe."""
-    from trainwreck.harness.judge.golden import CACHE_ENV
 
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = root / "trainwreck-golden"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def golden_cache_dir(config: pytest.Config) -> Path:
+    """The golden_cache option (flag, $TRAINWRECK_GOLDEN_CACHE, ini), else the CLI's own cache
+    (harness/judge/golden.py `default_cache_dir`). A golden run is keyed by what shapes it, so
+    one built by any session or `trainwreck run` is reused, not rebuilt every session. xdist
+    workers and concurrent sessions share it safely: each entry is built in a scratch
+    directory and renamed into place."""
+    from trainwreck.harness.judge.golden import default_cache_dir
+
+    value, _ = resolve(config, GOLDEN_CACHE)
+    return Path(value) if value else default_cache_dir()
 
 
 def apply_backend(config_overrides: dict[str, Any], backend: str, device: str = "") -> dict[str, Any]:
@@ -318,9 +324,13 @@ def skip_without_cuda(settings: Settings) -> None:
         pytest.skip("device cuda needs CUDA; none is available")
 
 
-def record_run(request: pytest.FixtureRequest, judged: Any) -> None:
-    """Attach a JudgedRun to the test, so its failure report shows the run and how to reproduce it."""
+def record_run(request: pytest.FixtureRequest, judged: Any) -> Any:
+    """Attach a JudgedRun to the test, so its failure report shows the run and how to reproduce
+    it; returns the run marked so, whose `assert_valid` then points at that section instead of
+    printing it a second time."""
+    judged = replace(judged, section_shown=True)
     request.node.stash.setdefault(RUNS_KEY, []).append(judged)
+    return judged
 
 
 def _clean_up(request: pytest.FixtureRequest, settings: Settings, run_dirs: list[Path]) -> None:
@@ -356,8 +366,7 @@ def run_scenario(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_sett
             judged = replace(judged, reproduce=f"{judged.reproduce} --backend {settings.backend}")
         if settings.device:
             judged = replace(judged, reproduce=f"{judged.reproduce} --set device={settings.device}")
-        record_run(request, judged)
-        return judged
+        return record_run(request, judged)
 
     yield run
     _clean_up(request, settings, run_dirs)
@@ -397,8 +406,7 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
         except (PlanError, SpecError, ValueError) as exc:
             pytest.fail(f"run_command(): {exc}", pytrace=False)
         judged = run_judged(spec, golden_cache=golden_cache, fresh_golden=fresh_golden)
-        record_run(request, judged)
-        return judged
+        return record_run(request, judged)
 
     yield run
     _clean_up(request, settings, run_dirs)

@@ -80,6 +80,15 @@ def unfired_faults(history: History) -> list[Any]:
     return [f["id"] for f in history.spec["faults"] if f["id"] not in fired]
 
 
+def skip_reasons(history: History, unfired: list[Any]) -> list[str]:
+    """One note per unfired fault that recorded why it could not act (its first `fault_skip`)."""
+    reasons: dict[Any, str] = {}
+    for ev in history.of_kind("fault_skip"):
+        if ev["fault_id"] in unfired and isinstance(ev.get("reason"), str):
+            reasons.setdefault(ev["fault_id"], ev["reason"])
+    return [f"fault {fid} could not act: {reasons[fid]}" for fid in unfired if fid in reasons]
+
+
 def judge(history: History, golden: History | None = None) -> Judgement:
     """All six checkers, each crash-safe, composed false > unknown > true.
 
@@ -98,6 +107,7 @@ def judge(history: History, golden: History | None = None) -> Judgement:
     if unfired:
         parts.append(UNKNOWN)
         notes.append(f"planned fault(s) never fired, so the run did not test them: {', '.join(map(str, unfired))}")
+        notes.extend(skip_reasons(history, unfired))
     stop = interrupted_end(history)
     if stop is None:
         return Judgement(compose(parts), verdicts, unfired, notes)

@@ -83,7 +83,8 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "attempt": (),
     "save_ops": (),
     "seed": (),  # the probe's one-call seeding (trainer/probe.py Probe.seed): which seed a rank used
-    "leftover": (),  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
+    "leftover": (),
+    "fault_skip": (("fault_id", _STR),),  # a planned fault that could not act, and `reason` why (faults/corrupt.py)  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
 }
 _DENSE = frozenset(["step", "batch"])
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 ENV = "TRAINWRECK_TEST_TMPDIR"
-THIRD_PARTY_CACHES = ("pytest-of-", "torchinductor_")
-"""Caches libraries keep in $TMPDIR by design (pytest's tmp_path tree, torch's compile cache)."""
+THIRD_PARTY_CACHES = ("pytest-of-",)
+"""Caches libraries keep in $TMPDIR by design (pytest's tmp_path tree). torch's compile cache
+is not one: the plugin points it at the user's cache (harness/launch/torchcache.py)."""
 IGNORED_IN_REPO = {".pytest_cache", ".hypothesis", ".venv", "__pycache__", ".git", ".coverage"}
 
 

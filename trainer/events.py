@@ -23,7 +23,7 @@ from typing import Any
 FORMAT = "trainwreck-run/1"
 """The run format every writer stamps (the harness, the probe and run.json import it from here;
 the independent checker, invariants/history.py, spells it once more and a test holds them equal)."""
-URGENT_KINDS = frozenset({"start", "restore", "reject", "batch", "save", "prune", "fault", "end"})
+URGENT_KINDS = frozenset({"start", "restore", "reject", "batch", "save", "prune", "fault", "fault_skip", "end"})
 
 
 class EventLog:

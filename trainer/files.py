@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -192,10 +193,43 @@ FIXES = {
 """The fix an environment failure's one line names, by errno."""
 
 
-def describe(exc: OSError) -> str:
-    """An OSError in one line: what failed, on which file, why, and what to do about it."""
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The errnos of a full disk: their line names the disk (its mount point and free space)."""
+
+
+def describe(exc: OSError, near: str | os.PathLike[str] | None = None) -> str:
+    """An OSError in one line: what failed, on which file, why, and what to do about it. A full
+    disk is named by the failed file's mount point, or `near`'s when the error names no file
+    (a write to an open descriptor), so "free space on that disk" says which disk."""
     if isinstance(exc, HostileFile):
         return str(exc)
-    where = f" ({exc.filename})" if exc.filename else ""
+    where = f" ({exc.filename}, {disk_of(exc.filename)})" if exc.filename and exc.errno in FULL else \
+        f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in FULL and not exc.filename and near is not None:
+        where = f" (it names no file; {near} is {disk_of(near)})"
     fix = FIXES.get(exc.errno or 0)
     return f"{exc.strerror or type(exc).__name__}{where}" + (f": {fix}" if fix else "")
+
+
+def disk_of(path: str | os.PathLike[str]) -> str:
+    """'on the disk mounted at M (F free of T)' for the file system that holds `path` (or would:
+    its nearest existing folder)."""
+    place = Path(os.path.abspath(os.fspath(path)))
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    mount = place
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        usage = shutil.disk_usage(place)
+    except OSError:
+        return f"on the disk mounted at {mount}"
+    return f"on the disk mounted at {mount} ({_size(usage.free)} free of {_size(usage.total)})"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"

@@ -17,12 +17,16 @@ from trainwreck.trainer.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # The chapter table itself (no runs, no torch): the help names what --chapters accepts.
+    from trainwreck.harness.report.chapters import CHAPTERS
+
+    default = ", ".join(c.slug for c in CHAPTERS if not c.full)
+    slow = ", ".join(c.slug for c in CHAPTERS if c.full)
     parser.add_argument("--out", type=Path, help="casebook directory (default: ./trainwreck-out/handbook-TIMESTAMP)")
-    parser.add_argument("--chapters", help="comma-separated chapter names instead of the default set")
+    parser.add_argument("--chapters", help=f"comma-separated chapter names instead of the default set; the default "
+                                           f"set: {default}; with --full, or by name: {slow}")
     parser.add_argument("--full", action="store_true",
-                        help="also the chapters whose runs are too slow for the default handbook's time budget "
-                             "(mixed precision, omission, poison, activations, the measured pipeline bubble, periodic "
-                             "slowdowns, the data loader, the scale chapters)")
+                        help=f"also the chapters whose runs are too slow for the default handbook's time budget: {slow}")
 
 
 def measured_bytes(measured: dict[str, Any]) -> str:

@@ -8,12 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainwreck.harness.launch import gpus
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, verdict_lines
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
-from trainwreck.trainer.config import PARALLELISMS, backend_fields, load_json_arg, parse_set_items
+from trainwreck.trainer.config import BACKENDS, PARALLELISMS, backend_fields, load_json_arg, parse_set_items
 from trainwreck.trainer.errors import InputError
 
 
@@ -26,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launcher", choices=launcher_names(REFERENCE),
                         help=f"how ranks start (default {DEFAULT_LAUNCHER}; --cmd picks its own): "
                              f"{launcher_help(launcher_names(REFERENCE))}")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), help="process-group backend (default: auto)")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="process-group backend (default auto: nccl when every rank has a GPU, else gloo)")
     parser.add_argument("--parallelism", choices=PARALLELISMS,
                         help="ddp (default) or fsdp: FSDP2 with sharded DCP checkpoints")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -50,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--fresh-golden applies to --cmd only: the reference trainer's golden key already "
                          "covers its config and source; leave it out")
     scenario = build_scenario(args)
+    gpus.check_gpus(scenario.config, scenario.world_sizes)  # before the golden run: nccl wants a GPU per rank
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)
     judged = run_judged(spec, args.scenario)

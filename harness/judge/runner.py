@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ class JudgedRun:
     """The exact command that reruns this job and judges it again."""
     root_cause: RootCause | None = None
     """The first rank that died of something no planned fault caused, when one did."""
+    section_shown: bool = field(default=False, compare=False)
+    """True when the pytest plugin prints this run's failure section under its own heading
+    (it recorded the run): `assert_valid` then says so in one line rather than repeat it."""
 
     @property
     def exit_code(self) -> int:
@@ -64,8 +67,23 @@ class JudgedRun:
         """Raise AssertionError with the failure section (verdicts, evidence, run directory,
         report, reproduce line) unless every invariant held and every planned fault fired."""
         if self.judgement.valid is not True:
-            raise AssertionError("trainwreck judged the run " + verdict_word(self.judgement.valid) + "\n"
-                                 + failure_section(self))
+            raise RunNotValid(self)
+
+
+class RunNotValid(AssertionError):
+    """`assert_valid`'s failure: the run's failure section, or, when the pytest plugin prints
+    that section itself (`section_shown`), one line pointing at it, so it is printed once."""
+
+    def __init__(self, judged: JudgedRun) -> None:
+        word = verdict_word(judged.judgement.valid)
+        if judged.section_shown:
+            failing = [n for n, v in judged.judgement.verdicts.items() if v.valid is not True]
+            failing += ["unfired faults"] if judged.judgement.unfired_faults else []
+            super().__init__(f"trainwreck judged the run {word} ({', '.join(failing) or 'see its notes'}): "
+                             "its verdicts, run directory and reproduce line are in the trainwreck section below")
+        else:
+            super().__init__(f"trainwreck judged the run {word}\n{failure_section(judged)}")
+        self.judged = judged
 
 
 def verdict_lines(judgement: Judgement) -> list[str]:

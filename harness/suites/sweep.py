@@ -60,6 +60,29 @@ DCP_LOAD = "dcp_load"
 
 # ----- what to sweep, and what came of it -----------------------------------------------------
 
+def writer_variants() -> list[str]:
+    """The reference and the planted defects that write checkpoints their own way: a checkpoint
+    store of their own, or their own save or shard commit. The other defects change what is
+    trained or saved, not how it is written, so a crash sweep of their save is the reference's."""
+    from trainwreck.trainer.entry import VARIANTS
+    from trainwreck.trainer.loop import Trainer
+
+    seams = ("store_class", "save", "shard_manifest_files")
+    return [name for name, cls in VARIANTS.items()
+            if cls is Trainer or any(getattr(cls, seam) is not getattr(Trainer, seam) for seam in seams)]
+
+
+def writers_sentence() -> str:
+    """Every --writer, by what it sweeps (the help and the refusal say the same)."""
+    from trainwreck.faults.dcpcrash import DCP_LAYOUTS
+    from trainwreck.harness.suites.frameworks import FRAMEWORKS
+
+    defects = [name for name in writer_variants() if name != "reference"]
+    return (f"writers: reference (the default) and the planted defects of its writer {', '.join(defects)}; "
+            f"DCP's own save {', '.join(DCP_LAYOUTS)} ({DCP_WRITER} alone with --power-loss); a framework's own save {', '.join(FRAMEWORKS)} (with --power-loss: "
+            f"{', '.join(FOREIGN_WRITERS)})")
+
+
 @dataclass(frozen=True)
 class SweepRequest:
     """One sweep, declared; `check` refuses what cannot run before anything starts."""
@@ -122,13 +145,11 @@ class SweepRequest:
             raise InputError(f"{given[0]} {why}")
 
     def _check_writer(self) -> None:
-        from trainwreck.trainer.entry import trainer_class
-
         if not (self.dcp_own or (self.power_loss and self.writer in FOREIGN_WRITERS)):
-            try:  # DCP's own commit and the framework writers' saves are no trainer variants
-                trainer_class(self.writer)
-            except ValueError as exc:
-                raise InputError(f"--writer: {exc}") from None
+            # DCP's own commit and the framework writers' saves are no trainer variants
+            if self.writer not in writer_variants():
+                sweep = "power-loss" if self.power_loss else "crash"
+                raise InputError(f"--writer {self.writer!r} is not a writer the {sweep} sweep takes; {writers_sentence()}")
         if self.dcp_own and self.parallelism != "ddp":
             raise InputError(f"--writer {self.writer} sweeps DCP's own save in one process; leave out --parallelism")
 
@@ -354,6 +375,32 @@ def judge_crash_points(result: SweepResult, todo: list[tuple[int, int, str, str]
     return result
 
 
+def check_points(points: tuple[CrashPoint, ...] | None, todo: list[tuple[int, int, str, str]], name: str) -> None:
+    """InputError, before any point runs, naming each --points entry the save has no crash point for
+    and the points it has: a sweep of nothing would only say "0 crash points"."""
+    have = {(rank, index, when) for rank, index, _, when in todo}
+    missing = sorted(set(points or ()) - have)
+    if not missing:
+        return
+    ranks = sorted({rank for rank, _, _ in have})
+    ranges = "; ".join(_points_of(rank, have, len(ranks) > 1) for rank in ranks)
+    raise InputError(f"--points {','.join(_spell(p) for p in missing)}: {name}'s save has no such crash point; "
+                     f"it has {ranges}, e.g. --points {_spell(min(have))}")
+
+
+def _points_of(rank: int, have: set[CrashPoint], name_rank: bool) -> str:
+    indices = sorted({index for r, index, _ in have if r == rank})
+    torn = sorted({index for r, index, when in have if r == rank and when == "torn"})
+    return (f"{f'rank {rank}: ' if name_rank else ''}ops 0..{indices[-1]} before and after, "
+            f"torn at {', '.join(map(str, torn)) or 'none'}")
+
+
+def _spell(point: CrashPoint) -> str:
+    """A crash point as --points spells it (rank 0 unnamed)."""
+    rank, index, when = point
+    return f"r{rank}:{index}:{when}" if rank else f"{index}:{when}"
+
+
 def detail(row: SweepRow) -> str:
     return f" ({', '.join(row.failing + row.unknown)}: {row.summary})" if row.failing or row.unknown else ""
 
@@ -375,6 +422,7 @@ class ProcessCrash:
         writer = request.writer
         ops = record_save_ops(writer)
         result = SweepResult(writer, mutating_ops(ops))
+        check_points(request.points, rank_crash_points({0: ops}), writer)
         say(f"{writer}: the save at step {CRASH_STEP} does {len(result.ops)} mutating storage ops")
 
         def judge(point: CrashPoint) -> JudgedRun:
@@ -416,6 +464,7 @@ class ShardedCrash:
         ops = request.observed if request.observed is not None else observe_sharded(writer, base / "observed")
         result = SweepResult(writer, [describe(o) for o in ops[0]], parallelism="fsdp",
                              rank_ops={r: [describe(o) for o in rank_ops] for r, rank_ops in ops.items()})
+        check_points(request.points, rank_crash_points(ops), f"fsdp {writer}")
         say(f"fsdp {writer}: the save at step {CRASH_STEP} does "
             + ", ".join(f"{len(o)} mutating storage ops on rank {r}" for r, o in sorted(ops.items())))
 
@@ -443,6 +492,7 @@ class DcpCrash:
         layout = request.writer
         ops = record_dcp_ops(base / "observed", layout)
         result = SweepResult(layout, mutating_ops(ops), parallelism="dcp")
+        check_points(request.points, rank_crash_points({0: ops}), layout)
         say(f"{layout} ({DCP_LAYOUTS[layout]}): the DCP save at step {CRASH_STEP} does {len(result.ops)} mutating ops")
         judge = lambda point: judge_dcp_crash_point(layout, base, point)  # noqa: E731
         return judge_crash_points(result, rank_crash_points({0: ops}), request.points, judge, layout, say)

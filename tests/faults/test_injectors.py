@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainwreck.faults.corrupt import apply_corruption, committed
+from trainwreck.faults.corrupt import CannotAct, apply_corruption, committed
 from trainwreck.faults.inrank import FaultHooks
 from trainwreck.faults.storage import FaultyStorage, RecordingStorage, StepClock
 from trainwreck.faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
@@ -145,7 +145,23 @@ def test_break_newest_two_needs_two_committed_checkpoints_or_does_not_fire(tmp_p
     storage = _store_with_checkpoints(tmp_path, [4])
     said: list[Any] = []
     fault = {"id": "b", "kind": "corrupt", "how": "break_newest_two"}
-    assert apply_corruption(fault, storage, lambda *a, **k: said.append(k)) == [] and said == []
+    with pytest.raises(CannotAct, match="needs 2 committed checkpoint"):
+        apply_corruption(fault, storage, lambda *a, **k: said.append(k))
+    assert said == []
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "break_newest_two"])
+def test_a_corruption_naming_a_file_the_run_never_wrote_says_so_and_damages_nothing(
+        tmp_path: Path, how: str) -> None:
+    # World size 1 writes only __0_0.distcp: a plan written for two ranks names __1_0.distcp.
+    storage = _store_with_checkpoints(tmp_path, [4, 8])
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    said: list[Any] = []
+    fault = {"id": "c", "kind": "corrupt", "how": how, "file": "__1_0.distcp"}
+    with pytest.raises(CannotAct, match=r"step-00000008/__1_0\.distcp does not exist .*model\.pt"):
+        apply_corruption(fault, storage, lambda *a, **k: said.append(k))
+    assert said == [], "a fault that could not act writes no fault event"
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_the_reference_save_records_at_least_ten_distinct_mutating_operations() -> None:

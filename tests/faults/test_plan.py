@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from trainwreck.faults.plan import KINDS, Plan, PlanError, parse_plan, validate_plan
+from trainwreck.harness.cli import main as cli
 from trainwreck.faults.strategies import corruptions, hangs, kills, plans
 from trainwreck.trainer.config import TrainConfig
 
@@ -59,6 +61,18 @@ def test_a_malformed_fault_is_refused_naming_its_id_and_field(plan: str, names: 
         parse_plan(plan)
     for name in names:
         assert name in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("fault", [{"id": "s1", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 6},
+                                   {"id": "n1", "kind": "node_loss", "ranks": [1], "signal": "SIGSTOP", "step": 6}])
+def test_a_sigstop_without_expect_hang_is_refused_with_the_fix_instead_of_judged_a_false_alarm(
+        fault: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    # The watchdog detects the stopped rank; without the expectation the hang checker called that INVALID.
+    with pytest.raises(PlanError, match=f"fault '{fault['id']}': signal 'SIGSTOP'.*add \"expect\": \"hang\""):
+        parse_plan([fault])
+    assert cli(["run", "--plan", json.dumps([fault]), "--world-sizes", "2"]) == 2
+    assert "add \"expect\": \"hang\"" in capsys.readouterr().err
+    parse_plan([{**fault, "expect": "hang"}])
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])

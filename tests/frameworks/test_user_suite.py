@@ -33,6 +33,18 @@ def documented_example() -> str:
     return match.group(1)
 
 
+def documented_copy_command() -> str:
+    """The docs' one command that puts a working train.py beside the example test file."""
+    match = re.search(r"```sh\n(python -c .*?train\.py.*?)\n```", DOC.read_text(), re.DOTALL)
+    assert match is not None, "docs/TESTING.md names no command that gives the user a train.py"
+    return match.group(1)
+
+
+def test_the_documented_command_copies_the_installed_example_as_train_py(tmp_path: Path) -> None:
+    subprocess.run(documented_copy_command(), shell=True, cwd=tmp_path, check=True, timeout=120)
+    assert (tmp_path / "train.py").read_bytes() == SCRIPT.read_bytes()
+
+
 def user_repository(root: Path, script: str) -> Path:
     root.mkdir()
     (root / "train.py").write_text(script)

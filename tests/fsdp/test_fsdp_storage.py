@@ -11,9 +11,10 @@ from trainwreck.harness.cli import main as cli
 from trainwreck.trainer.rundir import iter_events
 
 
-def run_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: list[dict]) -> tuple[int, dict, list[dict]]:
+def run_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: list[dict],
+             *more: str) -> tuple[int, dict, list[dict]]:
     out = tmp_path / "run"
-    code = cli(["run", "--parallelism", "fsdp", "--plan", json.dumps(plan), "--out", str(out), "--json"])
+    code = cli(["run", "--parallelism", "fsdp", "--plan", json.dumps(plan), "--out", str(out), "--json", *more])
     result = json.loads(capsys.readouterr().out)
     faults = [e for e in iter_events(out, batches=False) if e["kind"] == "fault"]
     return code, result, faults
@@ -47,3 +48,21 @@ def test_a_comm_fault_under_fsdp_exits_2_naming_the_fault_and_the_fix_before_any
     assert f"fault 'c1': kind {kind!r}" in err and "parallelism='ddp'" in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists(), "a run directory was written for a plan that was refused"
+
+
+def test_a_corruption_of_a_shard_no_rank_wrote_is_reported_unfired_with_its_reason_not_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # At world size 1 only rank 0 writes a shard (__0_0.distcp); the plan names rank 1's.
+    plan = [{"id": "kill-r0", "kind": "kill", "rank": 0, "step": 10},
+            {"id": "flip-shard", "kind": "corrupt", "how": "flip", "attempt": 1, "file": "__1_0.distcp"}]
+    code, result, faults = run_fsdp(tmp_path, capsys, plan, "--world-sizes", "1")
+    assert [f["fault_id"] for f in faults] == ["kill-r0"], "the kill fired; the corruption had nothing to damage"
+    events = list(iter_events(tmp_path / "run", batches=False))
+    [skip] = [e for e in events if e["kind"] == "fault_skip"]
+    assert (skip["fault_id"], skip["rank"], skip["attempt"]) == ("flip-shard", 0, 1)
+    assert "step-00000008/__1_0.distcp does not exist" in skip["reason"], skip["reason"]
+    assert [e["code"] for e in events if e["kind"] == "exit" and e.get("attempt") == 1] == [0], "rank 0 crashed"
+    assert result["unfired_faults"] == ["flip-shard"] and result["valid"] == "unknown", result
+    assert f"fault flip-shard could not act: {skip['reason']}" in result["notes"], result["notes"]
+    assert all(v["valid"] is True for v in result["verdicts"].values()), result["verdicts"]
+    assert code == 2

@@ -127,3 +127,61 @@ def test_a_failing_scenario_test_reports_its_verdicts_run_directory_and_reproduc
     assert "run directory: " in section and "report: " in section
     assert "reproduce: trainwreck run kill-resume --plan '[{\"id\":\"kill-r1\"" in section
     assert "--backend gloo" in section
+
+
+def test_golden_runs_persist_in_the_clis_user_cache_unless_an_option_names_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainwreck.harness.judge.golden import CACHE_ENV, default_cache_dir
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert plugin.golden_cache_dir(FakeConfig()) == default_cache_dir() == tmp_path / "xdg" / "trainwreck" / "golden"
+    assert plugin.golden_cache_dir(FakeConfig(ini={"trainwreck_golden_cache": str(tmp_path / "i")})) == tmp_path / "i"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "e"))  # the CLI's variable is the option's
+    assert plugin.golden_cache_dir(FakeConfig()) == tmp_path / "e" == default_cache_dir()
+    assert plugin.golden_cache_dir(FakeConfig(cli={"trainwreck_golden_cache": str(tmp_path / "c")})) == tmp_path / "c"
+
+
+def test_a_run_the_plugin_describes_fails_assert_valid_in_one_line_pointing_at_its_section(tmp_path: Path) -> None:
+    from trainwreck.harness.judge.runner import JudgedRun, RunNotValid
+
+    verdicts = {"continuity": Verdict("continuity", False, "1 discontinuity", {}, ["step 7"]),
+                "progress": Verdict("progress", True, "completed")}
+    record = SimpleNamespace(run_dir=tmp_path / "run", outcome="completed", attempts=2)
+    alone = JudgedRun(record, Judgement(False, verdicts, [], []), tmp_path, "trainwreck run x")  # type: ignore[arg-type]
+    request = SimpleNamespace(node=SimpleNamespace(stash=pytest.Stash()))
+    recorded = plugin.record_run(request, alone)  # type: ignore[arg-type]
+    with pytest.raises(RunNotValid) as caught:
+        alone.assert_valid()  # outside the plugin: the whole section
+    assert "reproduce: trainwreck run x" in str(caught.value)
+    with pytest.raises(RunNotValid) as caught:
+        recorded.assert_valid()  # the plugin prints the section: the assertion says where
+    message = str(caught.value)
+    assert message.count("\n") == 0 and "reproduce:" not in message, message
+    assert "judged the run INVALID (continuity)" in message and "trainwreck section below" in message
+    assert request.node.stash[plugin.RUNS_KEY] == [recorded]
+
+
+@pytest.mark.slow
+def test_a_second_session_reuses_the_golden_run_and_a_failure_prints_its_section_once(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # A corruption of a checkpoint no attempt writes never fires: the run is UNKNOWN, assert_valid fails.
+    (tmp_path / "test_unknown.py").write_text(
+        "def test_unfired(run_scenario):\n"
+        "    run_scenario('kill-resume', plan=({'id': 'c', 'kind': 'corrupt', 'how': 'flip', 'attempt': 1},)"
+        ").assert_valid()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRAINWRECK_GOLDEN_CACHE", "XDG_CACHE_HOME")}
+    env["HOME"] = str(tmp_path / "home")
+    cache = tmp_path / "home" / ".cache" / "trainwreck" / "golden"
+    built = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                               "--rootdir", str(tmp_path), str(tmp_path / "test_unknown.py")],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert done.stdout.count("reproduce: trainwreck run kill-resume") == 1, done.stdout
+        built.append({p.name: p.stat().st_ino for p in cache.iterdir() if not p.name.startswith(".")})
+    assert len(built[0]) == 1 and built[1] == built[0], "the second session rebuilt the golden run"

@@ -8,12 +8,13 @@ must survive a checkpoint round trip.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Callable
 
 import pytest
 
-from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario
+from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario, get_scenario
 from trainwreck.trainer.rundir import iter_events
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
@@ -21,8 +22,13 @@ NCCL = pytest.mark.trainwreck(backend="nccl")
 SHARED_GPU = pytest.mark.trainwreck(backend="gloo", device="cuda")
 
 
+SHARD = re.compile(r"__(\d+)_(\d+)\.distcp")
+"""A DCP shard file, named by the rank that writes it: `__<rank>_<index>.distcp`."""
+
+
 def on_one_gpu(scenario: Scenario) -> Scenario:
-    """The scenario at world size 1: every fault aimed at rank 0."""
+    """The scenario at world size 1: every fault aimed at rank 0, and every shard file it
+    names renamed to rank 0's (at world size 1 no other rank writes one)."""
     plan = []
     for fault in scenario.plan:
         moved = dict(fault)
@@ -30,6 +36,8 @@ def on_one_gpu(scenario: Scenario) -> Scenario:
             moved["rank"] = 0
         if "ranks" in moved:
             moved["ranks"] = [0]
+        if isinstance(moved.get("file"), str):
+            moved["file"] = SHARD.sub(r"__0_\2.distcp", moved["file"])
         plan.append(moved)
     return replace(scenario, plan=tuple(plan), world_sizes=(1,))
 
@@ -46,6 +54,12 @@ def test_on_nccl_the_reference_trainer_stays_valid_with_one_rank_per_gpu(run_sce
     judged = run_scenario(scenario)
     assert_every_fault_fired(judged)
     assert_valid(judged, scenario.threatens)
+
+
+def test_moving_a_scenario_to_one_gpu_renames_the_shard_files_its_faults_name() -> None:
+    moved = on_one_gpu(get_scenario("fsdp-corrupt-shard"))
+    assert [f.get("file") for f in moved.plan if f["kind"] == "corrupt"] == ["__0_0.distcp"]
+    assert all(f.get("rank", 0) == 0 for f in moved.plan) and moved.world_sizes == (1,)
 
 
 @NCCL
