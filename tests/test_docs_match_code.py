@@ -98,3 +98,14 @@ def test_the_readmes_handbook_counts_are_the_codes() -> None:
     assert default and full, "README no longer states the handbook's chapter counts where this test reads them"
     assert int(default.group(1)) == len(default_chapters())
     assert int(full.group(1)) == len([c for c in CHAPTERS if c.full])
+
+
+def test_the_readmes_first_screen_fits_60_lines_and_says_what_where_and_how() -> None:
+    """What it is, the two commands, one picture and where to read on, all in the first 60 lines."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Read on")
+    end = next(i for i in range(start + 2, len(lines)) if not lines[i].startswith("|"))  # the table's end
+    assert end <= 60, f"the first screen runs to line {end}"
+    screen = "\n".join(lines[:end])
+    assert "```bash" in screen and "trainwreck demo" in screen and "pytest" in screen  # the two commands
+    assert "![" in screen and "docs/GUIDE.md" in screen and "proves that" in screen

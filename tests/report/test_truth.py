@@ -157,10 +157,10 @@ def test_a_rejected_checkpoint_is_reported_with_the_reason_its_reject_event_give
     assert said in answer and said in report["recovery_text"]
 
 
-def test_the_readme_counts_the_planted_defects_it_lists() -> None:
+def test_the_guide_counts_the_planted_defects_it_lists() -> None:
     from trainwreck.harness.suites.defects import DEFECTS
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "docs" / "GUIDE.md").read_text(encoding="utf-8")
     found = re.search(r"`trainwreck defects` runs (\d+) deliberately broken variants", readme)
     assert found and int(found.group(1)) == len(DEFECTS)
     table = readme[found.end():].split("\n\n| defect |", 1)[1].split("\n\n", 1)[0]
