@@ -23,6 +23,7 @@ from typing import Callable
 import psutil
 
 from trainwreck.harness.errors import GoldenFailed, SpecError
+from trainwreck.harness.launch.torchcache import user_cache_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer import files
@@ -33,32 +34,15 @@ CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
 
 
 def default_cache_dir() -> Path:
-    """$TRAINWRECK_GOLDEN_CACHE, else $XDG_CACHE_HOME/trainwreck/golden, else ~/.cache/...
-    Only absolute folders count (the XDG rule): an empty or relative $HOME must not put
-    the cache at /.cache or under whatever folder a command runs in."""
+    """$TRAINWRECK_GOLDEN_CACHE, else the user's cache folder by the XDG rule
+    ($XDG_CACHE_HOME/trainwreck/golden, else ~/.cache/trainwreck/golden: `user_cache_dir`)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg) / "trainwreck" / "golden"
-    home = os.environ.get("HOME", "")
-    if not os.path.isabs(home) or home == "/":
-        home = _account_home()
-    return Path(home) / ".cache" / "trainwreck" / "golden"
-
-
-def _account_home() -> str:
-    """The account's home from the password database, when $HOME is empty or relative."""
-    import pwd
-
-    try:
-        home = pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        home = ""
-    if not os.path.isabs(home) or home == "/":
+    path = user_cache_dir("golden")
+    if path is None:
         raise SpecError(f"$HOME is {os.environ.get('HOME', '')!r} and the account has no home folder, so the golden "
                         f"cache has no place: set {CACHE_ENV} to a writable folder")
-    return home
+    return path
 
 
 MANIFEST = "golden.json"

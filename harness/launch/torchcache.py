@@ -15,16 +15,23 @@ from pathlib import Path
 ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
-def torch_cache_dir() -> Path | None:
-    """$XDG_CACHE_HOME/trainwreck/torchinductor, else ~/.cache/trainwreck/torchinductor; None
-    when there is no absolute home to put it in (torch's default then stands)."""
+def user_cache_dir(name: str) -> Path | None:
+    """$XDG_CACHE_HOME/trainwreck/NAME, else ~/.cache/trainwreck/NAME (the golden runs' cache and
+    torch's compile cache alike). Only absolute folders count (the XDG rule): an empty or relative
+    $HOME must not put a cache at /.cache or under whatever folder a command runs in; None when
+    neither $HOME nor the password database gives one."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
-        return Path(xdg) / "trainwreck" / "torchinductor"
+        return Path(xdg) / "trainwreck" / name
     home = os.environ.get("HOME", "")
     if not os.path.isabs(home) or home == "/":
         home = _account_home()
-    return Path(home) / ".cache" / "trainwreck" / "torchinductor" if home else None
+    return Path(home) / ".cache" / "trainwreck" / name if home else None
+
+
+def torch_cache_dir() -> Path | None:
+    """Where torch's inductor cache goes (None: torch's default stands)."""
+    return user_cache_dir("torchinductor")
 
 
 def _account_home() -> str:
