@@ -437,7 +437,7 @@ def async_checkpoints(ev: Evidence) -> list[Paragraph]:
              "run slower than a synchronous one and stretch the steps beside it. A median update cannot show "
              f"either: only {ev.q('wide-sync', 'phases', 'ranks', 0, 'checkpoint_steps')} of rank 0's "
              f"{ev.q('wide-sync', 'phases', 'ranks', 0, 'steps')} updates paid for a save (the save after the last "
-             "update is in none), so the comparison is of the saves themselves: synchronous ones took {ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} "
+             f"update is in none), so the comparison is of the saves themselves: synchronous ones took {ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} "
              f"on average and {ev.q('wide-sync', 'phases', 'save_seconds', 'max', unit=' s')} at most over "
              f"{ev.q('wide-sync', 'phases', 'save_seconds', 'count')} saves, asynchronous persists "
              f"{ev.q('wide-async', 'phases', 'save_seconds', 'mean', unit=' s')} and "

@@ -94,7 +94,8 @@ def test_a_rank_waits_at_a_harness_faults_step_until_the_harness_has_recorded_th
     # A fixed wait (half the hang timeout) let a loaded CI harness, polling later than that, find
     # the rank past its step: the SIGSTOP landed elsewhere and the hang report's frame with it.
     (tmp_path / "run.json").write_text(json.dumps({"format": FORMAT, "hang_timeout_s": 0.2}))
-    hooks = FaultHooks([{"id": "stop", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 3}])
+    hooks = FaultHooks([{"id": "stop", "kind": "signal", "rank": 1, "signal": "SIGSTOP", "step": 3,
+                        "expect": "hang"}])
     events = EventLog(RunDir(tmp_path).rank_events(0, 1, 1), attempt=0, rank=1, world_size=2)
     hooks.bind(events, rank=1, world_size=2, attempt=0)
     passed = threading.Event()

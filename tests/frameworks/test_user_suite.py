@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def documented_copy_command() -> str:
 
 
 def test_the_documented_command_copies_the_installed_example_as_train_py(tmp_path: Path) -> None:
-    subprocess.run(documented_copy_command(), shell=True, cwd=tmp_path, check=True, timeout=120)
+    # The docs' `python` is the user's environment's: this interpreter's, whatever PATH says.
+    command = documented_copy_command().replace("python", shlex.quote(sys.executable), 1)
+    subprocess.run(command, shell=True, cwd=tmp_path, check=True, timeout=120)
     assert (tmp_path / "train.py").read_bytes() == SCRIPT.read_bytes()
 
 

@@ -37,7 +37,7 @@ def _plain_sgd(steps: int) -> list[float]:
         x, y = data.batch(ids)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x, ids, 0), y)
-        losses.append(float(loss))
+        losses.append(loss.item())
         loss.backward()
         optimizer.step()
     return losses
