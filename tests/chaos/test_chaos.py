@@ -45,6 +45,7 @@ def test_every_drawn_case_is_a_valid_plan_for_its_job(case: ChaosCase) -> None:
     assert case.spec(Path("unused")).world_sizes == case.world_sizes
 
 
+@pytest.mark.slow  # nightly: moved out of the default run to keep it near 8 minutes (README, Tests)
 def test_a_failing_plan_shrinks_to_one_fault_and_prints_the_command_that_reruns_it() -> None:
     seen: list[ChaosCase] = []
 

@@ -66,6 +66,7 @@ def crash_after_first_save(name: str, out: Path, golden_cache: Path, step: int) 
     return judged, events
 
 
+@pytest.mark.slow  # nightly: moved out of the default run to keep it near 8 minutes (README, Tests)
 def test_the_ddp_tutorial_script_replays_its_saved_epoch_after_a_crash_right_after_the_save_and_is_invalid(
         tmp_path: Path, golden_cache: Path) -> None:
     """multigpu_torchrun.py saves EPOCHS_RUN=epoch after finishing that epoch and resumes at it: it

@@ -49,7 +49,8 @@ def check(run: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "Ctrl-C"),
+                                             pytest.param(signal.SIGTERM, 143, "SIGTERM", marks=pytest.mark.slow)])
 def test_an_interrupted_run_says_one_line_and_reads_interrupted_never_invalid(
         tmp_path: Path, env: dict[str, str], sig: int, code: int, said: str) -> None:
     run = tmp_path / "run"
@@ -76,7 +77,8 @@ def test_an_interrupted_run_says_one_line_and_reads_interrupted_never_invalid(
     assert (run / "report" / "report.md").read_text().startswith("# run: INTERRUPTED")
 
 
-@pytest.mark.parametrize("after_s", [0.8, 1.5, 4.0])
+@pytest.mark.parametrize("after_s", [pytest.param(0.8, marks=pytest.mark.slow), 1.5,
+                                     pytest.param(4.0, marks=pytest.mark.slow)])
 def test_ctrl_c_at_any_moment_of_start_up_stops_with_the_one_line(tmp_path: Path, env: dict[str, str],
                                                                    after_s: float) -> None:
     """While Python and torch import, the golden run builds, or the fork server starts."""

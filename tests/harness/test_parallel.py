@@ -22,6 +22,7 @@ def run_parallel_jobs(basetemp: Path) -> None:
     assert "6 passed" in result.stdout
 
 
+@pytest.mark.slow  # nightly: moved out of the default run to keep it near 8 minutes (README, Tests)
 def test_pytest_n_2_runs_of_two_rank_jobs_never_collide_on_ports(tmp_path: Path) -> None:
     run_parallel_jobs(tmp_path)
 

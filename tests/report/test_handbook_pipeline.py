@@ -115,6 +115,7 @@ def test_the_chapter_leaves_out_what_a_tampered_measurement_contradicts() -> Non
     assert (above in _said(_chapter(measured))) == (measured["p2"]["gpipe"]["m8"]["bubble"] > bubble_fraction(2, 8))
 
 
+@pytest.mark.slow  # nightly: moved out of the default run to keep it near 8 minutes (README, Tests)
 def test_two_real_stages_show_gpipes_bubble_shrink_with_m_and_1f1b_hold_fewer_activations() -> None:
     """A real job, every time: the measured idle share falls from m = 1 to m = 8 for both schedules (the
     formula says 0.5 to 0.11), and at m = 8 > p 1F1B holds fewer micro-batches' activations than GPipe,

@@ -97,6 +97,7 @@ def test_a_second_standalone_run_in_the_same_directory_is_a_new_attempt_and_judg
     assert [e["checkpoint"] for e in restores] == ["step-00000008"], "the rerun did not resume"
 
 
+@pytest.mark.slow  # nightly: moved out of the default run to keep it near 8 minutes (README, Tests)
 def test_a_second_torchrun_invocation_continues_the_attempt_numbers_on_every_rank(tmp_path: Path) -> None:
     run_dir = tmp_path / "torchrun"
     for _ in range(2):
