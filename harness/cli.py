@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout, sys.stdout = sys.stdout, ReaderMayLeave(sys.stdout)  # `... | head -1`: the exit code still says the verdict
     # From the first moment: a Ctrl-C or SIGTERM while torch imports stops the command with one line.
+    said: Received | None = None
     try:
         with stop_on_signals():
             try:
@@ -43,7 +44,15 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.flush()
                 return code
             except (KeyboardInterrupt, Terminated) as exc:
-                return interrupted(argv[0] if argv else "", interrupt_of(exc))
+                said = interrupt_of(exc)
+                return interrupted(argv[0] if argv else "", said)
+    except (KeyboardInterrupt, Terminated) as exc:
+        # A signal that landed while stop_on_signals put the old handlers back (Python's own SIGINT
+        # handler raises then): the command is stopping anyway, so the one line, once, and its code;
+        # left to propagate it killed the process by SIGINT (exit -2) after the line was printed.
+        if said is not None:
+            return said.exit_code
+        return interrupted(argv[0] if argv else "", interrupt_of(exc))
     finally:
         sys.stdout = stdout
 

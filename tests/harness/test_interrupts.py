@@ -117,3 +117,32 @@ def test_run_piped_into_a_reader_that_leaves_exits_with_its_verdict(tmp_path: Pa
     out, err = finish(proc, timeout_s=300)
     assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
     assert json.loads((tmp_path / "run" / "verdicts.json").read_text())["valid"] is True
+
+
+def test_a_second_signal_while_the_handlers_are_restored_still_exits_130_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CI failure of 2026-11-27: the line was printed, then a KeyboardInterrupt raised as
+    stop_on_signals put Python's handler back killed the process by SIGINT (exit -2, not 130)."""
+    from contextlib import contextmanager
+
+    from trainwreck.harness import cli
+
+    @contextmanager
+    def restoring_raises():  # what a signal pending while the handlers are put back does
+        try:
+            yield
+        finally:
+            raise KeyboardInterrupt
+
+    def dispatch(argv: list[str]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "stop_on_signals", restoring_raises)
+    monkeypatch.setattr(cli, "dispatch", dispatch)
+    try:
+        code = cli.main(["run"])
+    except KeyboardInterrupt:
+        pytest.fail("the second KeyboardInterrupt escaped main: the process would die by SIGINT (exit -2)")
+    assert code == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trainwreck run: interrupted (Ctrl-C); ranks stopped, partial results left in place"]
