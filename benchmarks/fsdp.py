@@ -24,7 +24,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -193,19 +193,18 @@ def test_an_unplanned_sigkill_is_the_root_cause_even_when_the_peer_s_error_is_st
 
 
 def test_ranks_the_harness_stopped_are_no_crash_and_a_sigsegv_names_no_memory_killer(tmp_path: Path) -> None:
-    w = RunWriter(tmp_path / "run")
-    w.attempt(0, 2)
-    w.train(0, 2, 1, 2)
-    w.harness("exit", attempt=0, rank=0, code=-11, stopped_by_harness=False)
-    w.harness("exit", attempt=0, rank=1, code=-9, stopped_by_harness=True)
-    w.end(status="failed", final_step=2)
-    cause = root_cause(w.write())
+    def ended(name: str, *exits: tuple[int, bool]) -> Path:
+        """Two ranks after update 2, rank r exiting with exits[r] = (code, stopped_by_harness)."""
+        w = RunWriter(tmp_path / name)
+        w.attempt(0, 2)
+        w.train(0, 2, 1, 2)
+        for rank, (code, stopped) in enumerate(exits):
+            w.harness("exit", attempt=0, rank=rank, code=code, stopped_by_harness=stopped)
+        w.end(status="failed", final_step=2)
+        return w.write()
+
+    cause = root_cause(ended("run", (-11, False), (-9, True)))
     assert cause is not None and [c.rank for c in cause.crashes] == [0]
     assert "SIGSEGV" in cause.sentence() and "out-of-memory" not in cause.sentence()
-    w = RunWriter(tmp_path / "stopped")
-    w.attempt(0, 2)
-    w.train(0, 2, 1, 2)
-    w.harness("exit", attempt=0, rank=0, code=-9, stopped_by_harness=True)
-    w.harness("exit", attempt=0, rank=1, code=-9, stopped_by_harness=True)
-    w.end(status="failed", final_step=2)
-    assert root_cause(w.write()) is None, "every rank the harness killed (an interrupt, a hang): no crash"
+    assert root_cause(ended("stopped", (-9, True), (-9, True))) is None, \
+        "every rank the harness killed (an interrupt, a hang): no crash"
