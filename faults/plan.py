@@ -70,7 +70,7 @@ class Kind:
     strategy: str = ""
     """Its Hypothesis strategy in faults/strategies.py: a function of a `Slot`."""
     topics: tuple[str, ...] = ()
-    """The interview topics a report raises for it (harness/report/angles.py QUESTIONS keys)."""
+    """The interview topics a report raises for it (report/angles.py QUESTIONS keys)."""
     command: bool = False
     """True: a `trainwreck run --cmd` job takes it (its probe, or the harness, can reach it)."""
     chaos: str = ""
@@ -269,7 +269,7 @@ class KindAttribute(Mapping[str, Any]):
 
 
 KIND_TOPICS = KindAttribute("topics")
-"""Fault kind -> the report's interview topics it raises (harness/report/angles.py reads it)."""
+"""Fault kind -> the report's interview topics it raises (report/angles.py reads it)."""
 """The kinds faults/inrank.py applies in DDP's gradient communication hook."""
 # One list of the kinds the harness applies: faults/external.py's, which this table describes.
 assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)

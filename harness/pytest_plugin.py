@@ -249,7 +249,7 @@ def describe_run(judged: Any) -> str:
 
 def render_report_if_available(run_dir: Path) -> Path | None:
     try:
-        from trainwreck.harness.report import render_report
+        from trainwreck.report import render_report
     except ImportError:
         return None
     try:

@@ -9,21 +9,22 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TOPS = ("trainer", "faults", "harness", "invariants", "benchmarks")
+TOPS = ("trainer", "faults", "invariants", "report", "harness", "benchmarks")
 
 # docs/DESIGN.md, "Layout": which of our folders each folder may import.
 MAY_IMPORT: dict[str, set[str]] = {
     "trainer": set(),
     "faults": {"trainer"},
     "invariants": set(),
-    "harness": {"trainer", "faults", "invariants"},
-    "benchmarks": {"trainer", "faults", "invariants", "harness"},
+    # The report reads run directories and verdicts and writes prose: it runs nothing, so it
+    # sits above the checkers and below the runner that calls it.
+    "report": {"trainer", "faults", "invariants"},
+    "harness": {"trainer", "faults", "invariants", "report"},
+    "benchmarks": {"trainer", "faults", "invariants", "report", "harness"},
 }
-# The harness is layered too: a module may import harness modules of its own layer or
-# below. The report reads run directories only, so it sits under everything else.
+# The harness is layered too: a module may import harness modules of its own layer or below.
 HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("declarations", ("harness.errors", "harness.registry")),
-    ("report", ("harness.report",)),
     ("launch", ("harness.launch",)),
     ("supervise", ("harness.supervise",)),
     ("run-and-judge", ("harness.judge",)),
@@ -35,6 +36,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "trainer": {"torch", "numpy"},
     "faults": {"torch", "hypothesis"},
     "invariants": {"orjson", "msgspec"},  # msgspec optional (extra `fast`): loader.py imports it guarded
+    "report": set(),  # standard library only: a report renders where torch is not installed
     "harness": {"torch", "psutil", "hypothesis", "pytest", "_pytest"},
     "benchmarks": {"torch", "psutil"},
 }
@@ -50,7 +52,7 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.torchft_train": {"torchft"},
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},
-    "harness.report.metrics": {"prometheus_client"},  # the [metrics] extra: report --metrics only
+    "report.metrics": {"prometheus_client"},  # the [metrics] extra: report --metrics only
     "benchmarks.loader": {"torchdata"},  # the [torchdata] extra: StatefulDataLoader, when installed
     "harness.suites.rayengine": {"ray"},  # the [ray] extra: --engine ray only  # wraps serialize_file when installed, as faults.foreign does
 }
@@ -154,6 +156,18 @@ def test_cycle_finder_finds_a_cycle_it_is_shown():
 
 def test_imports_form_no_cycle_even_counting_imports_inside_functions():
     assert cycles(import_graph()) == []
+
+
+def test_no_module_imports_the_package_that_re_exports_it():
+    """The cycle finder ignores a package's __init__ importing its submodules (that is how a
+    package re-exports), so a submodule importing its package back would close a cycle unseen."""
+    files = module_files()
+    hidden = sorted(
+        f"{module} -> {name}" for module, path in files.items() for name in imported_names(module, path)
+        # `from package import submodule` names a module, not the package's re-exports
+        if name not in files and (package := name.rpartition(".")[0]) in files
+        and module.startswith(package + ".") and module in imported_names(package, files[package]))
+    assert hidden == []
 
 
 def test_every_import_between_folders_follows_the_layout_table():

@@ -2,7 +2,7 @@
 random plans until the budget is spent.
 
 One run directory per plan under --out, a progress line per run, a summary at the
-end (and a casebook when harness.report is installed). The engine decides where
+end (and a casebook when trainwreck.report is installed). The engine decides where
 plans run (harness/suites/engines.py: this process by default, a Ray cluster with
 `--engine ray`); the campaign (harness/suites/campaign.py) is the same on either, and
 `--resume OUT` continues one without rerunning its finished plans. Exit 0 all
@@ -21,7 +21,7 @@ from trainwreck.harness.suites.campaign import Campaign, CampaignSpec, finished_
 from trainwreck.harness.suites.chaos import ChaosCase, parse_duration
 from trainwreck.harness.suites.engines import ENGINES, EngineOptions, Outcome, open_engine
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
-from trainwreck.harness.report.casebook import node_label
+from trainwreck.report.casebook import node_label
 from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.rundir import RunDir
@@ -116,7 +116,7 @@ def print_summary(outcomes: list[Outcome], seed: int, budget: str) -> None:
 
 def write_casebook(out: Path, outcomes: list[Outcome], seed: int) -> None:
     try:
-        from trainwreck.harness.report import render_casebook
+        from trainwreck.report import render_casebook
     except ImportError:
         return
     run_dirs = [o.run_dir for o in outcomes if RunDir(o.run_dir).run_json.exists()]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from trainwreck.harness.report import NotARun, render_casebook, render_report
+from trainwreck.report import NotARun, render_casebook, render_report
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
 from trainwreck.harness.supervise.scenarios import get_scenario, scenario_names
 from trainwreck.trainer.rundir import RunDir

@@ -64,7 +64,7 @@ def publish_rows(as_json: bool, out: Path, title: str, run: Callable[[Callable[[
     its casebook and the JSON list or the one-line summary; the exit code per DESIGN. Shared by
     `trainwreck frameworks` and `trainwreck sweep --cmd` (one more "framework": the command)."""
     from trainwreck.harness.suites.frameworks import rows_json, table_validity
-    from trainwreck.harness.report.casebook import render_casebook
+    from trainwreck.report.casebook import render_casebook
 
     out.mkdir(parents=True, exist_ok=True)
 

@@ -18,7 +18,7 @@ from trainwreck.trainer.errors import InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     # The chapter table itself (no runs, no torch): the help names what --chapters accepts.
-    from trainwreck.harness.report.chapters import CHAPTERS
+    from trainwreck.report.chapters import CHAPTERS
 
     default = ", ".join(c.slug for c in CHAPTERS if not c.full)
     slow = ", ".join(c.slug for c in CHAPTERS if c.full)

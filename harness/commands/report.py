@@ -1,15 +1,15 @@
 """trainwreck report RUN_DIR [--metrics]: (re)render a run's report; exit 0/1/2 per the run's verdict.
 
 --metrics also writes RUN_DIR/report/metrics.prom: forward progress, checkpoint age and restarts as
-OpenMetrics text (harness/report/metrics.py; needs the `metrics` extra, prometheus_client)."""
+OpenMetrics text (report/metrics.py; needs the `metrics` extra, prometheus_client)."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-from trainwreck.harness.report import NotARun, render_report
-from trainwreck.harness.report.metrics import METRICS_FILE, openmetrics
+from trainwreck.report import NotARun, render_report
+from trainwreck.report.metrics import METRICS_FILE, openmetrics
 from trainwreck.invariants.verdict import exit_code, overall_word, word_validity
 from trainwreck.trainer.errors import InputError
 from trainwreck.trainer.files import describe

@@ -13,7 +13,7 @@ from typing import Any
 from trainwreck.harness.errors import GoldenFailed
 from trainwreck.harness.judge.golden import golden_for
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.harness.report.rootcause import RootCause, root_cause
+from trainwreck.report.rootcause import RootCause, root_cause
 from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.restarts import RunRecord
@@ -173,7 +173,7 @@ def _root_cause(run_dir: Path) -> RootCause | None:
 
 def _render_report(run_dir: Path) -> None:
     """Every judged run gets its report; a report bug must not turn a judged run into a crash."""
-    from trainwreck.harness.report import render_report  # stdlib only, but not needed before this point
+    from trainwreck.report import render_report  # stdlib only, but not needed before this point
 
     try:
         render_report(run_dir)

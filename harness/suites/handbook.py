@@ -6,7 +6,7 @@ defect's scenario as its control, and benchmark jobs of benchmarks/ run through 
 each leaving a measurement directory: trainer/rundir.py `write_measurement`) and the
 orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
 registry (harness/supervise/scenarios.py, families "handbook" and "measurements"). The questions and their answers, claims over
-the runs' report.json, are harness/report/chapters.py; the page is harness/report/handbook.py.
+the runs' report.json, are report/chapters.py; the page is report/handbook.py.
 No answer holds a literal result.
 
 A planted defect that trainwreck catches is the suite passing and is shown as CAUGHT, in its
@@ -26,14 +26,14 @@ from typing import Any, Callable
 
 from trainwreck.harness.suites.defects import RESUME_MID_EPOCH, Row, get_defect, judge_row, run_defect
 from trainwreck.harness.launch.procs import signal_group
-from trainwreck.harness.report.angles import MTBF_ASSUMED_S
-from trainwreck.harness.report.casebook import load_case
-from trainwreck.harness.report.chapters import ASYNC_QUESTION, CHAPTERS
-from trainwreck.harness.report.handbook import Chapter, RunRow, build_chapter, fmt, page_word, render_handbook
-from trainwreck.harness.report.chapters_ops import PERIOD_QUESTION
+from trainwreck.report.angles import MTBF_ASSUMED_S
+from trainwreck.report.casebook import load_case
+from trainwreck.report.chapters import ASYNC_QUESTION, CHAPTERS
+from trainwreck.report.handbook import Chapter, RunRow, build_chapter, fmt, page_word, render_handbook
+from trainwreck.report.chapters_ops import PERIOD_QUESTION
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenario
-from trainwreck.harness.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
+from trainwreck.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.errors import UnknownName
 from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
@@ -109,7 +109,7 @@ DISK_CONTENTION = Scenario(
             "every 6 from update 3 (an upload or another job sharing the checkpoint disk)",
     plan=({"id": "writer-r0", "kind": "disk_contention", "rank": 0, "step": 3, "every": 6, "steps": 1,
            "block_mb": 16},))
-# ----- the scale chapters' runs (harness/report/chapters_scale.py; all behind --full) -----------------
+# ----- the scale chapters' runs (report/chapters_scale.py; all behind --full) -----------------
 PER_DEVICE = {"rank_batch": 4, "global_batch": 16, "lr": 0.01, "total_steps": 24, "dataset_size": 256,
               "ckpt_interval": 4}
 """4 samples per rank per update, so 16 on 4 ranks and 8 on 2; the LR (0.01) was tuned for 16."""
@@ -335,7 +335,7 @@ CASES: tuple[Case, ...] = (
     Case("disk-contention", "plan", "disk-contention"),
     Case("loader-kill", "measure", "loader", expect="MEASURED"),
     Case("stale-gradients", "measure", "staleness", expect="MEASURED"),
-    # the scale chapters (harness/report/chapters_scale.py), all behind --full
+    # the scale chapters (report/chapters_scale.py), all behind --full
     Case("lr-none", "plan", "lr-none"),
     Case("lr-linear", "plan", "lr-linear"),
     Case("lr-sqrt", "plan", "lr-sqrt"),
@@ -444,7 +444,7 @@ def judge_defects(results: dict[str, CaseResult]) -> None:
 
 
 def run_rows(results: dict[str, CaseResult]) -> list[RunRow]:
-    """What the page shows of each run (harness/report/handbook.py draws it)."""
+    """What the page shows of each run (report/handbook.py draws it)."""
     rows = []
     for key, r in results.items():
         link = r.case.report_file(r.run_dir) if r.measured else RunDir(r.run_dir).report_file("report.html")
@@ -478,7 +478,7 @@ def run_handbook(out: Path, chapters: list[Chapter] | None = None, golden_cache:
     """Run the chapters' cases under OUT/runs, write plots and the page; (index.html, the handbook's word)."""
     import time
 
-    from trainwreck.harness.report.plots import write_plots
+    from trainwreck.report.plots import write_plots
 
     chosen = list(chapters or default_chapters())
     cases = cases_for(chosen)

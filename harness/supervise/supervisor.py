@@ -130,7 +130,7 @@ class Supervisor(JobSupervisor):
     def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int],
                      stopped: bool = False) -> None:
         """`exit` events for the ranks not reported yet; `stopped`: they were alive when the harness
-        SIGKILLed the attempt, so a -9 is the harness's (harness/report/rootcause.py reads it)."""
+        SIGKILLed the attempt, so a -9 is the harness's (report/rootcause.py reads it)."""
         for rank in sorted(set(codes) - reported):
             self.report_exit(attempt, rank, codes[rank],
                              stopped_by_harness=stopped and codes[rank] == -signal.SIGKILL)

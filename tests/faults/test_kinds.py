@@ -72,7 +72,7 @@ def test_every_kind_declares_an_injector_that_exists(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_every_kind_declares_report_topics_the_report_can_answer(name: str) -> None:
-    from trainwreck.harness.report.angles import ANSWERS, KIND_TOPICS as REPORT_TOPICS, QUESTIONS
+    from trainwreck.report.angles import ANSWERS, KIND_TOPICS as REPORT_TOPICS, QUESTIONS
 
     assert KINDS[name].topics and REPORT_TOPICS[name] == KINDS[name].topics
     assert set(KINDS[name].topics) <= set(QUESTIONS) & set(ANSWERS)

@@ -193,7 +193,7 @@ def test_a_per_device_batch_script_resized_from_two_ranks_to_one_is_judged_acros
     assert counts["golden_steps_checked"] == 3  # continuity up to the change, not past it
     assert judgement.notes[0].startswith("the effective global batch changed at attempt 1: 16 -> 8 samples per update, "
                                          "with the world size (2 -> 1)"), judgement.notes
-    from trainwreck.harness.report import render_report
+    from trainwreck.report import render_report
 
     render_report(judged.record.run_dir)
     report = (judged.record.run_dir / "report" / "report.md").read_text()

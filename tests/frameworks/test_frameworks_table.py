@@ -156,7 +156,7 @@ CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y --no-install-recommends chromium)")
 def test_the_casebook_of_real_rows_opens_in_a_real_browser_with_every_row_and_its_verdict(torchrun_out, tmp_path):
-    from trainwreck.harness.report.casebook import render_casebook
+    from trainwreck.report.casebook import render_casebook
 
     rows = [scenario("torchrun", "kill-mid-epoch", torchrun_out)]
     runs = [torchrun_out / "torchrun-golden", torchrun_out / "torchrun-kill-mid-epoch"]

@@ -70,7 +70,7 @@ def test_a_planted_bug_in_each_pattern_is_caught_by_its_invariant(tmp_path: Path
     assert run.judgement.valid is False
     assert run.judgement.verdicts[invariant].valid is False, run.judgement.to_json()
     if cause:  # the report's one root-cause sentence, as a reader sees it first
-        from trainwreck.harness.report import render_report
+        from trainwreck.report import render_report
 
         render_report(run.record.run_dir)
         report = (run.record.run_dir / "report" / "report.md").read_text()

@@ -109,7 +109,7 @@ def test_an_unknown_sweep_writer_lists_the_writers_and_no_defect_that_writes_lik
 
 
 def test_handbook_help_names_every_chapter(capsys: pytest.CaptureFixture[str]) -> None:
-    from trainwreck.harness.report.chapters import CHAPTERS
+    from trainwreck.report.chapters import CHAPTERS
 
     assert cli(["handbook", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -333,7 +333,7 @@ def test_an_environment_failure_inside_a_command_exits_2_in_one_line(capsys: pyt
 
 def test_a_run_directory_whose_name_is_not_utf8_gets_its_report(tmp_path: Path) -> None:
     from tests.report.rundirs import clean_run
-    from trainwreck.harness.report import render_report
+    from trainwreck.report import render_report
 
     run = clean_run(tmp_path / os.fsdecode(b"run-\xff\xfe"))
     html = render_report(run)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwreck.harness.report.cause import cause_claims
-from trainwreck.harness.report.claims import Claims
-from trainwreck.harness.report.facts import coverage_facts, first_evidence_new, hang_facts, progress_facts
+from trainwreck.report.cause import cause_claims
+from trainwreck.report.claims import Claims
+from trainwreck.report.facts import coverage_facts, first_evidence_new, hang_facts, progress_facts
 
 RESTARTS_EPOCH = ("epoch 1: ids used twice: 1,5,7,13-14 (+2 more ids); "
                   "id 1 at attempt 0 rank 0 step 7 and attempt 1 rank 0 step 9")
@@ -129,7 +129,7 @@ def test_an_order_that_differs_only_after_a_restart_is_blamed_on_the_resume() ->
 
 
 def test_a_violation_of_order_alone_is_not_called_samples_trained_twice_or_never() -> None:
-    from trainwreck.harness.report.angles import _cost
+    from trainwreck.report.angles import _cost
 
     for v, said, unsaid in ((order_only(SHUFFLE), "Every id was used once per epoch", "twice or never"),
                             (coverage(PADDED, 2), "Samples were trained twice or never", "once per epoch")):
@@ -142,13 +142,13 @@ def test_a_violation_of_order_alone_is_not_called_samples_trained_twice_or_never
 
 
 def test_the_violation_question_takes_an_before_a_vowel() -> None:
-    from trainwreck.harness.report.angles import _a
+    from trainwreck.report.angles import _a
 
     assert (_a("atomicity"), _a("coverage"), _a("hang")) == ("an", "a", "a")
 
 
 def test_a_job_ended_by_the_no_progress_rule_is_not_said_to_have_run_out_of_restarts() -> None:
-    from trainwreck.harness.report.angles import _cost
+    from trainwreck.report.angles import _cost
 
     bad = {"valid": False, "summary": "no_progress after 2 attempt(s)", "evidence": [], "counts": {}}
     for outcome, said, unsaid in (("no_progress", "the no-progress rule", "within its restart budget"),

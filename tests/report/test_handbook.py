@@ -23,9 +23,9 @@ import pytest
 from trainwreck.harness.cli import main as cli
 from trainwreck.harness.suites.defects import Row, get_defect
 from trainwreck.harness.suites.handbook import MTBF_ASSUMED_S, CaseResult, default_chapters, fmt, get_case, handbook_word
-from trainwreck.harness.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
-from trainwreck.harness.report.plots import coverage_svg, loss_svg
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
+from trainwreck.report.plots import coverage_svg, loss_svg
+from trainwreck.report.truth import check_handbook
 from trainwreck.trainer.rundir import MEASUREMENT_FORMAT
 
 MIN_CAUGHT = 3

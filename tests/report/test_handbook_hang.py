@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from tests.report.handbooks import make_handbook
-from trainwreck.harness.report.chapters import (FLIGHT_RECORDER_ENTRIES, NCCL_ASYNC_ERROR_HANDLING, NCCL_TIMEOUT_MIN,
+from trainwreck.report.chapters import (FLIGHT_RECORDER_ENTRIES, NCCL_ASYNC_ERROR_HANDLING, NCCL_TIMEOUT_MIN,
                                                 on_gpus)
-from trainwreck.harness.report.handbook import Evidence
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.handbook import Evidence
+from trainwreck.report.truth import check_handbook
 
 C10D = Path(torch.__file__).parent / "include" / "torch" / "csrc" / "distributed" / "c10d"
 

@@ -1,4 +1,4 @@
-"""The handbook's operations chapters (harness/report/chapters_ops.py), made once per module from an
+"""The handbook's operations chapters (report/chapters_ops.py), made once per module from an
 empty golden cache: each test reads what the runs measured and what the page says about it, and the
 claim check must fail when a report is made to say something else."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from tests.report.handbooks import make_handbook
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, get_chapter
 from tests.report.test_handbook import SOURCE, misquoted, page_claims
 

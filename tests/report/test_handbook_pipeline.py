@@ -19,9 +19,9 @@ import pytest
 
 from tests.report.handbooks import make_handbook
 from trainwreck.benchmarks.pipeline import SCHEDULES, measure, order
-from trainwreck.harness.report.chapters_pipeline import bubble_fraction
-from trainwreck.harness.report.handbook import build_chapter
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.chapters_pipeline import bubble_fraction
+from trainwreck.report.handbook import build_chapter
+from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, default_chapters, get_case, get_chapter
 
 SCHEDULES_NAMED = {"gpipe": "GPipe", "1f1b": "1F1B"}

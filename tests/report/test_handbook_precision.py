@@ -1,4 +1,4 @@
-"""The --full chapters (harness/report/chapters_precision.py): mixed precision, omission, a poisoned
+"""The --full chapters (report/chapters_precision.py): mixed precision, omission, a poisoned
 communicator, activations. One real run of the four chapters (11 runs, two new golden runs, from an
 empty golden cache) is made once per module; each test checks a sentence against the run it quotes,
 so a chapter that says what its run contradicts fails here.
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.report.handbooks import make_handbook
-from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.chapters_precision import PRECISION_CHAPTERS
+from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, default_chapters
 
 SLUGS = [c.slug for c in PRECISION_CHAPTERS]

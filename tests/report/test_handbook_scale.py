@@ -1,4 +1,4 @@
-"""trainwreck handbook --full's scale chapters (harness/report/chapters_scale.py): every sentence agrees with its runs.
+"""trainwreck handbook --full's scale chapters (report/chapters_scale.py): every sentence agrees with its runs.
 
 One handbook of the four chapters (batch, accum, restart-scope, scale; 14 runs, a few minutes on 2 shared
 cores from an empty golden cache) is made once per module. The checks recompute what a sentence says from
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.report.handbooks import make_handbook
-from trainwreck.harness.report.chapters_scale import LR_RUNS, NETWORK_RATIO, SCALE_CHAPTERS
-from trainwreck.harness.report.handbook import MEASUREMENT_FORMAT, build_chapter, fmt
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.chapters_scale import LR_RUNS, NETWORK_RATIO, SCALE_CHAPTERS
+from trainwreck.report.handbook import MEASUREMENT_FORMAT, build_chapter, fmt
+from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import CHAPTERS, default_chapters, get_chapter
 
 SLUGS = [c.slug for c in SCALE_CHAPTERS]

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from tests.report.handbooks import make_handbook
 from trainwreck.benchmarks.staleness import SPEC, measure, train
-from trainwreck.harness.report.handbook import build_chapter
-from trainwreck.harness.report.truth import check_handbook
+from trainwreck.report.handbook import build_chapter
+from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import default_chapters, get_case, get_chapter
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.model import MLP

@@ -1,8 +1,8 @@
-"""report.json `metrics` (harness/report/metrics.py): progress per attempt, checkpoint age and restarts,
+"""report.json `metrics` (report/metrics.py): progress per attempt, checkpoint age and restarts,
 computed from a hand-made report so each formula is checked on numbers one can do in one's head."""
 from __future__ import annotations
 
-from trainwreck.harness.report.metrics import baselines
+from trainwreck.report.metrics import baselines
 
 REPORT = {
     "spec": {"global_batch": 16}, "wall_s": 10.0, "totals": {"final_step": 12},

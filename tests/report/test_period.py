@@ -2,8 +2,8 @@
 per-step phases alone (synthetic lanes, so the arithmetic is checked without a busy machine's noise)."""
 from __future__ import annotations
 
-from trainwreck.harness.report.period import slowdowns
-from trainwreck.harness.report.rawlog import LaneLog, RawRun
+from trainwreck.report.period import slowdowns
+from trainwreck.report.rawlog import LaneLog, RawRun
 
 CALM = {"data": 0.01, "forward": 0.01, "backward": 0.02, "sync": 0.0, "optimizer": 0.01, "checkpoint": 0.0}
 

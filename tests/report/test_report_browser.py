@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.report import render_report
+from trainwreck.report import render_report
 from tests.report.rundirs import duplicated_sample_run, killed_run
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)

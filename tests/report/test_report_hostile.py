@@ -89,8 +89,8 @@ def test_a_fifo_as_a_golden_entrys_manifest_makes_it_damaged_not_a_wait(tmp_path
 
 def test_a_process_the_harness_ended_after_its_attempt_is_named_by_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from trainwreck.harness.report.model import build_report
-    from trainwreck.harness.report.truth import check_report  # the sentence is a claim: re-derived from the events
+    from trainwreck.report.model import build_report
+    from trainwreck.report.truth import check_report  # the sentence is a claim: re-derived from the events
     run = clean_run(tmp_path / "run")
     harness = run / "events" / "harness.jsonl"
     lines = harness.read_text().splitlines()

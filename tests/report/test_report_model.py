@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.report import NotARun, build_report, render_report
-from trainwreck.harness.report.model import ranges
+from trainwreck.report import NotARun, build_report, render_report
+from trainwreck.report.model import ranges
 from tests.report.rundirs import RunWriter, clean_run, duplicated_sample_run, hung_run, killed_run
 
 

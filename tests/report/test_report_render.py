@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.report import build_report, render_casebook, render_report
-from trainwreck.harness.report.svg import MAX_LANES, phases_svg, timeline_svg, wallclock_svg
+from trainwreck.report import build_report, render_casebook, render_report
+from trainwreck.report.svg import MAX_LANES, phases_svg, timeline_svg, wallclock_svg
 from tests.report.rundirs import RunWriter, clean_run, duplicated_sample_run, hung_run, killed_run
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -5,8 +5,8 @@ import json
 import os
 from pathlib import Path
 
-from trainwreck.harness.report import build_report, render_report
-from trainwreck.harness.report.rootcause import TAIL_BYTES, last_exception, root_cause
+from trainwreck.report import build_report, render_report
+from trainwreck.report.rootcause import TAIL_BYTES, last_exception, root_cause
 from tests.report.rundirs import RunWriter, hung_run, killed_run
 
 NUMPY = "RuntimeError: Numpy is not available"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.cli import main as cli
-from trainwreck.harness.report import build_report, render_report
-from trainwreck.harness.report.truth import check_report, flip
+from trainwreck.report import build_report, render_report
+from trainwreck.report.truth import check_report, flip
 
 MAIN = Path(__file__).parent / "data" / "main-sampler_not_saved"
 """report.md and verdicts.json of the landed main's sampler_not_saved run, before claims existed."""

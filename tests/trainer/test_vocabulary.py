@@ -41,7 +41,7 @@ def test_the_format_check_finds_a_module_that_spells_it(tmp_path: Path) -> None:
 
 
 def test_the_report_and_the_handbook_time_the_phases_the_trainer_declares() -> None:
-    from trainwreck.harness.report import chapters, model, rawlog
+    from trainwreck.report import chapters, model, rawlog
 
     assert rawlog.TIMED_PHASES == progress.TIMED_PHASES == chapters.PHASES
     assert set(model.OWN_PHASES) <= set(progress.TIMED_PHASES)

@@ -12,15 +12,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.report.angles import interview_angles
-from trainwreck.harness.report.cause import cause_claims
-from trainwreck.harness.report.claims import F, Claims, Presume, fact
-from trainwreck.harness.report.facts import build_facts
-from trainwreck.harness.report.metrics import baselines
-from trainwreck.harness.report.period import slowdowns
-from trainwreck.harness.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
-from trainwreck.harness.report.rootcause import root_cause
-from trainwreck.harness.report.stackdump import by_faulthandler, thread_stacks, training_thread
+from trainwreck.report.angles import interview_angles
+from trainwreck.report.cause import cause_claims
+from trainwreck.report.claims import F, Claims, Presume, fact
+from trainwreck.report.facts import build_facts
+from trainwreck.report.metrics import baselines
+from trainwreck.report.period import slowdowns
+from trainwreck.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
+from trainwreck.report.rootcause import root_cause
+from trainwreck.report.stackdump import by_faulthandler, thread_stacks, training_thread
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
@@ -421,7 +421,7 @@ def _golden_loss(report: dict[str, Any]) -> dict[str, Any] | None:
     golden = report.get("golden")
     if not isinstance(golden, str) or not Path(golden).is_dir():
         return None
-    from trainwreck.harness.report.plots import lineage_losses  # plots imports nothing of the model
+    from trainwreck.report.plots import lineage_losses  # plots imports nothing of the model
 
     theirs = lineage_losses(Path(golden))
     ours = dict(zip(report["loss"]["steps"], report["loss"]["values"]))

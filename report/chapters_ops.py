@@ -1,14 +1,14 @@
 """Handbook chapters on operating a job: slowdowns with a period, and the monitoring baselines.
 
-Each answer function follows harness/report/chapters.py's rules: numbers only through `ev.q` (a
+Each answer function follows report/chapters.py's rules: numbers only through `ev.q` (a
 report field) or `ev.derive`, each sentence through `ev.s` with the verdicts and facts it presumes,
 so a sentence the runs contradict is left off the page. The runs are declared in
 harness/suites/handbook.py (CASES); the chapters are appended to CHAPTERS there.
 """
 from __future__ import annotations
 
-from trainwreck.harness.report.claims import fact, verdict
-from trainwreck.harness.report.handbook import Evidence, Paragraph
+from trainwreck.report.claims import fact, verdict
+from trainwreck.report.handbook import Evidence, Paragraph
 
 PERIOD_QUESTION = "How do you debug a job that is slow only every 20 minutes: one rank or every rank?"
 NEIGHBOUR, STORAGE, WRITER = "noisy-neighbour", "slow-storage", "disk-contention"

@@ -21,7 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainwreck.harness.report.rawlog import read_spec
+from trainwreck.report.rawlog import read_spec
 from trainwreck.trainer.rundir import RunDir, iter_events
 
 W, H = 640, 240

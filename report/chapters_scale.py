@@ -1,7 +1,7 @@
 """The handbook's scale chapters: per-device batches and LR rules, accumulation under a kill, restart scope,
 and the 10x questions, each answered by runs that only `trainwreck handbook --full` makes.
 
-Built like harness/report/chapters.py (which appends SCALE_CHAPTERS to its CHAPTERS): every sentence is
+Built like report/chapters.py (which appends SCALE_CHAPTERS to its CHAPTERS): every sentence is
 `ev.s(...)`, every number `ev.q` (a report field) or `ev.derive` (a formula over quoted numbers), every
 verdict or comparison a presumption, so a sentence its runs contradict is not rendered. The runs are
 declared in harness/suites/handbook.py (PLANS and CASES). This module must not import chapters.py.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from trainwreck.harness.report.claims import fact, verdict
-from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph
+from trainwreck.report.claims import fact, verdict
+from trainwreck.report.handbook import Chapter, Evidence, Paragraph
 
 LR_RUNS = ("lr-none", "lr-linear", "lr-sqrt", "lr-linear-rewarm")
 EXTRAPOLATE_TO = 40

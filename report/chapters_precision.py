@@ -1,15 +1,15 @@
 """The handbook's chapters on numerics and silent loss: mixed precision, omitted samples, a poisoned
 communicator, and what activations cost.
 
-Same rules as harness/report/chapters.py (which appends PRECISION_CHAPTERS to CHAPTERS): every
+Same rules as report/chapters.py (which appends PRECISION_CHAPTERS to CHAPTERS): every
 number through `ev.q` or `ev.derive`, every verdict a sentence states presumed. These chapters
 run about a dozen extra jobs, so they are `full=True`: `trainwreck handbook --full` runs them, the
 default handbook keeps its time budget.
 """
 from __future__ import annotations
 
-from trainwreck.harness.report.claims import fact, verdict
-from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph
+from trainwreck.report.claims import fact, verdict
+from trainwreck.report.handbook import Chapter, Evidence, Paragraph
 
 PRECISION_QUESTION = "What does mixed precision change in a checkpoint, and what does loss scaling protect?"
 POISON_QUESTION = "What poisons the whole communicator: a NaN gradient, a skipped collective?"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainwreck.harness.report.html import RECOVERY_COLUMNS, fmt
+from trainwreck.report.html import RECOVERY_COLUMNS, fmt
 from trainwreck.invariants.verdict import overall_word, verdict_word
 
 

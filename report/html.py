@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants.verdict import overall_word, verdict_word
-from trainwreck.harness.report.plots import PLOTS
-from trainwreck.harness.report.svg import phases_svg, timeline_svg, wallclock_svg
+from trainwreck.report.plots import PLOTS
+from trainwreck.report.svg import phases_svg, timeline_svg, wallclock_svg
 from trainwreck.trainer.rundir import RunDir
 
 CSS = """

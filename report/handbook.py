@@ -6,7 +6,7 @@ declaration (`Chapter`: a question, the runs it quotes, an answer function, its 
 answer function returns paragraphs of claims made through `Evidence`: a number only through
 `Evidence.q` (the report field it came from, shown as the number's tooltip) or
 `Evidence.derive` (the formula and its inputs), a sentence only through `Evidence.s`, which
-records its template, facts and presumptions (harness/report/claims.py) in handbook.json
+records its template, facts and presumptions (report/claims.py) in handbook.json
 and renders it only when they hold.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from html import escape, unescape
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainwreck.harness.report.claims import F, Claim, Claims, Presume
+from trainwreck.report.claims import F, Claim, Claims, Presume
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.trainer.rundir import MEASUREMENT_FORMAT, RunDir
 
@@ -212,7 +212,7 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
                     chapter_plots: dict[str, tuple[tuple[str, str], ...]],
                     not_answered: Sequence[tuple[str, str]] = ()) -> Path:
     """Write OUT/index.html and OUT/handbook.json (the claims, machine-readable); return index.html."""
-    from trainwreck.harness.report.html import CSS  # the reports' look, so a click feels like one site
+    from trainwreck.report.html import CSS  # the reports' look, so a click feels like one site
 
     out.mkdir(parents=True, exist_ok=True)
     by_key = {r.key: r for r in rows}

@@ -2,7 +2,7 @@
 processes under GPipe and 1F1B, beside the arithmetic (p - 1)/(m + p - 1).
 
 The arithmetic lives here once: `bubble_fraction` and `bubble_sentence` also serve the memory chapter
-(harness/report/chapters.py), which computes the bubble for configured depths of 4 to 10 stages. The
+(report/chapters.py), which computes the bubble for configured depths of 4 to 10 stages. The
 measurement is benchmarks/pipeline.py's job (`pipeline` in harness/suites/handbook.py MEASURES), a few
 seconds of two gloo stages, so the chapter is `full=True`. Same rules as the other chapter modules: every
 number through `ev.q` or `ev.derive`, every comparison a sentence makes presumed, so a run that
@@ -10,8 +10,8 @@ contradicts it leaves it unsaid. This module must not import chapters.py.
 """
 from __future__ import annotations
 
-from trainwreck.harness.report.claims import Claim, fact
-from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph
+from trainwreck.report.claims import Claim, fact
+from trainwreck.report.handbook import Chapter, Evidence, Paragraph
 
 PIPELINE_QUESTION = ("How much of a pipeline's step is bubble under GPipe and under 1F1B as the micro-batches grow, "
                      "and how many micro-batches' activations does a stage hold?")

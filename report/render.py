@@ -1,26 +1,17 @@
-"""Failure reports: one per run (report.json, report.md, report.html) and a casebook over many.
+"""Write one run's report: report.json, report.md and report.html under RUN_DIR/report/.
 
-    from trainwreck.harness.report import render_report, render_casebook
-    html = render_report(Path("trainwreck-out/run-1"))          # RUN_DIR/report/report.html
-    index = render_casebook(Path("out/casebook"), run_dirs, "demo")
-
-A report reads only its run directory (and verdicts.json when present; otherwise
-it judges the run itself, without a golden run). Standard library only: no torch.
-"""
+Its own module, so the casebook (which renders a missing report) imports it without importing
+the package that re-exports both."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from trainwreck.harness.report.casebook import render_casebook
-from trainwreck.harness.report.html import render_html
-from trainwreck.harness.report.markdown import render_markdown
-from trainwreck.harness.report.model import NotARun, build_report
-from trainwreck.invariants.verdict import verdict_word
+from trainwreck.report.html import render_html
+from trainwreck.report.markdown import render_markdown
+from trainwreck.report.model import build_report
 from trainwreck.trainer.files import write_atomic
 from trainwreck.trainer.rundir import RunDir
-
-__all__ = ["NotARun", "build_report", "render_casebook", "render_report", "verdict_word"]
 
 
 def render_report(run_dir: Path) -> Path:

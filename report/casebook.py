@@ -14,8 +14,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.report.html import CSS
-from trainwreck.harness.report.model import NotARun
+from trainwreck.report.html import CSS
+from trainwreck.report.model import NotARun
+from trainwreck.report.render import render_report
 from trainwreck.invariants.verdict import compose, verdict_word, word_validity
 from trainwreck.trainer.files import EVENTS_LIMIT, read_json
 from trainwreck.trainer.rundir import RunDir, read_run_json
@@ -30,8 +31,6 @@ def load_case(run_dir: Path) -> dict[str, Any]:
         return read_json(path, EVENTS_LIMIT, root=RunDir(run_dir).report)
     except (OSError, ValueError, RecursionError):
         pass
-    from trainwreck.harness.report import render_report  # the package imports this module
-
     try:
         render_report(run_dir)
         return read_json(path, EVENTS_LIMIT, root=RunDir(run_dir).report)

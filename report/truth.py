@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.report.claims import MISSING, Claim, claim_from_json, resolve, template_pattern
-from trainwreck.harness.report.model import build_report
+from trainwreck.report.claims import MISSING, Claim, claim_from_json, resolve, template_pattern
+from trainwreck.report.model import build_report
 from trainwreck.trainer.rundir import RunDir
 
 MIN_LITERAL = 12
@@ -140,7 +140,7 @@ def check_handbook(out: Path) -> list[str]:
     """Problems with a handbook's page: every sentence it renders is a recorded claim whose presumptions
     hold against its runs' report.json and verdicts.json and whose quoted fields hold what it quotes,
     the chapter's text is exactly its rendered sentences, and every run's own report passes check_report."""
-    from trainwreck.harness.report.handbook import sentence_text
+    from trainwreck.report.handbook import sentence_text
 
     out = Path(out)
     record = json.loads((out / "handbook.json").read_text())

@@ -2,7 +2,7 @@
 
 Each topic is triggered by what the run contains (the fault kinds of its plan, its
 restarts, its world sizes, its hangs) or by an invariant it threatened or broke, and
-its answer is a list of claims (harness/report/claims.py): each sentence quotes figures
+its answer is a list of claims (report/claims.py): each sentence quotes figures
 from the report and presumes the verdicts and facts it states, so an answer can never say
 "matches the golden run" under an INVALID continuity verdict.
 """
@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 from trainwreck.faults.plan import KIND_TOPICS  # fault kind -> its topics, declared by each kind (Kind.topics)
-from trainwreck.harness.report.claims import F, Claims, Presume, fact, verdict
+from trainwreck.report.claims import F, Claims, Presume, fact, verdict
 from trainwreck.invariants.verdict import verdict_word
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0

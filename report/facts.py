@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainwreck.harness.report.rawlog import RawRun
+from trainwreck.report.rawlog import RawRun
 
 WENT_BACK = re.compile(r"attempt (\d+) rank (\d+) step (\d+): epoch went back from (\d+) to (\d+)")
 TWICE = re.compile(r"epoch (\d+): ids used twice: ([\d,\-]+)(?: \(\+(\d+) more ids\))?;(?: id (\d+) at (.*))?")

@@ -2,7 +2,7 @@
 
 A reader of a failed run should not have to read six verdicts and forty evidence lines to learn
 why it failed. The first violated invariant (in the judge's order) and the facts read from its
-evidence (harness/report/facts.py) pick one of the claims below; each presumes the facts it
+evidence (report/facts.py) pick one of the claims below; each presumes the facts it
 states, so the sentence cannot blame what the run shows is intact (a sampler that replayed data
 is never blamed on the model when every restore digest matches its save). Add a cause by adding
 a function to CAUSES; an invariant without one still gets a sentence from its own summary.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainwreck.harness.report.claims import F, Claims, fact, verdict
+from trainwreck.report.claims import F, Claims, fact, verdict
 
 NOT_THE_MODEL = ("The restored model is not to blame: all {m} restore digest(s) equal what their saves recorded.")
 

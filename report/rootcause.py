@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.registry import LAUNCHERS
-from trainwreck.harness.report.rawlog import RawRun, read_raw
+from trainwreck.report.rawlog import RawRun, read_raw
 from trainwreck.trainer.files import open_regular
 from trainwreck.trainer.rundir import RunDir
 
@@ -103,8 +102,9 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
     crashes = [c for ev in exits if ev.get("code") not in (0, None)
                for c in [_crash(run_dir, raw, ev)] if c is not None]
     crashes = _drop_collateral(raw, crashes, exits)
-    recorded = LAUNCHERS.get(raw.spec.get("launcher"))  # None: a run written by another harness
-    if not crashes and recorded is not None and recorded.agent_reaps_ranks:
+    # An agent between the harness and the ranks (torchrun) reaps them: their exit codes and
+    # errors are in its log, which the run directory holds only when such an agent ran.
+    if not crashes:
         crashes = [c for c in [torchrun_crash(run_dir, raw)] if c is not None]
     if not crashes:
         return None

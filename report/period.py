@@ -19,7 +19,7 @@ from collections import Counter
 from statistics import median
 from typing import Any
 
-from trainwreck.harness.report.rawlog import RawRun
+from trainwreck.report.rawlog import RawRun
 
 SLOW_FACTOR = 3.0
 """An update is slow when its wall time exceeds this many times the median update around it (on

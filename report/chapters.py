@@ -12,14 +12,14 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from trainwreck.harness.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, daly_interval, young_interval
-from trainwreck.harness.report.chapters_pipeline import PIPELINE_CHAPTERS, bubble_sentence
-from trainwreck.harness.report.chapters_precision import PRECISION_CHAPTERS
-from trainwreck.harness.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
+from trainwreck.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, daly_interval, young_interval
+from trainwreck.report.chapters_pipeline import PIPELINE_CHAPTERS, bubble_sentence
+from trainwreck.report.chapters_precision import PRECISION_CHAPTERS
+from trainwreck.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
                                                    monitoring, periodic_slowdowns)
-from trainwreck.harness.report.chapters_scale import SCALE_CHAPTERS
-from trainwreck.harness.report.claims import Claim, fact, verdict
-from trainwreck.harness.report.handbook import Chapter, Evidence, Paragraph, fmt
+from trainwreck.report.chapters_scale import SCALE_CHAPTERS
+from trainwreck.report.claims import Claim, fact, verdict
+from trainwreck.report.handbook import Chapter, Evidence, Paragraph, fmt
 from trainwreck.invariants.continuity import DEFAULT_LOSS_TOLERANCE, losses_match
 from trainwreck.trainer.progress import TIMED_PHASES
 
@@ -775,11 +775,11 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("memory", "How many bytes does a parameter cost, what do ZeRO's stages and FSDP save, and how much of a "
             "pipeline's step is bubble?", ("bytes-ddp", "bytes-fsdp"), memory, list_paragraphs=(3,)),
     *PRECISION_CHAPTERS,
-    *PIPELINE_CHAPTERS,  # harness/report/chapters_pipeline.py: the bubble measured, behind --full
+    *PIPELINE_CHAPTERS,  # report/chapters_pipeline.py: the bubble measured, behind --full
     Chapter("period", PERIOD_QUESTION, ("noisy-neighbour", "slow-storage", "disk-contention"), periodic_slowdowns,
             (("noisy-neighbour", "progress"), ("slow-storage", "ckpt_age"), ("disk-contention", "ckpt_age")),
             full=True),
     Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),
     Chapter("loader", LOADER_QUESTION, ("loader-kill",), data_loader, full=True),
-    *SCALE_CHAPTERS,  # harness/report/chapters_scale.py: behind --full
+    *SCALE_CHAPTERS,  # report/chapters_scale.py: behind --full
 )
