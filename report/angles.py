@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from trainwreck.faults.plan import KIND_TOPICS  # fault kind -> its topics, declared by each kind (Kind.topics)
 from trainwreck.report.claims import F, Claims, Presume, fact, verdict
+from trainwreck.report.presentation import PRESENTATIONS, cost_of
 from trainwreck.invariants.verdict import verdict_word
 
 GLOO_DEFAULT_TIMEOUT_S = 1800.0
@@ -33,11 +34,6 @@ QUESTIONS: dict[str, str] = {
 ADAM_BYTES_PER_PARAM = 12
 """fp32 parameters plus AdamW's two fp32 moments (4 + 4 + 4), all of it on every DDP rank; gradients add 4 more."""
 
-# Invariants -> the topic that explains them.
-INVARIANT_TOPICS: dict[str, str] = {
-    "coverage": "resume", "continuity": "resume", "atomicity": "silent", "replicas": "silent",
-    "hang": "hang", "progress": "frequency",
-}
 
 
 def interview_angles(report: dict[str, Any], say: Claims | None = None) -> list[dict[str, Any]]:
@@ -89,8 +85,8 @@ def _triggers(report: dict[str, Any]) -> dict[str, set[str]]:
     if spec.get("ckpt_mode") == "async":
         found.setdefault("async", set()).add("ckpt_mode async")
     for name, judged in report["verdicts"].items():
-        if judged.get("valid") is False and name in INVARIANT_TOPICS:
-            found.setdefault(INVARIANT_TOPICS[name], set()).add(f"invariant {name} violated")
+        if judged.get("valid") is False and name in PRESENTATIONS:
+            found.setdefault(PRESENTATIONS[name].topic, set()).add(f"invariant {name} violated")
     return found
 
 
@@ -456,7 +452,7 @@ def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
         say("cost.coverage.order", "Every id was used once per epoch, but in other batches than an uninterrupted "
             "run's: the model's trajectory is not the one the run claims to continue, and no loss curve shows it.",
             bad, fact("facts.coverage.order_only", "==", True))
-        say("cost.coverage", _capital(VIOLATION_COST["coverage"]) + ".", bad,
+        say("cost.coverage", _capital(cost_of("coverage")) + ".", bad,
             fact("facts.coverage.order_only", "==", False))
         return
     if name == "progress":  # the budget and the no-progress rule end a job for different reasons
@@ -464,21 +460,10 @@ def _cost(say: Claims, report: dict[str, Any], name: str) -> None:
             "checkpoint (the no-progress rule), not because it ran out of restarts: each attempt died before it "
             "could save, so restarting again would only repeat it.", bad,
             fact("facts.progress.no_progress", "==", True))
-        say("cost.progress", _capital(VIOLATION_COST["progress"]) + ".", bad,
+        say("cost.progress", _capital(cost_of("progress")) + ".", bad,
             fact("facts.progress.no_progress", "==", False))
         return
-    say(f"cost.{name}", _capital(VIOLATION_COST.get(name, "the run broke an invariant")) + ".", bad)
-
-
-VIOLATION_COST: dict[str, str] = {
-    "coverage": "samples were trained twice or never: the model silently saw a different data "
-                "distribution, and no loss curve shows it",
-    "atomicity": "a checkpoint that was not (or no longer) intact was loaded, or an intact newer one "
-                 "was skipped and its work thrown away",
-    "hang": "a hung rank went unnoticed, or the watchdog blamed the wrong rank or a healthy job",
-    "replicas": "DDP replicas diverged: each rank now trains its own model while the job looks healthy",
-    "progress": "the job did not finish within its restart budget",
-}
+    say(f"cost.{name}", _capital(cost_of(name)) + ".", bad)
 
 
 def _violations(say: Claims, report: dict[str, Any]) -> list[dict[str, Any]]:

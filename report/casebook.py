@@ -16,12 +16,12 @@ from typing import Any
 
 from trainwreck.report.html import CSS
 from trainwreck.report.model import NotARun
+from trainwreck.report.presentation import ordered
 from trainwreck.report.render import render_report
 from trainwreck.invariants.verdict import compose, verdict_word, word_validity
 from trainwreck.trainer.files import EVENTS_LIMIT, read_json
 from trainwreck.trainer.rundir import RunDir, read_run_json
 
-INVARIANT_ORDER = ("coverage", "continuity", "atomicity", "hang", "replicas", "progress")
 
 
 def load_case(run_dir: Path) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def _row_html(out_dir: Path, i: int, run_dir: Path, case: dict[str, Any]) -> str
     word = verdict_word(case.get("valid"))
     minis = "".join(
         f'<span class="badge {verdict_word(v.get("valid"))}" title="{escape(n)}: {escape(v.get("summary", ""))}">'
-        "</span>" for n, v in _ordered(case.get("verdicts", {})))
+        "</span>" for n, v in ordered(case.get("verdicts", {})))
     scenario = (case.get("scenario") or {}).get("name")
     wall = case.get("wall_s")
     return (f'<tr class="case" data-valid="{word}"><td>{i + 1}</td><td><a href="'
@@ -157,11 +157,6 @@ def _row_html(out_dir: Path, i: int, run_dir: Path, case: dict[str, Any]) -> str
               f'<td class="small">{escape(case.get("headline", ""))}</td>'
               f'<td class=num>{case.get("totals", {}).get("attempts", "—")}</td>'
               f'<td class=num>{f"{wall:.1f} s" if isinstance(wall, (int, float)) else "—"}</td></tr>')
-
-
-def _ordered(verdicts: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    known = [(n, verdicts[n]) for n in INVARIANT_ORDER if n in verdicts]
-    return known + [(n, v) for n, v in verdicts.items() if n not in INVARIANT_ORDER]
 
 
 def casebook_markdown(out_dir: Path, cases: list[tuple[Path, dict[str, Any]]], title: str) -> str:

@@ -125,7 +125,8 @@ def _crash(say: Claims, report: dict[str, Any]) -> None:
 
 CAUSES: dict[str, Callable[[Claims, dict[str, Any]], None]] = {
     "coverage": _coverage, "continuity": _continuity, "progress": _progress, "hang": _hang}
-"""Invariant -> the claims that name its root cause from its evidence. The others use their summary."""
+"""Invariant -> the claims that name its root cause from its evidence; the others use their summary
+(the invariants are declared in report/presentation.py; tests/report/test_presentation.py ties the two)."""
 
 
 def cause_claims(say: Claims, report: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ reader here and a key in `facts`; docs/REPORTS.md, "Claims", says how.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from trainwreck.report.rawlog import RawRun
 
@@ -38,11 +38,8 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "restores": restore_digests(raw),
         "rejects": rejects(raw),
         "leftovers": leftovers(raw),
-        "coverage": coverage_facts(verdicts.get("coverage") or {}),
-        "continuity": continuity_facts(verdicts.get("continuity") or {}),
         "first_evidence_new": first_evidence_new(verdicts[bad[0]]) if bad else None,
-        "progress": progress_facts(report, raw),
-        "hang": hang_facts(report),
+        **{name: build(report, raw) for name, build in FACTS.items()},
         # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
         # jobs' judge adds them): copied as they are, so a claim can presume "facts.verdicts.NAME.FIELD".
         "verdicts": {name: dict(v["facts"]) for name, v in verdicts.items() if isinstance(v.get("facts"), dict)},
@@ -186,3 +183,13 @@ def hang_facts(report: dict[str, Any]) -> dict[str, Any]:
             return {"unnamed": {"fault": fault["id"], "rank": fault.get("rank"), "attempt": h.get("attempt"),
                                 "after_s": h.get("detected_after_s"), "waiting": h.get("waiting")}}
     return {"unnamed": None}
+
+
+FACTS: dict[str, Callable[[dict[str, Any], RawRun], dict[str, Any]]] = {
+    "coverage": lambda report, raw: coverage_facts(report["verdicts"].get("coverage") or {}),
+    "continuity": lambda report, raw: continuity_facts(report["verdicts"].get("continuity") or {}),
+    "progress": progress_facts,
+    "hang": lambda report, raw: hang_facts(report),
+}
+"""Invariant -> the facts its evidence yields, under report.json `facts.NAME` (the invariants are
+declared in report/presentation.py; tests/report/test_presentation.py ties the two)."""
