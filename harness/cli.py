@@ -101,7 +101,7 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
 
     try:
         if getattr(args, "out", None) is not None:
-            from trainwreck.harness.supervise.rundir import check_out_dir
+            from trainwreck.harness.supervise.create_rundir import check_out_dir
 
             check_out_dir(args.out)  # before a golden run or any rank starts
         return int(module.main(args))

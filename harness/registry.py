@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
-from trainwreck.trainer.errors import InputError
+from trainwreck.trainer.errors import InputError, UnknownName
 
 WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
@@ -31,8 +31,22 @@ ATTEMPT_LOOP = "trainwreck.harness.supervise.supervisor:Supervisor"
 """The harness's own attempt loop: it starts every attempt through the launcher's factory."""
 
 
-class UnknownLauncher(InputError):
+class UnknownLauncher(UnknownName):
     """A launcher name that is not in the registry; the message lists the known ones."""
+
+
+T = TypeVar("T")
+
+
+def by_name(items: Iterable[T], name: str, what: str, *, key: Callable[[T], str] = lambda item: item.name,
+            error: type[InputError] = UnknownName, hint: str = "") -> T:
+    """The item of `items` whose key is `name`; otherwise `error`, naming the bad value and every
+    known one (the one lookup behind each `get_<thing>` of the harness)."""
+    items = list(items)
+    for item in items:
+        if key(item) == name:
+            return item
+    raise error(f"unknown {what} {name!r}; known {what}s: {', '.join(key(item) for item in items)}{hint}")
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,7 @@ class LauncherKind:
     startup_floor_s: float = 0.0
     """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
     planted_watchdogs: bool = True
-    """False: only the reference watchdog (harness/supervise/watchdogs.py) can supervise it."""
+    """False: only the reference watchdog (harness/supervise/watchdog_variants.py) can supervise it."""
     fork_server: bool = False
     """True: its ranks fork from this process's fork server (the pytest plugin starts one per worker)."""
     agent_reaps_ranks: bool = False
@@ -96,9 +110,7 @@ DEFAULT_LAUNCHER = WARM
 
 def get_launcher(name: str) -> LauncherKind:
     """The declaration of launcher `name`; an UnknownLauncher naming the known ones otherwise."""
-    if name not in LAUNCHERS:
-        raise UnknownLauncher(f"unknown launcher {name!r}; known launchers: {', '.join(LAUNCHERS)}")
-    return LAUNCHERS[name]
+    return by_name(LAUNCHERS.values(), name, "launcher", error=UnknownLauncher)
 
 
 def launcher_names(serves: str | None = None, planted_watchdogs: bool = False) -> tuple[str, ...]:

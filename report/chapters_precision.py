@@ -33,7 +33,7 @@ def precision(ev: Evidence) -> list[Paragraph]:
              f"{ev.q('bf16-resume', *cont, 'golden_steps_checked')} steps with "
              f"{ev.q('bf16-resume', *cont, 'violations')} violation(s).",
              verdict("continuity", True, run="bf16-resume")),
-        ev.s(f"Against the fp32 run of the same data and seed, its loss differed by at most "
+        ev.s("Against the fp32 run of the same data and seed, its loss differed by at most "
              + ev.derive("bf16_fp32_max_loss_gap", gap, "max over steps |loss_bf16 - loss_fp32|",
                          {"steps": n}) + f" over {n} updates: bf16 is a different trajectory, so its golden run must be bf16 too.",
              fact("loss.values.0", "!=", first, run="resume")),

@@ -37,7 +37,7 @@ def _root_cause(report: dict[str, Any]) -> list[str]:
     cause = report.get("root_cause")
     if not cause:
         return []
-    # The cause claim's own text (cause.py), so the truth check finds the one root-cause sentence it derives.
+    # The cause claim's own text (violation_cause.py), so the truth check finds the one root-cause sentence it derives.
     said = report.get("cause") or f"Root cause: {cause['sentence']}."
     out = ["## Root cause", "", f"**{_cell(said)}**", "",
            f"- first failed rank: {cause['rank']} (attempt {cause['attempt']}, exit code {cause['code']})",

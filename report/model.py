@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.report.angles import interview_angles
-from trainwreck.report.cause import cause_claims
+from trainwreck.report.violation_cause import cause_claims
 from trainwreck.report.claims import F, Claims, Presume, fact
 from trainwreck.report.facts import build_facts
 from trainwreck.report.metrics import baselines
 from trainwreck.report.period import slowdowns
 from trainwreck.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
-from trainwreck.report.rootcause import root_cause
+from trainwreck.report.crash_cause import root_cause
 from trainwreck.report.stackdump import by_faulthandler, thread_stacks, training_thread
 from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
 from trainwreck.invariants.history import History

@@ -4,7 +4,7 @@ A checker (invariants/judge.py CHECKERS, and the replica-group ones) becomes pro
 places: the interview topic its violation raises, what that violation costs in production,
 where it sits in a casebook row, the facts drawn from its evidence and the claims that name
 its root cause. The first three are declared here; the last two are functions keyed by the
-same names (facts.py FACTS, cause.py CAUSES). tests/report/test_presentation.py fails when a
+same names (facts.py FACTS, violation_cause.py CAUSES). tests/report/test_presentation.py fails when a
 checker has no declaration, or a keyed function names an invariant that has none.
 
 A verdict of an invariant not declared here (a run judged by another tool) is still shown,

@@ -103,7 +103,7 @@ def scan_text(text: str, claims: list[Claim], report: dict[str, Any], verdicts: 
 
 
 ROOT_CAUSE = re.compile(r"Root cause: ")
-"""How a root-cause sentence opens (cause.py): the first screen must hold exactly one."""
+"""How a root-cause sentence opens (violation_cause.py): the first screen must hold exactly one."""
 
 
 def _first_screen(text: str, verdicts: dict[str, Any], report: dict[str, Any]) -> list[str]:

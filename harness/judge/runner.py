@@ -13,7 +13,7 @@ from typing import Any
 from trainwreck.harness.errors import GoldenFailed
 from trainwreck.harness.judge.golden import golden_for
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.report.rootcause import RootCause, root_cause
+from trainwreck.report.crash_cause import RootCause, root_cause
 from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.restarts import RunRecord

@@ -1,8 +1,8 @@
 """The in-rank bootstrap every launcher ends in: tie the rank to its parent, arm the
 stack dump, read the job from run.json, build the hooks, run the trainer.
 
-    python -m harness.launch.rank --ctx '<RankContext as JSON>'      (spawn launcher)
-    python -m harness.launch.rank --run-dir DIR [--standalone]       (under torchrun)
+    python -m trainwreck.harness.launch.rank --ctx '<RankContext as JSON>'      (spawn launcher)
+    python -m trainwreck.harness.launch.rank --run-dir DIR [--standalone]       (under torchrun)
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def ctx_from_json(text: str) -> RankContext:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.launch.rank", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m trainwreck.harness.launch.rank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ctx", help="RankContext as JSON (the spawn launcher passes it)")
     parser.add_argument("--run-dir", type=Path, help="run directory with run.json (under torchrun)")

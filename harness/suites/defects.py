@@ -1,7 +1,7 @@
 """The planted-defect self-test: every check must be able to fail.
 
 Each row names a deliberately wrong component (a trainer variant from trainer/defects.py,
-or a watchdog variant from harness/supervise/watchdogs.py), the invariant that must catch it, and the
+or a watchdog variant from harness/supervise/watchdog_variants.py), the invariant that must catch it, and the
 scenario whose fault plan exposes it. A row passes when that invariant judges the
 defective run invalid (with every planned fault fired) AND the reference trainer and
 watchdog pass the same scenario (the control). Controls of identical scenarios run once.
@@ -17,10 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from trainwreck.harness.registry import DEFAULT_LAUNCHER
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, by_name
 from trainwreck.harness.supervise.scenarios import Scenario, declare_scenarios, get_scenario
 from trainwreck.harness.judge.runner import run_judged, spec_for
-from trainwreck.trainer.errors import UnknownName
 
 # ----- the scenarios that expose the defects -------------------------------------------
 
@@ -176,10 +175,7 @@ def defect_names() -> list[str]:
 
 
 def get_defect(name: str) -> Defect:
-    for defect in DEFECTS:
-        if defect.name == name:
-            return defect
-    raise UnknownName(f"unknown defect {name!r}; planted defects: {', '.join(defect_names())}")
+    return by_name(DEFECTS, name, "defect")
 
 
 # ----- running a row -------------------------------------------------------------------

@@ -35,7 +35,7 @@ from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenario
 from trainwreck.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.invariants.verdict import verdict_word
-from trainwreck.trainer.errors import UnknownName
+from trainwreck.harness.registry import by_name
 from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
 
 __all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "default_chapters", "fmt", "get_case", "get_chapter",
@@ -352,10 +352,7 @@ CASES: tuple[Case, ...] = (
 
 
 def get_case(key: str) -> Case:
-    for case in CASES:
-        if case.key == key:
-            return case
-    raise UnknownName(f"unknown handbook run {key!r}; runs: {', '.join(c.key for c in CASES)}")
+    return by_name(CASES, key, "handbook run", key=lambda case: case.key)
 
 
 NOT_ANSWERED: tuple[tuple[str, str], ...] = ()
@@ -373,10 +370,7 @@ def chapter_names() -> list[str]:
 
 
 def get_chapter(slug: str) -> Chapter:
-    for chapter in CHAPTERS:
-        if chapter.slug == slug:
-            return chapter
-    raise UnknownName(f"unknown chapter {slug!r}; chapters: {', '.join(chapter_names())}")
+    return by_name(CHAPTERS, slug, "chapter", key=lambda chapter: chapter.slug)
 
 
 # ----- running the cases -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainwreck.report.rootcause import last_exception
+from trainwreck.report.crash_cause import last_exception
 from trainwreck.trainer.rundir import RunDir, iter_events
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, TypeVar
 
 from trainwreck.trainer.config import TrainConfig
+from trainwreck.harness.registry import by_name
 from trainwreck.trainer.errors import UnknownName
 
 REFERENCE = "reference"
@@ -353,8 +354,4 @@ def scenario_names() -> list[str]:
 
 
 def get_scenario(name: str) -> Scenario:
-    for scenario in SCENARIOS:
-        if scenario.name == name:
-            return scenario
-    raise UnknownName(f"unknown scenario {name!r}; built-in scenarios: {', '.join(scenario_names())} "
-                      "(`trainwreck scenarios` lists them)")
+    return by_name(SCENARIOS, name, "scenario", hint=" (`trainwreck scenarios` lists them)")

@@ -59,7 +59,7 @@ class JobSpec:
     poll_interval_s: float = 0.02
     """How often the supervisor reads progress files (at most 0.1 s, so faults fire near their step)."""
     watchdog: str = "reference"
-    """Which hang watchdog supervises: 'reference', or a planted defect from harness/supervise/watchdogs.py (self-tests)."""
+    """Which hang watchdog supervises: 'reference', or a planted defect from harness/supervise/watchdog_variants.py (self-tests)."""
     scenario: dict[str, Any] | None = None
     """The built-in scenario this job runs (name, summary, question, threatens), recorded in
     run.json so a report can quote it without knowing where the job came from."""
@@ -106,7 +106,7 @@ class JobSpec:
             value = getattr(self, name)
             if value is not None and ":" not in value:
                 raise SpecError(f"{name}={value!r} must look like 'package.module:function'")
-        from trainwreck.harness.supervise.watchdogs import watchdog_class
+        from trainwreck.harness.supervise.watchdog_variants import watchdog_class
         try:
             watchdog_class(self.watchdog)
         except ValueError as exc:

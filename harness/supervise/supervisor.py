@@ -23,10 +23,10 @@ from trainwreck.harness.launch.launchers import Attempt, Launcher
 from trainwreck.harness.supervise.restarts import (REAP_TIMEOUT_S, AttemptResult, JobSupervisor, RunRecord,
                                          newest_committed_step, remove_empty_stacks)
 from trainwreck.harness.supervise.interrupts import raise_if_received, stop_on_signals
-from trainwreck.harness.supervise.rundir import create_run_dir
+from trainwreck.harness.supervise.create_rundir import create_run_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HarnessStore
-from trainwreck.harness.supervise.watchdogs import watchdog_class
+from trainwreck.harness.supervise.watchdog_variants import watchdog_class
 
 
 # ----- the job -----------------------------------------------------------------------
@@ -130,7 +130,7 @@ class Supervisor(JobSupervisor):
     def report_exits(self, attempt: int, codes: dict[int, int | None], reported: set[int],
                      stopped: bool = False) -> None:
         """`exit` events for the ranks not reported yet; `stopped`: they were alive when the harness
-        SIGKILLed the attempt, so a -9 is the harness's (report/rootcause.py reads it)."""
+        SIGKILLed the attempt, so a -9 is the harness's (report/crash_cause.py reads it)."""
         for rank in sorted(set(codes) - reported):
             self.report_exit(attempt, rank, codes[rank],
                              stopped_by_harness=stopped and codes[rank] == -signal.SIGKILL)

@@ -40,7 +40,7 @@ class Target(Protocol):
     """True: a failed golden run makes the verdict "unknown" (the user's command broke);
     False: it is raised (the reference trainer failing uninterrupted is a harness bug)."""
     explains_crashes: ClassVar[bool]
-    """True: report/rootcause.py can name an unplanned crash from its logs."""
+    """True: report/crash_cause.py can name an unplanned crash from its logs."""
 
     def check(self, spec: Any) -> None:
         """Raise SpecError/PlanError when `spec` cannot run this target (before any process starts)."""

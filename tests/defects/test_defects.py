@@ -15,7 +15,7 @@ import pytest
 
 from trainwreck.harness.suites.defects import DEFECTS, Defect, Row, run_control, run_defect, judge_row
 from trainwreck.harness.pytest_plugin import record_run
-from trainwreck.harness.supervise.watchdogs import watchdog_class
+from trainwreck.harness.supervise.watchdog_variants import watchdog_class
 from trainwreck.invariants.judge import CHECKERS
 from trainwreck.trainer.entry import trainer_class
 

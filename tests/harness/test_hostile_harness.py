@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.rundir import RunDirError, create_run_dir
+from trainwreck.harness.supervise.create_rundir import RunDirError, create_run_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig

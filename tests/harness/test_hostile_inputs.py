@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainwreck.harness.supervise.rundir import RunDirError, check_out_dir, check_run_dir
+from trainwreck.harness.supervise.create_rundir import RunDirError, check_out_dir, check_run_dir
 from trainwreck.harness.judge.runner import MAX_INLINE_PLAN, reproduce_command
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.trainer.config import TrainConfig

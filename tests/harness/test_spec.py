@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from trainwreck.faults.external import ExternalFaults, FaultError
-from trainwreck.harness.supervise.rundir import RunDirError
+from trainwreck.harness.supervise.create_rundir import RunDirError
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig

@@ -9,7 +9,7 @@ import pytest
 
 from trainwreck.harness.supervise.cmd import Command
 from trainwreck.harness.supervise.cmdkey import cmd_golden_key
-from trainwreck.harness.supervise.rundir import run_json
+from trainwreck.harness.supervise.create_rundir import run_json
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.targets import Reference, golden_key
 from trainwreck.trainer.config import TrainConfig

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.rundir import create_run_dir
+from trainwreck.harness.supervise.create_rundir import create_run_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.harness.supervise.torchrun import torchrun_env

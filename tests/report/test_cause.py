@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwreck.report.cause import cause_claims
+from trainwreck.report.violation_cause import cause_claims
 from trainwreck.report.claims import Claims
 from trainwreck.report.facts import coverage_facts, first_evidence_new, hang_facts, progress_facts
 

@@ -214,7 +214,7 @@ def test_an_unknown_chapter_is_refused_with_exit_2_before_anything_runs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["handbook", "--out", str(tmp_path / "h"), "--chapters", "step,nope"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown chapter 'nope'" in err and "chapters: step," in err
+    assert err.count("\n") == 1 and "unknown chapter 'nope'" in err and "known chapters: step," in err
     assert not (tmp_path / "h").exists()
 
 

@@ -106,7 +106,7 @@ def check_process(run: Path, logs: Path) -> tuple[int, str]:
 
 
 def resume_selection(run: Path) -> None:
-    """What a resume does first: check the run directory's folders (harness/supervise/rundir.py), then
+    """What a resume does first: check the run directory's folders (harness/supervise/create_rundir.py), then
     rank 0 chooses a checkpoint and clears stale leftovers."""
     try:
         make_subdirs(run)

@@ -7,7 +7,7 @@ import pytest
 from trainwreck.invariants.judge import CHECKERS
 from trainwreck.invariants.replica_groups import REPLICA_CHECKERS
 from trainwreck.report.angles import QUESTIONS
-from trainwreck.report.cause import CAUSES
+from trainwreck.report.violation_cause import CAUSES
 from trainwreck.report.facts import FACTS
 from trainwreck.report.presentation import PRESENTATIONS, UNDECLARED_COST, cost_of, ordered
 

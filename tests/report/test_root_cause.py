@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainwreck.report import build_report, render_report
-from trainwreck.report.rootcause import TAIL_BYTES, last_exception, root_cause
+from trainwreck.report.crash_cause import TAIL_BYTES, last_exception, root_cause
 from tests.report.rundirs import RunWriter, hung_run, killed_run
 
 NUMPY = "RuntimeError: Numpy is not available"

@@ -86,7 +86,7 @@ def test_the_demo_line_of_a_crashed_run_names_its_root_cause(tmp_path: Path, gol
 
 @pytest.mark.slow  # every torchrun rank is a fresh interpreter importing torch
 def test_under_torchrun_the_crashed_rank_and_its_line_are_read_from_torchrun_log(tmp_path: Path) -> None:
-    from trainwreck.report.rootcause import root_cause
+    from trainwreck.report.crash_cause import root_cause
     from trainwreck.harness.supervise.supervisor import run_job
 
     run = tmp_path / "run"
@@ -110,7 +110,7 @@ def test_a_rank_sigkilled_by_no_plan_is_named_with_its_signal_and_the_memory_kil
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from trainwreck.report.rootcause import root_cause
+    from trainwreck.report.crash_cause import root_cause
     from trainwreck.harness.supervise.supervisor import run_job
     from trainwreck.trainer.progress import read_progress
     from trainwreck.trainer.rundir import RunDir
