@@ -18,7 +18,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.rundir import iter_events

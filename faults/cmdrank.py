@@ -12,7 +12,7 @@ the kinds below; the job spec refuses every other in-rank kind (harness/supervis
 
 The harness names this factory in the rank's environment (harness/launch/launchers.py ``cmd_env``),
 and the probe resolves it by name, so the trainer package never imports faults/. ``corrupt``
-is the harness's own between attempts (harness/launch/cmdfaults.py), so the ranks leave it alone.
+is the harness's own between attempts (faults/between_attempts.py), so the ranks leave it alone.
 
 Every save's file operations are also recorded as a ``save_ops`` event (an extension kind the
 judge ignores): the frameworks table turns the golden run's into one run per crash point.

@@ -383,7 +383,7 @@ def run_command(request: pytest.FixtureRequest, tmp_path: Path, trainwreck_setti
     import shlex
 
     from trainwreck.faults.plan import PlanError
-    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.command.target import Command
     from trainwreck.harness.judge.runner import run_judged
     from trainwreck.harness.supervise.spec import JobSpec, SpecError
 

@@ -52,8 +52,8 @@ def harness_map(harness_doc: str) -> str:
 
 
 def map_problems(drawn: str, root: Path = REPO) -> list[str]:
-    modules = sorted(p.relative_to(root / "harness") for p in (root / "harness").glob("*/*.py")
-                     if p.stem != "__init__" and p.parent.name not in ("commands", "report"))
+    modules = sorted(p.relative_to(root / "harness") for p in (root / "harness").glob("*/**/*.py")
+                     if p.stem != "__init__" and p.parts[len((root / "harness").parts)] != "commands")
     modules += sorted(p.relative_to(root / "harness") for p in (root / "harness").glob("*.py") if p.stem != "__init__")
     problems = [f"harness/{m} is missing from HARNESS.md's map" for m in modules
                 if not re.search(rf"\b{m.stem}\b", drawn)]

@@ -115,7 +115,7 @@ CMD_HANG_TIMEOUT_S = 30.0
 
 def main_cmd(args: argparse.Namespace) -> int:
     """`--cmd`: the user's command per rank, judged against its own golden run."""
-    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.command.target import Command
     from trainwreck.harness.supervise.create_rundir import check_out_dir
     from trainwreck.harness.supervise.spec import JobSpec
 

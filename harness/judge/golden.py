@@ -3,7 +3,7 @@
 The job's target (harness/supervise/targets.py) names the entry and builds the uninterrupted job:
 for the reference trainer the key covers the trainer config, the world size and the
 trainer's source code; for a user's command, the command line, the files it names and
-imports, and the installed versions (harness/supervise/cmdkey.py). So
+imports, and the installed versions (harness/supervise/command/golden_key.py). So
 a cached golden run is reused across scenarios, test sessions and CLI calls, and is
 recomputed as soon as anything that could change its digests changes.
 """
@@ -110,8 +110,8 @@ def adopt(unpack: Callable[[Path], None], cache_dir: Path, key: str) -> Path:
 
 def _repeat(spec: JobSpec, scratch: Path, final: Path, golden_s: float) -> None:
     """The target's repeat job (a user's command: its first updates once more), compared with the
-    golden run just built; the finding is stored beside it (harness/supervise/cmdrepeat.py)."""
-    from trainwreck.harness.supervise.cmdrepeat import record_repeat
+    golden run just built; the finding is stored beside it (harness/supervise/command/repeat.py)."""
+    from trainwreck.harness.supervise.command.repeat import record_repeat
 
     repeat = spec.target.repeat_spec(spec, final.parent / _build_name(f"{final.name}-repeat"))
     if repeat is None:

@@ -1,6 +1,6 @@
 """Run a job under faults and judge it against its golden run: the unit every command repeats.
 
-One path for every job: the spec's target (harness/supervise/targets.py, harness/supervise/cmd.py) says what its
+One path for every job: the spec's target (harness/supervise/targets.py, harness/supervise/command/target.py) says what its
 golden run is, how it is judged and how it is reproduced; `run_judged` only dispatches."""
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
-from trainwreck.harness.launch.cmdfaults import corrupt_before
+from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.harness.launch.procs import descendants, end_processes, marked_processes, set_parent_death_signal, \
     signal_group, signal_pid
 from trainwreck.harness.launch.rank import ctx_to_json
@@ -301,7 +301,7 @@ class CmdLauncher:
     each attempt gets a new store, not the job's: reused keys break the next attempt."""
 
     def __init__(self, spec: Any) -> None:
-        """`spec`: a JobSpec whose target is a harness/supervise/cmd.py Command (checked non-empty there)."""
+        """`spec`: a JobSpec whose target is a harness/supervise/command/target.py Command (checked non-empty there)."""
         self.argv = spec.target.argv
         self.plan, self.ckpt_dir = spec.plan, spec.target.ckpt_dir
 

@@ -9,7 +9,7 @@ world-size schedule, a restart budget and a fault plan; what a fault needs to kn
 framework (which save step, which file operation, which checkpoint to damage) is the
 framework's, so scenarios ask the framework for it.
 
-Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/supervise/cmd.py `Command`
+Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/supervise/command/target.py `Command`
 target on the supervisor): the watchdog, restarts on the world-size schedule, the
 plan's in-rank faults through the probe, corruption between attempts. The run is judged by
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
@@ -72,7 +72,7 @@ class Launcher(Protocol):
 
 def job_spec(job: Job, run_dir: Path) -> JobSpec:
     """The `trainwreck run --cmd` job of a row."""
-    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.command.target import Command
 
     return JobSpec(target=Command(job.command), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
                    hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, run_dir=run_dir, keep=True,

@@ -709,7 +709,7 @@ def foreign_command(writer: ForeignWriter, record: bool) -> str:
 
 
 def foreign_spec(writer: ForeignWriter, run_dir: Path, record: bool = False) -> JobSpec:
-    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.command.target import Command
 
     return JobSpec(target=Command(foreign_command(writer, record)), world_sizes=(2,),
                    hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, run_dir=run_dir, keep=True, max_restarts=2)

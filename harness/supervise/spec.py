@@ -1,7 +1,7 @@
 """What one supervised job is: its target, the world-size schedule, the plan, the limits.
 
 The target says what runs (harness/supervise/targets.py: the reference trainer's config, or a user's
-command in harness/supervise/cmd.py), the launcher how its ranks start (harness/registry.py).
+command in harness/supervise/command/target.py), the launcher how its ranks start (harness/registry.py).
 Everything is checked in ``__post_init__`` so a bad job fails before any process starts.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ class JobSpec:
     run.json so a report can quote it without knowing where the job came from."""
     target: Target | None = None
     """What runs: Reference(config) (given `config` alone, this is built for you) or a user's
-    Command(command, ckpt_dir) from harness/supervise/cmd.py."""
+    Command(command, ckpt_dir) from harness/supervise/command/target.py."""
 
     def __post_init__(self) -> None:
         self._resolve_target()

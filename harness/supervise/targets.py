@@ -10,7 +10,7 @@ dispatches on the object instead of callers choosing a pipeline:
 - its judgement: the invariants, plus for a command the run-format contract (`judge`, `problems`);
 - the line that reruns it (`reproduce`).
 
-The user's command lives in harness/supervise/cmd.py (`Command`); this module holds the protocol and
+The user's command lives in harness/supervise/command/target.py (`Command`); this module holds the protocol and
 the reference trainer. Neither imports JobSpec (harness/supervise/spec.py imports them): a golden
 spec is built with `type(spec)(...)` or `dataclasses.replace`.
 """
@@ -59,7 +59,7 @@ class Target(Protocol):
 
     def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
         """A short second uninterrupted job whose first updates must equal the golden run's (is the
-        trainer deterministic? harness/supervise/cmdrepeat.py); None: nothing to check."""
+        trainer deterministic? harness/supervise/command/repeat.py); None: nothing to check."""
 
     def problems(self, run_dir: Path) -> list[str]:
         """Why a run of this target cannot be judged, each with the fix; empty when it can."""

@@ -127,8 +127,8 @@ def test_the_doc_check_names_a_missing_row_and_a_wrong_threat() -> None:
 
 def test_a_cmd_job_takes_exactly_the_kinds_declared_for_commands() -> None:
     from trainwreck.faults.cmdrank import CMD_KINDS
-    from trainwreck.harness.supervise.cmd import check_cmd_plan
-    from trainwreck.harness.launch.cmdfaults import HOWS
+    from trainwreck.harness.supervise.command.target import check_cmd_plan
+    from trainwreck.faults.between_attempts import HOWS
 
     assert set(CMD_KINDS) <= set(command_kinds()) and set(HOWS) <= set(CORRUPTIONS)
     check_cmd_plan([{"id": "k", "kind": "kill", "rank": 0, "step": 2},

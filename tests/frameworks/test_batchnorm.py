@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.judge.runner import run_judged
-from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.trainer.frameworks import EXAMPLES
 from trainwreck.trainer.rundir import iter_events

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.cmdkey import cmd_golden_key, command_sources
+from trainwreck.harness.supervise.command.golden_key import cmd_golden_key, command_sources
 from trainwreck.trainer.frameworks import EXAMPLES
 
 PYTHON = sys.executable
@@ -85,7 +85,7 @@ def test_fresh_golden_without_cmd_exits_2_with_the_reason(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_fresh_golden_rebuilds_an_intact_cached_golden_run(tmp_path: Path) -> None:
-    from trainwreck.harness.supervise.cmd import Command
+    from trainwreck.harness.supervise.command.target import Command
     from trainwreck.harness.judge.golden import golden_for
     from trainwreck.harness.supervise.spec import JobSpec
     from trainwreck.trainer.rundir import iter_events

@@ -10,9 +10,9 @@ import pytest
 
 from tests.invariants.histories import HistoryBuilder
 
-from trainwreck.harness.supervise.cmd import Command
-from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change
-from trainwreck.harness.launch.cmdfaults import UNAPPLIED, corrupt_before
+from trainwreck.harness.supervise.command.target import Command
+from trainwreck.harness.supervise.command.facts import judge_across_batch_change
+from trainwreck.faults.between_attempts import UNAPPLIED, corrupt_before
 from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.rundir import iter_events
@@ -101,7 +101,7 @@ def test_an_unseeded_script_is_judged_unknown_not_deterministic_and_a_seeded_one
     import sys
 
     from trainwreck.harness.judge.runner import run_judged
-    from trainwreck.harness.supervise.cmdrepeat import REPEAT_FILE
+    from trainwreck.harness.supervise.command.repeat import REPEAT_FILE
     from trainwreck.harness.supervise.spec import JobSpec
 
     source = (EXAMPLES / "plain_ddp.py").read_text()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.judge import judge

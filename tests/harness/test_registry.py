@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.cmd import Command
+from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, LauncherKind, UnknownLauncher, get_launcher,
                                          launcher_names, load)
 from trainwreck.harness.supervise.spec import JobSpec, SpecError

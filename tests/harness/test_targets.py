@@ -1,5 +1,5 @@
 """`JobSpec.target`: what a job runs owns its checks, its golden run, its judgement inputs
-and its reproduce line (harness/supervise/targets.py, harness/supervise/cmd.py); no process starts here."""
+and its reproduce line (harness/supervise/targets.py, harness/supervise/command/target.py); no process starts here."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.cmd import Command
-from trainwreck.harness.supervise.cmdkey import cmd_golden_key
+from trainwreck.harness.supervise.command.target import Command
+from trainwreck.harness.supervise.command.golden_key import cmd_golden_key
 from trainwreck.harness.supervise.create_rundir import run_json
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.targets import Reference, golden_key

@@ -8,10 +8,10 @@ faults at steps, and (through the probe, which builds faults/cmdrank.py's hooks 
 plan) kill/hang at its fault points and crashes inside the framework's own save. What only
 a foreign command needs lives here, on the target: which faults it can take, its golden run
 (cached by the command, the files it names and imports and the installed versions:
-harness/supervise/cmdkey.py; reproduced once: harness/supervise/cmdrepeat.py), and the bad-input rule: a
+harness/supervise/command/golden_key.py; reproduced once: harness/supervise/command/repeat.py), and the bad-input rule: a
 command that breaks the run format's contract is judged "unknown" with the reason, never
 valid. The facts its judgement carries (a skipped corruption, a global-batch change, the
-rank's own error) come from harness/launch/cmdfaults.py and harness/supervise/cmdfacts.py. `run_judged` (harness/judge/runner.py) dispatches on the target; there is no second pipeline.
+rank's own error) come from faults/between_attempts.py and harness/supervise/command/facts.py. `run_judged` (harness/judge/runner.py) dispatches on the target; there is no second pipeline.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.faults.errors import PlanError
-from trainwreck.harness.supervise.cmdfacts import judge_across_batch_change, rank_error, with_batch_change_note
-from trainwreck.harness.launch.cmdfaults import unapplied
-from trainwreck.harness.supervise.cmdkey import cmd_golden_key
-from trainwreck.harness.supervise.cmdrepeat import REPEAT_STOP, judged_without_golden, nondeterminism
+from trainwreck.harness.supervise.command.facts import judge_across_batch_change, rank_error, with_batch_change_note
+from trainwreck.faults.between_attempts import unapplied
+from trainwreck.harness.supervise.command.golden_key import cmd_golden_key
+from trainwreck.harness.supervise.command.repeat import REPEAT_STOP, judged_without_golden, nondeterminism
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import COMMAND
 from trainwreck.invariants import InputError, Judgement, judge, load_history
@@ -123,7 +123,7 @@ class Command:
 def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
     """Only the faults a foreign trainer's probe can reach; PlanError naming the rest."""
     from trainwreck.faults.plan import command_kinds, parse_plan
-    from trainwreck.harness.launch.cmdfaults import check_corrupt_fault
+    from trainwreck.faults.between_attempts import check_corrupt_fault
 
     parse_plan([f for f in plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
     allowed = command_kinds()  # each kind declares whether a command takes it (Kind.command)
