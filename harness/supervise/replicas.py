@@ -38,8 +38,7 @@ from typing import Any
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY
 from trainwreck.harness.errors import SpecError
-from trainwreck.harness.launch.launchers import _child_env, _process_group
-from trainwreck.harness.launch.procs import set_parent_death_signal, signal_group
+from trainwreck.harness.launch.procs import child_env, process_group_kwargs, set_parent_death_signal, signal_group
 from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.trainer.events import FORMAT, EventLog
 from trainwreck.trainer.progress import read_progress
@@ -144,7 +143,7 @@ class Lighthouse:
         parent = os.getpid()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         preexec_fn=lambda: set_parent_death_signal(parent), **_process_group(0))
+                                         **process_group_kwargs(0, lambda: set_parent_death_signal(parent)))
         self.port = self._reported_port(offset)
 
     def _reported_port(self, offset: int) -> int:
@@ -216,7 +215,7 @@ class ReplicaSupervisor:
         self.gate = HarnessStore()  # the first incarnations' meeting point (trainer's ReplicaProbe.ready)
 
     def rank_env(self, group: int, group_rank: int, store: HarnessStore, gated: bool) -> dict[str, str]:
-        env = _child_env()
+        env = child_env()
         env.update({
             "RANK": str(group_rank), "WORLD_SIZE": str(self.job.group_world_size), "LOCAL_RANK": str(group_rank),
             "LOCAL_WORLD_SIZE": str(self.job.group_world_size), "MASTER_ADDR": HOST, "MASTER_PORT": str(store.port),
@@ -240,8 +239,8 @@ class ReplicaSupervisor:
             with open(self.run.rank_log(0, rank), "ab") as log:
                 procs.append(subprocess.Popen(
                     shlex.split(self.job.command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=self.rank_env(group, r, store, gated), preexec_fn=lambda: set_parent_death_signal(parent),
-                    **_process_group(procs[0].pid if procs else 0)))
+                    env=self.rank_env(group, r, store, gated),
+                    **process_group_kwargs(procs[0].pid if procs else 0, lambda: set_parent_death_signal(parent))))
         self.live[group] = Incarnation(group, self.starts[group], procs, store)
         self.events.emit("group_start", replica_group=group, incarnation=self.starts[group],
                          pids=[p.pid for p in procs])
