@@ -29,7 +29,8 @@ from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, REPLICA_GROUPS
 from trainwreck.harness.supervise.scenarios import custom_scenario
-from trainwreck.invariants import Judgement, judge, load_history
+from trainwreck.invariants import InputError, Judgement, judge, load_history
+from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import ConfigError, TrainConfig
 from trainwreck.trainer.events import FORMAT
 from trainwreck.trainer.rundir import RunDir, run_json_fields
@@ -293,8 +294,12 @@ class ReplicaGroups:
 
     def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
         """The replica-aware checkers judge a run from its own events (each heal against the state its
-        peer served, each id against the dataset), so no golden run is compared."""
-        return judge(load_history(run_dir))
+        peer served, each id against the dataset), so no golden run is compared. A run the trainer
+        left unreadable (no dataset fields: every rank died first) is "unknown", with why."""
+        try:
+            return judge(load_history(run_dir))
+        except InputError as exc:
+            return Judgement(UNKNOWN, {}, [], [f"the replica groups' run cannot be judged: {exc}"])
 
     def reproduce(self, spec: Any, scenario: str | None = None) -> str:
         job = {"target": asdict(self), "plan": spec.plan,

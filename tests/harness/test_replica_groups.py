@@ -52,13 +52,16 @@ def test_the_replica_groups_launcher_is_registered_and_a_replica_job_gets_it() -
 
 def test_a_replica_run_names_its_registered_launcher_in_run_json_and_its_group_starts_at_the_end(
         tmp_path: Path) -> None:
-    record = run_job(replica_job(target=ReplicaGroups(stand_ins(tmp_path, "exit 0")), run_dir=tmp_path / "run"))
+    spec = replica_job(target=ReplicaGroups(stand_ins(tmp_path, "exit 0")), run_dir=tmp_path / "run")
+    record = run_job(spec)
     assert record.status == "completed" and record.outcome == "completed"
     assert read_run_json(record.run_dir)["launcher"] == "replica-groups"
     end = [e for e in iter_events(record.run_dir) if e["kind"] == "end"]
     assert [(e["status"], e["group_starts"]) for e in end] == [("completed", {"0": 1, "1": 1})]
     assert (RunDir(record.run_dir).logs / "lighthouse.log").read_text().startswith("Lighthouse listening on")
     assert_no_leftover_processes()  # the stand-in lighthouse too
+    judgement = spec.target.judge(record.run_dir, None)
+    assert judgement.valid == "unknown" and "cannot be judged" in judgement.notes[0]  # it wrote no dataset fields
 
 
 def test_a_failed_group_restarts_alone_while_the_other_finishes(tmp_path: Path) -> None:
