@@ -251,6 +251,16 @@ def command_kinds() -> tuple[str, ...]:
     return tuple(k.name for k in KINDS.values() if k.command)
 
 
+def check_kinds(plan: Iterable[Mapping[str, Any]], supported: Sequence[str], job: str, why: str) -> None:
+    """PlanError naming every fault of `plan` whose kind `job` cannot fire, and the kinds it can:
+    the one refusal of every target that takes only some kinds (a --cmd run, replica groups).
+    `why` says what the job lacks that the other kinds need."""
+    refused = [f"{f.get('id')} ({f.get('kind')})" for f in plan if f.get("kind") not in supported]
+    if refused:
+        raise PlanError(f"fault(s) {', '.join(refused)}: {job} takes only {', '.join(supported)} ({why}); "
+                        "remove the others")
+
+
 class KindAttribute(Mapping[str, Any]):
     """A live read-only view `{kind name: one attribute of its declaration}`, for the modules
     that look a kind's attribute up by name (the report's topics): a kind declared later is in it."""

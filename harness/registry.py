@@ -25,7 +25,7 @@ from trainwreck.trainer.errors import InputError, UnknownName
 
 WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
-REFERENCE, COMMAND = "reference", "command"
+REFERENCE, COMMAND, REPLICA_GROUPS = "reference", "command", "replica_groups"
 """The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""
 ATTEMPT_LOOP = "trainwreck.harness.supervise.supervisor:Supervisor"
 """The harness's own attempt loop: it starts every attempt through the launcher's factory."""
@@ -57,14 +57,16 @@ class LauncherKind:
     help: str
     """One line for `--launcher` help and docs."""
     serves: tuple[str, ...] = (REFERENCE,)
-    """The target kinds it can run: REFERENCE (the reference trainer), COMMAND (a user's command)."""
+    """The target kinds it can run: REFERENCE (the reference trainer), COMMAND (a user's command),
+    REPLICA_GROUPS (a torchft trainer whose groups restart one at a time)."""
     factory: str | None = None
     """`module:callable(spec) -> Launcher` starting each attempt under ATTEMPT_LOOP; None when
     `supervisor` starts the attempts itself."""
     supervisor: str = ATTEMPT_LOOP
     """`module:Class(spec, run_dir)` whose `run(started)` supervises the whole job."""
     fixed_world_size: bool = False
-    """True: every attempt has the same world size (the agent restarts with a fixed --nproc-per-node)."""
+    """True: every attempt has the same world size (torchrun's agent restarts with a fixed
+    --nproc-per-node; replica groups restart one group at a time, each the same size)."""
     startup_floor_s: float = 0.0
     """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
     planted_watchdogs: bool = True
@@ -91,6 +93,9 @@ class LauncherKind:
 
 SPAWN_STARTUP_S = 120.0
 """Fresh interpreters import torch first, several seconds each, all at once on a few shared cores."""
+REPLICA_STARTUP_S = 180.0
+"""A replica rank imports torch and torchft before its first progress: over 20 s each on a loaded
+2-core machine, every group at once."""
 
 LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(WARM, "forked from a fork server that already imported torch (default; fast)",
@@ -103,6 +108,10 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
                  serves=(COMMAND,), factory="trainwreck.harness.launch.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),
+    LauncherKind("replica-groups", "torchft replica groups: a loopback lighthouse, a store per group; a failed "
+                 "group restarts alone while the others train on", serves=(REPLICA_GROUPS,),
+                 supervisor="trainwreck.harness.supervise.replicas:ReplicaSupervisor", fixed_world_size=True,
+                 startup_floor_s=REPLICA_STARTUP_S, planted_watchdogs=False),
 )}
 DEFAULT_LAUNCHER = WARM
 """The launcher of a reference job that names none (and of every golden run)."""

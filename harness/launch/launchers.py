@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.harness.launch.procs import descendants, end_processes, marked_processes, set_parent_death_signal, \
-    signal_group, signal_pid
+from trainwreck.harness.launch.procs import child_env, descendants, end_processes, marked_processes, \
+    process_group_kwargs, set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.launch.rank import ctx_to_json
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.trainer.launch import RankContext
@@ -90,7 +90,7 @@ class ForkServer:
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             # Its own session: a Ctrl-C in the terminal reaches only the harness, which
             # then kills the attempts in order instead of racing them.
-            start_new_session=True, env=_child_env(),
+            start_new_session=True, env=child_env(),
         )
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -274,9 +274,9 @@ class SpawnLauncher:
                 with open(RunDir(run_dir).rank_log(attempt, ctx.rank), "ab") as log:
                     procs.append(subprocess.Popen(
                         cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        env=_child_env(),
+                        env=child_env(),
                         # The first rank leads the attempt's process group, the others join it.
-                        **_process_group(procs[0].pid if procs else 0),
+                        **process_group_kwargs(procs[0].pid if procs else 0),
                     ))
         except BaseException:
             for proc in procs:
@@ -317,8 +317,8 @@ class CmdLauncher:
                     procs.append(subprocess.Popen(
                         self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                         env=cmd_env(run_dir, attempt, rank, world_size, rdzv),
-                        preexec_fn=lambda: set_parent_death_signal(parent),
-                        **_process_group(procs[0].pid if procs else 0)))
+                        **process_group_kwargs(procs[0].pid if procs else 0,
+                                               lambda: set_parent_death_signal(parent))))
         except BaseException:
             for proc in procs:
                 proc.kill()
@@ -386,7 +386,7 @@ def _attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
 
 def cmd_env(run_dir: Path, attempt: int, rank: int, world_size: int, rdzv: Rendezvous) -> dict[str, str]:
     """What torchrun gives a worker (single host), plus where the probe writes."""
-    env = _child_env()
+    env = child_env()
     env.update({
         "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
         "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
@@ -398,30 +398,4 @@ def cmd_env(run_dir: Path, attempt: int, rank: int, world_size: int, rdzv: Rende
         # inside the framework's save) and records each save's file operations.
         "TRAINWRECK_HOOKS": CMD_HOOKS_FACTORY,
     })
-    return env
-
-
-def _process_group(pgid: int) -> dict[str, Any]:
-    """Popen arguments that put the child into process group `pgid` (0: a new group it leads)."""
-    if sys.version_info >= (3, 11):
-        return {"process_group": pgid}
-    return {"preexec_fn": lambda: os.setpgid(0, pgid)}
-
-
-def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
-def _child_env() -> dict[str, str]:
-    """The harness's environment, with this checkout importable from the rank processes."""
-    env = dict(os.environ)
-    root = _repo_root()
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        env["PYTHONPATH"] = os.pathsep.join([root, *paths])
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # Every job the harness starts is single-host: gloo's pair listeners would otherwise
-    # bind the address the hostname resolves to (often a routable one). setdefault keeps
-    # an explicit choice (multi-host: the routable interface) working.
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env

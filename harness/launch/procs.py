@@ -1,5 +1,5 @@
-"""Process helpers every launcher and supervisor shares: signalling what we started, and
-tying a child's life to its parent's.
+"""Process helpers every launcher and supervisor shares: the environment and process group a
+child starts with, signalling what we started, and tying a child's life to its parent's.
 
 Kept free of torch and of the rest of the harness, so a rank, the fork server and an
 elastic agent's pre-exec hook can all use it."""
@@ -9,9 +9,44 @@ import ctypes
 import os
 import signal
 import sys
+from pathlib import Path
+from typing import Any, Callable
 
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal the kernel sends this process when its parent dies."""
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+"""This checkout: put on a child's PYTHONPATH so its ranks import the same trainwreck."""
+
+
+def child_env() -> dict[str, str]:
+    """The environment of every process the harness starts (ranks, the fork server, torchrun's
+    agent, torchft's lighthouse): the harness's own, with this checkout importable, one
+    OpenMP thread (ranks share a few cores) and gloo on loopback."""
+    env = dict(os.environ)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if REPO_ROOT not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *paths])
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # Every job the harness starts is single-host: gloo's pair listeners would otherwise
+    # bind the address the hostname resolves to (often a routable one). setdefault keeps
+    # an explicit choice (multi-host: the routable interface) working.
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def process_group_kwargs(pgid: int, preexec: Callable[[], None] | None = None) -> dict[str, Any]:
+    """`subprocess.Popen` arguments that put the child into process group `pgid` (0: a new group
+    it leads), so one killpg ends an attempt or a replica group, and run `preexec` in the child
+    before exec. Python < 3.11 has no `process_group` argument, so there one `preexec_fn` does
+    both: a caller passing its own `preexec_fn` too would get "multiple values" there."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": pgid, **({"preexec_fn": preexec} if preexec else {})}
+
+    def join_then_run() -> None:
+        os.setpgid(0, pgid)
+        if preexec is not None:
+            preexec()
+    return {"preexec_fn": join_then_run}
 
 
 def set_parent_death_signal(expected_parent: int | None = None) -> None:

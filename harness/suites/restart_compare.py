@@ -27,8 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainwreck.harness.supervise.replicas import ReplicaJob, run_replica_job
-from trainwreck.harness.suites.torchft_rows import HEARTBEAT_S, SCRIPT, judge_replica_run
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.harness.supervise.targets import ReplicaGroups
+from trainwreck.harness.suites.torchft_rows import GROUP_RESTARTS, HANG_TIMEOUT_S, HEARTBEAT_S, SCRIPT, \
+    judge_replica_run
 
 STEPS, STEP_SECONDS, SAVE_EVERY, KILL_AT = 80, 0.2, 10, 27
 """Configured: 80 updates of 0.2 s stand-in compute, a checkpoint every 10, the kill before update 27
@@ -44,13 +47,14 @@ class ScopeResult:
     run_dir: str
 
 
-def job_for(scope: str, run_dir: Path, python: str) -> ReplicaJob:
+def job_for(scope: str, run_dir: Path, python: str) -> JobSpec:
+    """Two groups of one rank, group 1 killed before update KILL_AT, restarted with `scope`."""
     command = shlex.join([python, "-m", SCRIPT, "--steps", str(STEPS), "--step-seconds", str(STEP_SECONDS),
                           "--save-every", str(SAVE_EVERY), "--resume"])
-    plan = ({"id": "kill-group-1", "kind": "kill", "rank": 1, "step": KILL_AT},)
-    return ReplicaJob(command=command, run_dir=run_dir, total_steps=STEPS, plan=plan, restart=scope,
-                      heartbeat_timeout_s=HEARTBEAT_S,
-                      scenario={"name": f"restart scope: {scope}", "summary": f"group 1 killed before update {KILL_AT}"})
+    plan = [{"id": "kill-group-1", "kind": "kill", "rank": 1, "step": KILL_AT}]
+    return JobSpec(target=ReplicaGroups(command, restart=scope, heartbeat_timeout_s=HEARTBEAT_S), world_sizes=(2,),
+                   plan=plan, run_dir=run_dir, hang_timeout_s=HANG_TIMEOUT_S, max_restarts=GROUP_RESTARTS,
+                   scenario={"name": f"restart scope: {scope}", "summary": f"group 1 killed before update {KILL_AT}"})
 
 
 def measure(run_dir: Path) -> dict[str, Any]:
@@ -74,7 +78,7 @@ def compare(out_dir: Path, python: str = sys.executable) -> list[ScopeResult]:
     results = []
     for scope in SCOPES:
         run_dir = out_dir / f"restart-{scope}"
-        run_replica_job(job_for(scope, run_dir, python))
+        run_job(job_for(scope, run_dir, python))
         judgement, figures = judge_replica_run(run_dir)
         results.append(ScopeResult(scope, judgement.valid, {**measure(run_dir), **figures}, str(run_dir)))
     return results

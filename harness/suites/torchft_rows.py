@@ -3,7 +3,8 @@
     rows = torchft_rows(out_dir)                      # every scenario, this interpreter's torchft
     python -m trainwreck.harness.suites.torchft_rows --python .venv-nightly/bin/python --out DIR   # another torchft
 
-Each row is a real replica-group job (harness/supervise/replicas.py: a loopback lighthouse, one store per
+Each row is a real replica-group job (a JobSpec of a `ReplicaGroups` target, run by the "replica-groups"
+launcher, harness/supervise/replicas.py: a loopback lighthouse, one store per
 group incarnation, a group restarted alone) of the example trainer
 trainer/frameworks/torchft_train.py, judged by `judge` (which picks the replica-aware checkers
 from run.json's `replica_groups`), with the figures the judge measured: the survivors'
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trainwreck.harness.supervise.replicas import LIGHTHOUSE_KIND, ReplicaJob, run_replica_job
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups
 from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.invariants.verdict import UNKNOWN, Validity
 
@@ -37,6 +40,11 @@ restarted group is back, or it finds no peer and trains alone from step 0)."""
 KILL_STEP = 20
 HEARTBEAT_S = 5.0
 """The lighthouse's heartbeat timeout in every row (torchft's default)."""
+HANG_TIMEOUT_S = 90.0
+"""No rank progressing this long ends a row: the survivors wait out a lighthouse restart and a
+group's heal on the shared 2-core machine."""
+GROUP_RESTARTS = 2
+"""Restarts each group may take (kill-in-heal kills one group twice)."""
 SCRIPT = "trainwreck.trainer.frameworks.torchft_train"
 
 
@@ -102,13 +110,15 @@ def torchft_version(python: str) -> str | None:
     return done.stdout.strip() or None
 
 
-def job_for(name: str, run_dir: Path, python: str = sys.executable) -> ReplicaJob:
+def job_for(name: str, run_dir: Path, python: str = sys.executable) -> JobSpec:
+    """The row's replica-group job: one rank per group (the launcher is the target's, "replica-groups")."""
     sc = SCENARIOS[name]
     command = shlex.join([python, "-m", SCRIPT, "--steps", str(STEPS), "--step-seconds", str(STEP_SECONDS),
                           *sc.args])
-    return ReplicaJob(command=command, run_dir=run_dir, groups=sc.groups, total_steps=STEPS, plan=sc.plan,
-                      lost_groups=sc.lost_groups, heartbeat_timeout_s=HEARTBEAT_S,
-                      scenario={"name": f"{FRAMEWORK} {name}", "summary": sc.summary})
+    target = ReplicaGroups(command, groups=sc.groups, lost_groups=sc.lost_groups, heartbeat_timeout_s=HEARTBEAT_S)
+    return JobSpec(target=target, world_sizes=(sc.groups,), plan=[dict(f) for f in sc.plan], run_dir=run_dir,
+                   hang_timeout_s=HANG_TIMEOUT_S, max_restarts=GROUP_RESTARTS,
+                   scenario={"name": f"{FRAMEWORK} {name}", "summary": sc.summary})
 
 
 def reproduce(name: str) -> str:
@@ -142,7 +152,7 @@ def run_row(name: str, out_dir: Path, python: str = sys.executable) -> TorchftRo
     if version is None:
         return TorchftRow(name, UNKNOWN, reason=f"torchft is not installed for {python}: {INSTALL}")
     run_dir = out_dir / f"{FRAMEWORK}-{name}"
-    run_replica_job(job_for(name, run_dir, python))
+    run_job(job_for(name, run_dir, python))
     judgement, figures = judge_replica_run(run_dir)
     fired = tuple(sorted({str(e.get("fault_id")) for e in _events(run_dir) if e.get("kind") == "fault"}))
     invalid = tuple(sorted(n for n, v in judgement.verdicts.items() if v.valid is False))

@@ -1,7 +1,8 @@
 """What every supervisor shares, whatever starts its ranks: the run record, the harness's
 event log, the `fault`/`hang`/`exit`/`end` events, and one `run` that always ends the job
-cleanly. `harness/supervise/supervisor.py` (warm, spawn) and `harness/supervise/torchrun.py` (the elastic
-agent) each add only how an attempt's processes are started, watched and killed."""
+cleanly. `harness/supervise/supervisor.py` (warm, spawn), `harness/supervise/torchrun.py` (the elastic
+agent) and `harness/supervise/replicas.py` (replica groups) each add only how an attempt's processes
+are started, watched and killed."""
 from __future__ import annotations
 
 import sys
@@ -99,6 +100,10 @@ class JobSupervisor:
         """SIGKILL and reap every process of every attempt still alive."""
         raise NotImplementedError
 
+    def end_fields(self) -> dict[str, Any]:
+        """What this supervisor adds to the `end` event (replica groups: how often each group started)."""
+        return {}
+
     def run(self, started: float) -> RunRecord:
         outcome, error, stop = "error", None, {}
         try:
@@ -115,7 +120,7 @@ class JobSupervisor:
             status = outcome if outcome in ("completed", "interrupted") else "failed"
             last = final_step(self.run_dir, self.attempt)
             self.events.emit("end", status=status, final_step=last, outcome=outcome,
-                             attempts=self.attempt + 1, **stop)
+                             attempts=self.attempt + 1, **self.end_fields(), **stop)
             self.events.close()
         return RunRecord(run_dir=self.run_dir, status=status, outcome=outcome, attempts=self.attempt + 1,
                          final_step=last, hangs=self.hangs, wall_s=time.monotonic() - started,

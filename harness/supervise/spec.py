@@ -172,10 +172,10 @@ class JobSpec:
                             f"use {' or '.join(map(repr, serving))}")
         if kind.fixed_world_size and len(set(self.world_sizes)) > 1:
             changing = [n for n, k in LAUNCHERS.items() if not k.fixed_world_size and self.target.kind in k.serves]
-            raise SpecError(
-                f"world_sizes={list(self.world_sizes)}: the {kind.name} launcher restarts with a fixed "
-                "--nproc-per-node, so the world size cannot change between attempts; "
-                f"use launcher {' or '.join(map(repr, changing))} for a world-size schedule")
+            fix = (f"use launcher {' or '.join(map(repr, changing))} for a world-size schedule" if changing
+                   else f"give one world size, e.g. world_sizes=({self.world_sizes[0]},)")
+            raise SpecError(f"world_sizes={list(self.world_sizes)}: the {kind.name} launcher keeps the world size "
+                            f"of its first attempt, so it cannot change between attempts; {fix}")
 
     def world_size_for(self, attempt: int) -> int:
         return self.world_sizes[min(attempt, len(self.world_sizes) - 1)]

@@ -1,6 +1,7 @@
-"""What a job runs: `JobSpec.target`, a `Reference` trainer config or a user's `Command`.
+"""What a job runs: `JobSpec.target`, a `Reference` trainer config, a user's `Command`, or torchft's
+`ReplicaGroups`.
 
-The two kinds of job differ in four things, and each target owns them, so the one
+The kinds of job differ in four things, and each target owns them, so the one
 run-and-judge path (harness/judge/runner.py `run_judged`, harness/judge/golden.py `golden_for`)
 dispatches on the object instead of callers choosing a pipeline:
 
@@ -10,8 +11,9 @@ dispatches on the object instead of callers choosing a pipeline:
 - its judgement: the invariants, plus for a command the run-format contract (`judge`, `problems`);
 - the line that reruns it (`reproduce`).
 
-The user's command lives in harness/supervise/command/target.py (`Command`); this module holds the protocol and
-the reference trainer. Neither imports JobSpec (harness/supervise/spec.py imports them): a golden
+The user's command lives in harness/supervise/command/target.py (`Command`); this module holds the protocol, the
+reference trainer and replica groups (whose launcher is harness/supervise/replicas.py: one group
+restarts while the others train on). None imports JobSpec (harness/supervise/spec.py imports them): a golden
 spec is built with `type(spec)(...)` or `dataclasses.replace`.
 """
 from __future__ import annotations
@@ -19,16 +21,18 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
-from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE
+from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, REPLICA_GROUPS
 from trainwreck.harness.supervise.scenarios import custom_scenario
-from trainwreck.invariants import Judgement, judge, load_history
+from trainwreck.invariants import InputError, Judgement, judge, load_history
+from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.events import FORMAT
 from trainwreck.trainer.rundir import RunDir, run_json_fields
 
 
@@ -167,10 +171,170 @@ class Reference:
         return shlex.join(parts)
 
 
+LIGHTHOUSE_KIND = "lighthouse_kill"
+"""Replica groups' own fault kind, {"id", "kind", "step"}: the harness SIGKILLs torchft's lighthouse
+once any rank reached update `step`, and restarts it on the same port (harness/supervise/replicas.py)."""
+RESTART_SCOPES = ("group", "job")
+REPLICA_RUNNER = "trainwreck.harness.supervise.replicas"
+"""`python -m` this with --spec JSON [--out DIR] reruns a replica-group job and judges it."""
+
+
+@dataclass(frozen=True)
+class ReplicaGroups:
+    """A torchft trainer whose ranks form `groups` equal replica groups: `command` runs once per rank,
+    the groups meet in a quorum through a lighthouse, and a group that fails restarts alone and
+    heals from a live peer (the "replica-groups" launcher, harness/supervise/replicas.py). The job
+    keeps its other limits on JobSpec: world_sizes[0] is every group's ranks together, max_restarts
+    the restarts each group may take, hang_timeout_s the watchdog's."""
+
+    command: str
+    """The command that trains one rank, e.g. "python -m trainwreck.trainer.frameworks.torchft_train"."""
+    groups: int = 2
+    lost_groups: tuple[int, ...] = ()
+    """Groups that are never restarted (a group that never comes back)."""
+    restart: str = "group"
+    """"group": a failed group restarts alone; "job": every group stops and restarts together (the
+    whole-job restart of every other launcher, for comparison)."""
+    heartbeat_timeout_s: float = 5.0
+    """The lighthouse's --heartbeat_timeout_ms (torchft's default: 5 s)."""
+    join_timeout_s: float = 1.0
+    """The lighthouse's --join_timeout_ms: how long a quorum waits for stragglers."""
+    kind: ClassVar[str] = REPLICA_GROUPS
+    judged_without_golden: ClassVar[bool] = True
+    explains_crashes: ClassVar[bool] = False  # its exit events name a group incarnation, not an attempt
+
+    @staticmethod
+    def fault_kinds() -> tuple[str, ...]:
+        """A rank fires what a --cmd rank's probe fires at its fault points (it builds faults/cmdrank.py's
+        hooks, KINDS' `command` in-rank kinds); the harness adds the lighthouse kill."""
+        from trainwreck.faults.plan import IN_RANK, KINDS, command_kinds
+
+        return (*(k for k in command_kinds() if KINDS[k].where == IN_RANK), LIGHTHOUSE_KIND)
+
+    def group_size(self, world_size: int) -> int:
+        return world_size // self.groups
+
+    def check(self, spec: Any) -> None:
+        self.check_command()
+        self.check_groups(spec.world_sizes)
+        self.check_plan(spec.plan, spec.world_sizes[0])
+
+    def check_command(self) -> None:
+        try:
+            argv = shlex.split(self.command)
+        except ValueError as exc:
+            raise SpecError(f"command {self.command!r} cannot be split into words ({exc}); check its quotes") from None
+        if not argv:
+            raise SpecError("ReplicaGroups.command is empty; give the command that trains one rank")
+        if self.restart not in RESTART_SCOPES:
+            raise SpecError(f"restart={self.restart!r} is not a restart scope; use 'group' or 'job'")
+        for name in ("heartbeat_timeout_s", "join_timeout_s"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0 < value < float("inf"):
+                raise SpecError(f"{name}={value!r} must be a positive number of seconds, e.g. 5")
+
+    def check_groups(self, world_sizes: tuple[int, ...]) -> None:
+        """The job's ranks split into `groups` equal groups; `lost_groups` among them."""
+        if type(self.groups) is not int or self.groups < 1 or world_sizes[0] % self.groups:
+            raise SpecError(f"world_sizes={list(world_sizes)} cannot be split into groups={self.groups!r} "
+                            "equal replica groups; give groups >= 1 and a world size that is a multiple of it")
+        lost = [g for g in self.lost_groups if type(g) is not int or not 0 <= g < self.groups]
+        if lost:
+            raise SpecError(f"lost_groups={list(self.lost_groups)}: {lost} are not groups of this job; "
+                            f"give groups 0 to {self.groups - 1}")
+
+    def check_plan(self, plan: list[dict[str, Any]], world_size: int) -> None:
+        """Only the kinds this job fires (`fault_kinds`), shaped as KINDS declares, at ranks of the job."""
+        from trainwreck.faults.errors import PlanError
+        from trainwreck.faults.plan import check_kinds, parse_plan
+
+        check_kinds(plan, self.fault_kinds(), "a replica-group job", "its ranks fire their probe's faults and "
+                    "the harness kills the lighthouse; it sends no signal and reaches no storage seam")
+        parse_plan([f for f in plan if f["kind"] != LIGHTHOUSE_KIND])
+        for fault in plan:
+            if fault["kind"] == LIGHTHOUSE_KIND:
+                check_lighthouse_fault(fault)
+            elif fault["rank"] >= world_size:
+                raise PlanError(f"fault {fault['id']!r}: rank {fault['rank']} is outside the job's {world_size} "
+                                f"ranks (world_sizes[0], every group together); give a rank below {world_size}")
+
+    def describe(self, spec: Any) -> dict[str, Any]:
+        """run.json's `replica_groups`: the judge picks the replica-aware checkers by it."""
+        return {"groups": self.groups, "group_world_size": self.group_size(spec.world_sizes[0]),
+                "restart": self.restart, "max_group_restarts": spec.max_restarts,
+                "lost_groups": list(self.lost_groups), "heartbeat_timeout_s": self.heartbeat_timeout_s,
+                "join_timeout_s": self.join_timeout_s}
+
+    def run_json(self, spec: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        """The dataset fields are the trainer's own: its probe adds them, as a command's does. The job
+        never restarts as a whole (attempt 0 throughout: docs/DESIGN.md), so `max_restarts` is 0;
+        the groups' budget is `replica_groups.max_group_restarts`."""
+        return {"format": FORMAT, "hang_timeout_s": spec.hang_timeout_s, "world_sizes": list(spec.world_sizes),
+                "faults": spec.plan, **extras, "max_restarts": 0, "command": self.command,
+                "scenario": spec.scenario, "replica_groups": self.describe(spec)}
+
+    def golden_name(self, spec: Any) -> str:
+        from trainwreck.harness.supervise.cmdkey import cmd_golden_key
+
+        return f"replicas-{self.groups}-{cmd_golden_key(self.command, spec.world_sizes[0])}"
+
+    def golden_spec(self, spec: Any, run_dir: Path) -> Any:
+        return replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=run_dir, keep=True, scenario=None)
+
+    def golden_failure(self, record: Any) -> str | None:
+        if record.status == "completed":
+            return None
+        return f"the golden run of the replica groups failed ({record.outcome}); see {record.run_dir}/logs"
+
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        return None
+
+    def problems(self, run_dir: Path) -> list[str]:
+        return []
+
+    def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
+        """The replica-aware checkers judge a run from its own events (each heal against the state its
+        peer served, each id against the dataset), so no golden run is compared. A run the trainer
+        left unreadable (no dataset fields: every rank died first) is "unknown", with why."""
+        try:
+            return judge(load_history(run_dir))
+        except InputError as exc:
+            return Judgement(UNKNOWN, {}, [], [f"the replica groups' run cannot be judged: {exc}"])
+
+    def reproduce(self, spec: Any, scenario: str | None = None) -> str:
+        job = {"target": asdict(self), "plan": spec.plan,
+               "world_sizes": list(spec.world_sizes), "hang_timeout_s": spec.hang_timeout_s,
+               "max_restarts": spec.max_restarts}
+        return shlex.join(["python", "-m", REPLICA_RUNNER, "--spec", json.dumps(job, separators=(",", ":"))])
+
+
+def replica_job_fields(text: str) -> dict[str, Any]:
+    """JobSpec's fields from the --spec of a `ReplicaGroups.reproduce` line; SpecError when it is not one."""
+    try:
+        job = json.loads(text)
+        target = job["target"]
+        return {"target": ReplicaGroups(**{**target, "lost_groups": tuple(target.get("lost_groups", ()))}),
+                "plan": list(job.get("plan", [])), "world_sizes": tuple(job["world_sizes"]),
+                "hang_timeout_s": job["hang_timeout_s"], "max_restarts": job["max_restarts"]}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(f"--spec is not a replica-group job ({type(exc).__name__}: {exc}); copy it whole from "
+                        "the reproduce line, which gives target, plan, world_sizes, hang_timeout_s, max_restarts") from None
+
+
+def check_lighthouse_fault(fault: dict[str, Any]) -> None:
+    from trainwreck.faults.errors import PlanError
+
+    step = fault.get("step")
+    if set(fault) - {"id", "kind", "step"} or not isinstance(fault.get("id"), str) or type(step) is not int \
+            or step < 0:
+        raise PlanError(f"fault {fault.get('id')!r}: a {LIGHTHOUSE_KIND} fault is "
+                        f"{{\"id\": \"...\", \"kind\": \"{LIGHTHOUSE_KIND}\", \"step\": N}} with N >= 0; got {fault}")
+
+
 def reproduce_command(spec: Any, scenario: str | None = None) -> str:
     """The `trainwreck run` line that repeats a reference `spec` (Reference.reproduce)."""
     return Reference(spec.config).reproduce(spec, scenario)
 
 
-__all__ = ["MAX_INLINE_PLAN", "Reference", "Target", "golden_key", "reproduce_command",
-           "trainer_source_hash"]
+__all__ = ["LIGHTHOUSE_KIND", "MAX_INLINE_PLAN", "Reference", "ReplicaGroups", "Target", "golden_key",
+           "replica_job_fields", "reproduce_command", "trainer_source_hash"]

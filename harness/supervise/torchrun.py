@@ -24,8 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from trainwreck.harness.launch.launchers import _child_env
-from trainwreck.harness.launch.procs import set_parent_death_signal, signal_group, signal_pid
+from trainwreck.harness.launch.procs import child_env, set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.supervise.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HOST, HarnessStore
@@ -56,7 +55,7 @@ def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_por
 
 
 def torchrun_env() -> dict[str, str]:
-    env = _child_env()
+    env = child_env()
     # torchrun >= 2.4 shares its rendezvous TCPStore with the workers, and after a restart
     # workers can read the previous round's gloo/nccl addresses and fail to connect
     # (pytorch/pytorch#135712, seen here as "connectFullMesh ... Connection refused" on

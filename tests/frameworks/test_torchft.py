@@ -14,10 +14,12 @@ import pytest
 
 pytest.importorskip("torchft")
 
-from trainwreck.harness.supervise.replicas import ReplicaJob, run_replica_job  # noqa: E402
-from trainwreck.harness.suites.torchft_rows import SCRIPT, judge_replica_run  # noqa: E402
+from trainwreck.harness.supervise.spec import JobSpec  # noqa: E402
+from trainwreck.harness.supervise.supervisor import run_job  # noqa: E402
+from trainwreck.harness.supervise.targets import ReplicaGroups  # noqa: E402
+from trainwreck.harness.suites.torchft_rows import GROUP_RESTARTS, HANG_TIMEOUT_S, SCRIPT, judge_replica_run  # noqa: E402
 from trainwreck.trainer.progress import read_progress  # noqa: E402
-from trainwreck.trainer.rundir import RunDir, iter_events  # noqa: E402
+from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json  # noqa: E402
 from tests.harness.conftest import assert_no_leftover_processes  # noqa: E402
 from tests.harness.test_loopback import non_loopback  # noqa: E402
 
@@ -28,9 +30,12 @@ took 4-22 s on the shared machine), or that group finds no peer and starts over 
 SCAN_DEADLINE_S = 120.0
 
 
-def job(run_dir: Path, steps: int, *args: str, **fields: Any) -> ReplicaJob:
+def job(run_dir: Path, steps: int, *args: str, plan: list[dict[str, Any]] | None = None,
+        hang_timeout_s: float = HANG_TIMEOUT_S, **fields: Any) -> JobSpec:
+    """Two groups of one rank of the example trainer; `fields` go to its ReplicaGroups target."""
     command = shlex.join([sys.executable, "-m", SCRIPT, "--steps", str(steps), *args])
-    return ReplicaJob(command=command, run_dir=run_dir, total_steps=steps, **fields)
+    return JobSpec(target=ReplicaGroups(command, **fields), plan=plan or [], run_dir=run_dir,
+                   hang_timeout_s=hang_timeout_s, max_restarts=GROUP_RESTARTS)
 
 
 def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
@@ -111,7 +116,7 @@ def test_a_torchft_golden_run_listens_on_loopback_only_and_is_judged_valid(tmp_p
     run_dir = tmp_path / "golden"
     scanner = LiveScanner(run_dir, world_size=2)
     scanner.start()
-    record = run_replica_job(job(run_dir, 12, "--step-seconds", "0.2"))
+    record = run_job(job(run_dir, 12, "--step-seconds", "0.2"))
     scanner.join()
     assert scanner.found is not None, "the ranks never reached the scan step"
     everything = set().union(*scanner.found.values())
@@ -120,6 +125,7 @@ def test_a_torchft_golden_run_listens_on_loopback_only_and_is_judged_valid(tmp_p
     for pid in rank_pids:  # the Manager's server and the heal server, each on 127.0.0.1
         assert len(scanner.found.get(pid, set())) >= 2, scanner.found
     assert record.status == "completed" and record.final_step == 12
+    assert read_run_json(run_dir)["launcher"] == "replica-groups"  # a registered launcher (harness/registry.py)
     judgement, figures = judge_replica_run(run_dir)
     assert judgement.valid is True, judgement.to_json()
     assert {e["replica_group"] for e in events(run_dir, "step")} == {0, 1}
@@ -130,10 +136,10 @@ def test_a_torchft_golden_run_listens_on_loopback_only_and_is_judged_valid(tmp_p
 @pytest.mark.slow
 def test_a_group_killed_between_steps_heals_from_its_peer_and_the_survivor_trains_alone(tmp_path: Path) -> None:
     run_dir = tmp_path / "kill"
-    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
-    record = run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, plan=plan))
+    plan = [{"id": "k1", "kind": "kill", "rank": 1, "step": 10}]
+    run_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, plan=plan))
     assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
-    assert record.group_starts == {0: 1, 1: 2}
+    assert events(run_dir, "end")[-1]["group_starts"] == {"0": 1, "1": 2}
     judgement, figures = judge_replica_run(run_dir)
     assert judgement.valid is True, judgement.to_json()
     heals = events(run_dir, "heal")
@@ -145,8 +151,8 @@ def test_a_group_killed_between_steps_heals_from_its_peer_and_the_survivor_train
 @pytest.mark.slow
 def test_a_heal_that_skips_the_optimizer_state_is_caught_by_continuity(tmp_path: Path) -> None:
     run_dir = tmp_path / "model-only"
-    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
-    run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--heal-model-only", plan=plan))
+    plan = [{"id": "k1", "kind": "kill", "rank": 1, "step": 10}]
+    run_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--heal-model-only", plan=plan))
     assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
     judgement, _ = judge_replica_run(run_dir)
     assert judgement.verdicts["continuity"].valid is False
@@ -156,8 +162,8 @@ def test_a_heal_that_skips_the_optimizer_state_is_caught_by_continuity(tmp_path:
 @pytest.mark.slow
 def test_survivors_that_wait_for_a_group_that_never_returns_fail_progress(tmp_path: Path) -> None:
     run_dir = tmp_path / "min2"
-    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 5},)
-    run_replica_job(job(run_dir, 20, "--min-replicas", "2", "--step-seconds", "0.1", plan=plan, lost_groups=(1,), hang_timeout_s=20.0))
+    plan = [{"id": "k1", "kind": "kill", "rank": 1, "step": 5}]
+    run_job(job(run_dir, 20, "--min-replicas", "2", "--step-seconds", "0.1", plan=plan, lost_groups=(1,), hang_timeout_s=20.0))
     assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
     judgement, figures = judge_replica_run(run_dir)
     assert judgement.verdicts["progress"].valid is False
@@ -176,8 +182,8 @@ def test_survivors_that_wait_for_a_group_that_never_returns_fail_progress(tmp_pa
 @pytest.mark.slow
 def test_a_job_claiming_exactly_once_with_torchfts_sampler_is_invalid_after_a_restart(tmp_path: Path) -> None:
     run_dir = tmp_path / "claim"
-    plan = ({"id": "k1", "kind": "kill", "rank": 1, "step": 10},)
-    run_replica_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--claim-exactly-once", plan=plan))
+    plan = [{"id": "k1", "kind": "kill", "rank": 1, "step": 10}]
+    run_job(job(run_dir, int(LONG_STEPS), "--step-seconds", LONG_STEP_S, "--claim-exactly-once", plan=plan))
     assert [e["fault_id"] for e in events(run_dir, "fault")] == ["k1"]
     judgement, _ = judge_replica_run(run_dir)
     assert judgement.verdicts["coverage"].valid is False

@@ -11,14 +11,17 @@ from pathlib import Path
 import pytest
 
 from trainwreck.harness.supervise.command.target import Command
-from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, LauncherKind, UnknownLauncher, get_launcher,
-                                         launcher_names, load)
+from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind, UnknownLauncher,
+                                         get_launcher, launcher_names, load)
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
-from trainwreck.harness.supervise.targets import Reference
+from trainwreck.harness.supervise.targets import Reference, ReplicaGroups
 from trainwreck.trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = frozenset(LAUNCHERS)
+SAMPLE_TARGETS = {REFERENCE: Reference(TrainConfig.tiny()), COMMAND: Command("python t.py"),
+                  REPLICA_GROUPS: ReplicaGroups("python t.py")}
+"""One target of each kind, for the checks that build a job for every launcher."""
 ALLOWED = {
     "harness/registry.py": NAMES,  # the declarations themselves
     # A framework row named after the plain torchrun script it runs (not a launcher).
@@ -93,6 +96,13 @@ def test_the_pytest_plugin_option_lists_the_registry() -> None:
 def test_a_job_gets_the_default_launcher_of_its_target() -> None:
     assert JobSpec(config=TrainConfig.tiny()).launcher == "warm"
     assert JobSpec(target=Command("python t.py")).launcher == "cmd"
+    assert JobSpec(target=ReplicaGroups("python t.py")).launcher == "replica-groups"
+
+
+def test_every_target_kind_is_served_by_a_registered_launcher() -> None:
+    assert set(SAMPLE_TARGETS) == {t for k in LAUNCHERS.values() for t in k.serves}
+    for kind, target in SAMPLE_TARGETS.items():
+        assert target.kind == kind and launcher_names(kind), kind
 
 
 def test_a_launcher_that_does_not_serve_the_target_is_refused_naming_one_that_does() -> None:
@@ -104,7 +114,7 @@ def test_a_launcher_that_does_not_serve_the_target_is_refused_naming_one_that_do
 
 def test_startup_budgets_and_fixed_world_sizes_come_from_the_declaration() -> None:
     for name, kind in LAUNCHERS.items():
-        target = Reference(TrainConfig.tiny()) if REFERENCE in kind.serves else Command("python t.py")
+        target = SAMPLE_TARGETS[kind.serves[0]]
         spec = JobSpec(target=target, launcher=name, hang_timeout_s=5.0)
         assert spec.startup_budget_s == max(5.0, kind.startup_floor_s)
         if kind.fixed_world_size:

@@ -122,16 +122,13 @@ class Command:
 
 def check_cmd_plan(plan: list[dict[str, Any]]) -> None:
     """Only the faults a foreign trainer's probe can reach; PlanError naming the rest."""
-    from trainwreck.faults.plan import command_kinds, parse_plan
+    from trainwreck.faults.plan import check_kinds, command_kinds, parse_plan
     from trainwreck.faults.between_attempts import check_corrupt_fault
 
     parse_plan([f for f in plan if f.get("kind") != "corrupt"])  # corrupt: its --cmd rules below
-    allowed = command_kinds()  # each kind declares whether a command takes it (Kind.command)
-    refused = [f"{f.get('id')} ({f.get('kind')})" for f in plan if f.get("kind") not in allowed]
-    if refused:
-        raise PlanError(f"fault(s) {', '.join(refused)}: a --cmd run takes only {', '.join(allowed)} "
-                        "(a foreign trainer has no storage seam or gradient hook the harness can "
-                        "reach; docs/FRAMEWORKS.md); remove the others")
+    # Each kind declares whether a command takes it (Kind.command).
+    check_kinds(plan, command_kinds(), "a --cmd run", "a foreign trainer has no storage seam or gradient hook "
+                "the harness can reach; docs/FRAMEWORKS.md")
     for fault in plan:
         if fault.get("kind") == "corrupt":
             try:
