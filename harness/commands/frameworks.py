@@ -42,19 +42,26 @@ def pick(text: str | None, known: list[str], option: str) -> list[str] | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainwreck.harness.suites.frameworks import (EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS, cmd_launcher,
-                                               run_table, scripts_missing)
+    from trainwreck.harness.suites.frameworks import EVERY_OP, FRAMEWORKS, REPLICA_FRAMEWORK, SCENARIOS
     from trainwreck.harness.suites.torchft_rows import SCENARIOS as REPLICA_SCENARIOS
 
     frameworks = pick(args.frameworks, [*FRAMEWORKS, REPLICA_FRAMEWORK], "--frameworks")
     scenarios = pick(args.scenarios, [*SCENARIOS, EVERY_OP, *(s for s in REPLICA_SCENARIOS if s not in SCENARIOS)],
                      "--scenarios")
+    out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
+    return table(out, args.json, frameworks, scenarios)
+
+
+def table(out: Path, as_json: bool, frameworks: list[str] | None, scenarios: list[str] | None) -> int:
+    """Run and publish the frameworks x scenarios table (None: all of them); `trainwreck sweep
+    --writer FRAMEWORK` runs its crash-every-op rows through here too."""
+    from trainwreck.harness.suites.frameworks import cmd_runner, run_table, scripts_missing
+
     missing = scripts_missing()
     if missing is not None:
         raise InputError(missing)
-    out = args.out or Path("trainwreck-out") / f"frameworks-{time.strftime('%Y%m%d-%H%M%S')}"
-    return publish_rows(args.json, out, "trainwreck frameworks",
-                        lambda progress: run_table(out, cmd_launcher, frameworks, scenarios, progress),
+    return publish_rows(as_json, out, "trainwreck frameworks",
+                        lambda progress: run_table(out, cmd_runner, frameworks, scenarios, progress),
                         lambda row: f"{row.framework:<11} {row.scenario:<28}")
 
 

@@ -126,15 +126,13 @@ def main(args: argparse.Namespace) -> int:
 def table_main(args: argparse.Namespace, request: SweepRequest) -> int:
     """A framework's own save or the user's --cmd, crashed at every file operation: the frameworks
     table's crash-every-op rows (harness/suites/frameworks.py), published as that table publishes them."""
-    from trainwreck.harness.commands import frameworks
-    from trainwreck.harness.commands.frameworks import publish_rows
+    from trainwreck.harness.commands.frameworks import publish_rows, table
     from trainwreck.harness.suites.frameworks import EVERY_OP, run_command_sweep
 
     stamp = time.strftime('%Y%m%d-%H%M%S')
     if request.cmd is None:
         out = args.out or Path("trainwreck-out") / f"sweep-{request.writer}-{stamp}"
-        return frameworks.main(argparse.Namespace(out=out, json=args.json, frameworks=request.writer,
-                                                  scenarios=EVERY_OP))
+        return table(out, args.json, [request.writer], [EVERY_OP])
     command, out = request.cmd, args.out or Path("trainwreck-out") / f"sweep-cmd-{stamp}"
     return publish_rows(args.json, out, "trainwreck sweep --cmd",
                         lambda progress: run_command_sweep(command, out, progress=progress),

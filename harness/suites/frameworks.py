@@ -1,6 +1,6 @@
 """The frameworks table: frameworks x scenarios, each run judged, a report per run, a casebook.
 
-    rows = run_table(out_dir, cmd_launcher)      # one Row per (framework, scenario) run
+    rows = run_table(out_dir, cmd_runner)      # one Row per (framework, scenario) run
     rows_json(rows)                              # what `trainwreck frameworks --json` prints
 
 A framework is an example trainer (a script using that framework's adapter, or the probe
@@ -9,7 +9,7 @@ world-size schedule, a restart budget and a fault plan; what a fault needs to kn
 framework (which save step, which file operation, which checkpoint to damage) is the
 framework's, so scenarios ask the framework for it.
 
-Every row is a real `trainwreck run --cmd` job (``cmd_launcher``: a harness/supervise/command/target.py `Command`
+Every row is a real `trainwreck run --cmd` job (``cmd_runner``: a harness/supervise/command/target.py `Command`
 target on the supervisor): the watchdog, restarts on the world-size schedule, the
 plan's in-rank faults through the probe, corruption between attempts. The run is judged by
 the unchanged invariants against its framework's golden row, with the --cmd contract rule:
@@ -38,7 +38,7 @@ from trainwreck.trainer.frameworks import EXAMPLES
 
 SCRIPTS = EXAMPLES
 """The example trainers, installed with the package (docs/FRAMEWORKS.md)."""
-STEPS, GLOBAL_BATCH = 12, 8
+STEPS, GLOBAL_BATCH, DATASET = 12, 8, 64
 """Every example trainer: 64 samples, 8 updates an epoch, 12 updates."""
 HANG_TIMEOUT_S = 30.0
 """The watchdog's budget in the table (`--cmd`'s default): a framework step takes well under a
@@ -65,7 +65,9 @@ class Job:
         return shlex.join(self.cmd)
 
 
-class Launcher(Protocol):
+class RowRunner(Protocol):
+    """Runs one row's job (not a launcher: the job's launcher is JobSpec's, `cmd`)."""
+
     def __call__(self, job: Job, run_dir: Path) -> RunRecord:
         """Run every attempt of `job` into `run_dir` and return the harness's record of it."""
 
@@ -79,7 +81,7 @@ def job_spec(job: Job, run_dir: Path) -> JobSpec:
                    scenario={"name": f"{job.framework} {job.scenario}", "summary": job.summary})
 
 
-def cmd_launcher(job: Job, run_dir: Path) -> RunRecord:
+def cmd_runner(job: Job, run_dir: Path) -> RunRecord:
     """The `trainwreck run --cmd` supervisor: one process per rank, torchrun's environment."""
     from trainwreck.harness.supervise.supervisor import run_job
 
@@ -87,7 +89,23 @@ def cmd_launcher(job: Job, run_dir: Path) -> RunRecord:
 
 
 @dataclass(frozen=True)
+class KillInSave:
+    """Where kill-in-save stops the writer: before or after one file operation of its save (the
+    order faults/foreign.py records them in; `what` is that operation, read off a recorded save)."""
+
+    op_index: int
+    when: str
+    what: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"op_index": self.op_index, "when": self.when}
+
+
+@dataclass(frozen=True)
 class Framework:
+    """One framework, declared once: the frameworks table runs its example trainer under each
+    scenario, and `trainwreck sweep --writer NAME` crashes inside its saves (when `sweep_args`)."""
+
     name: str
     module: str
     """The import name whose absence means the extra is not installed."""
@@ -98,14 +116,17 @@ class Framework:
     """A save step of the example trainer that is not the job's first save."""
     kill_step: int = 5
     """An update after a save and inside an epoch (8 updates an epoch): a kill there is a mid-epoch resume."""
-    kill_in_save: dict[str, Any] = field(default_factory=dict)
-    """The fault fields that kill the writer inside the save at `save_step` (op index, when)."""
+    kill_in_save: KillInSave | None = None
+    """Where the writer is killed inside the save at `save_step`."""
     newest: str = "newest"
     """What corrupt-newest damages: "newest" (the checkpoint with the highest step in its name) or a
     name in the checkpoint folder (Lightning's last.ckpt has no step in its name)."""
     argv: tuple[str, ...] = ()
     """A user's own command (`trainwreck sweep --cmd`), run as it is; save_step 0: the golden run's
     second recorded save (its first when it has one), as the user's save schedule is the script's."""
+    sweep_args: tuple[str, ...] = ()
+    """The script's arguments when `trainwreck sweep --writer NAME` crashes inside its saves (every
+    attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
 
     @property
     def install(self) -> str:
@@ -123,14 +144,21 @@ class Framework:
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
-              kill_in_save={"op_index": 1, "when": "before"}),
+              kill_in_save=KillInSave(1, "before", "the rename of the written temporary file to its sha256 name")),
     Framework("hf", "transformers", "hf", "hf_trainer.py", ("--save-every", "3"),
-              kill_in_save={"op_index": 8, "when": "before"}),  # before torch.save(checkpoint-6/optimizer.pt)
+              kill_in_save=KillInSave(8, "before", "torch.save(checkpoint-6/optimizer.pt), op 8 of 13"),
+              sweep_args=("--total-steps", str(STEPS), "--save-steps", "4")),
     Framework("lightning", "lightning", "lightning", "lightning_train.py", ("--save-every", "6", "--resume"),
-              kill_in_save={"op_index": 1, "when": "before"}, kill_step=7, newest="last.ckpt"),
+              kill_in_save=KillInSave(1, "before", "the move of epoch=0-step=6.ckpt into place"), kill_step=7,
+              newest="last.ckpt",
+              sweep_args=("--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH), "--save-every", "4", "--resume")),
     Framework("accelerate", "accelerate", "accelerate", "accelerate_train.py", ("--save-every", "3", "--resume"),
-              kill_in_save={"op_index": 3, "when": "before"}),
+              kill_in_save=KillInSave(3, "before", "torch.save(checkpoint_1/optimizer.bin)"),
+              sweep_args=("--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH), "--save-every", "3",
+                          "--resume")),
 )}
+SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}
+"""The frameworks whose own saves `trainwreck sweep --writer NAME` crashes inside."""
 
 
 def _kill(step: int) -> dict[str, Any]:
@@ -157,7 +185,7 @@ SCENARIOS: dict[str, FrameworkScenario] = declare("frameworks", (
     ("kill-in-save", FrameworkScenario(
         "rank 0 killed inside the framework's own save, resumed", (2,), 2,
         lambda fw: [{"id": "kill-in-save", "kind": "foreign_crash", "rank": 0, "step": fw.save_step,
-                     **fw.kill_in_save}])),
+                     **(fw.kill_in_save.fields() if fw.kill_in_save else {})}])),
     ("corrupt-newest", FrameworkScenario(
         "killed at update 8, the newest checkpoint truncated before the restart", (2,), 2,
         lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate", "target": fw.newest,
@@ -230,10 +258,10 @@ def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
                "; ".join(judgement.notes[:2]), fired)
 
 
-def run_one(job: Job, out_dir: Path, launcher: Launcher) -> Row:
+def run_one(job: Job, out_dir: Path, runner: RowRunner) -> Row:
     run_dir = out_dir / f"{job.framework}-{job.scenario}"
     golden = out_dir / f"{job.framework}-golden"
-    record = launcher(job, run_dir)
+    record = runner(job, run_dir)
     return judge_row(job, record, golden if job.scenario != "golden" and golden.is_dir() else None)
 
 
@@ -263,7 +291,7 @@ def scripts_missing() -> str | None:
             "incomplete; reinstall it (pip install --force-reinstall 'trainwreck[hf,lightning,accelerate]')")
 
 
-def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequence[str] | None = None,
+def run_table(out_dir: Path, runner: RowRunner = cmd_runner, frameworks: Sequence[str] | None = None,
               scenarios: Sequence[str] | None = None, progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Every (framework, scenario) run, golden first (the others are judged against it)."""
     rows: list[Row] = []
@@ -271,18 +299,18 @@ def run_table(out_dir: Path, launcher: Launcher = cmd_launcher, frameworks: Sequ
         if name == REPLICA_FRAMEWORK:
             rows += _replica_rows(out_dir, scenarios, progress)
             continue
-        rows += _framework_rows(FRAMEWORKS[name], out_dir, launcher, list(scenarios or [*SCENARIOS, EVERY_OP]),
+        rows += _framework_rows(FRAMEWORKS[name], out_dir, runner, list(scenarios or [*SCENARIOS, EVERY_OP]),
                                 progress)
     return rows
 
 
-def _framework_rows(fw: Framework, out_dir: Path, launcher: Launcher, wanted: list[str],
+def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: list[str],
                     progress: Callable[[Row], None] | None) -> list[Row]:
     if not fw.installed():
         return [_tell(progress, r) for r in uninstalled_rows(fw, wanted)]
     rows = []
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
-        rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, launcher)))
+        rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, runner)))
     if EVERY_OP in wanted:
         if not fw.save_step:
             fw = replace(fw, save_step=swept_save_step(out_dir / f"{fw.name}-golden"))
@@ -293,7 +321,7 @@ def _framework_rows(fw: Framework, out_dir: Path, launcher: Launcher, wanted: li
                                             reason=f"the golden run recorded no save {where}: wrap the script's "
                                                    "save in `with probe.saving(step, checkpoint_dir):` so its file "
                                                    "operations are recorded (docs/FRAMEWORKS.md)")))
-        rows += [_tell(progress, run_one(j, out_dir, launcher)) for j in crash_every_op_jobs(fw, ops)]
+        rows += [_tell(progress, run_one(j, out_dir, runner)) for j in crash_every_op_jobs(fw, ops)]
     return rows
 
 
@@ -312,12 +340,12 @@ def command_framework(command: str) -> Framework:
     return Framework("command", "torch", None, script="", argv=tuple(shlex.split(command)), save_step=0)
 
 
-def run_command_sweep(command: str, out_dir: Path, launcher: Launcher = cmd_launcher,
+def run_command_sweep(command: str, out_dir: Path, runner: RowRunner = cmd_runner,
                       progress: Callable[[Row], None] | None = None) -> list[Row]:
     """A crash at every file operation of the command's own save, as the table's crash-every-op
     rows do for a built-in framework (one code path): its golden row first, which records the
     saves, then one judged run per crash point."""
-    return _framework_rows(command_framework(command), out_dir, launcher, [EVERY_OP], progress)
+    return _framework_rows(command_framework(command), out_dir, runner, [EVERY_OP], progress)
 
 
 REPLICA_FRAMEWORK = "torchft"

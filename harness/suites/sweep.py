@@ -33,6 +33,7 @@ from trainwreck.faults.storage import Op
 from trainwreck.harness.errors import InputError
 from trainwreck.harness.supervise.restarts import RunRecord
 from trainwreck.harness.judge.runner import JudgedRun, publish, run_judged
+from trainwreck.harness.suites.frameworks import DATASET, GLOBAL_BATCH, SCRIPTS, STEPS, SWEEP_WRITERS, Framework
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, compose, verdict_word
@@ -164,7 +165,7 @@ class SweepRequest:
             raise InputError(f"--limit {self.limit} judges nothing; give --limit 1 or more")
         writer = FOREIGN_WRITERS.get(self.writer)
         if writer is not None and not writer.installed():
-            raise ForeignWriterMissing(f"--writer {self.writer}: {writer.module} is not installed; {writer.install}")
+            raise FrameworkMissing(f"--writer {self.writer}: {writer.module} is not installed; {writer.install}")
 
 
 @dataclass(frozen=True)
@@ -647,38 +648,9 @@ class DcpPowerLoss:
 # ----- the framework writers: their own saves, judged by resuming their own scripts ----------
 
 
-@dataclass(frozen=True)
-class ForeignWriter:
-    """A framework's example trainer (trainer/frameworks/examples), run through `trainwreck run
-    --cmd`'s launcher; its saves are the framework's own code, recorded in its ranks."""
-
-    name: str
-    module: str
-    """The import whose absence means the extra is not installed."""
-    extra: str
-    script: str
-    args: tuple[str, ...]
-    """Every attempt gets the same arguments: the script resumes from what it finds, if anything."""
-
-    @property
-    def install(self) -> str:
-        return f"pip install 'trainwreck[{self.extra}]'"
-
-    def installed(self) -> bool:
-        import importlib.util
-
-        return importlib.util.find_spec(self.module) is not None
-
-
-FOREIGN_STEPS, FOREIGN_DATASET, FOREIGN_BATCH = 12, 64, 8
-"""The example trainers' job (harness/suites/frameworks.py uses the same): 12 updates of 8 over 64 samples."""
-FOREIGN_WRITERS: dict[str, ForeignWriter] = {w.name: w for w in (
-    ForeignWriter("lightning", "lightning", "lightning", "lightning_train.py",
-                  ("--steps", "12", "--global-batch", "8", "--save-every", "4", "--resume")),
-    ForeignWriter("accelerate", "accelerate", "accelerate", "accelerate_train.py",
-                  ("--steps", "12", "--global-batch", "8", "--save-every", "3", "--resume")),
-    ForeignWriter("hf", "transformers", "hf", "hf_trainer.py", ("--total-steps", "12", "--save-steps", "4")),
-)}
+FOREIGN_WRITERS = SWEEP_WRITERS
+"""The frameworks whose own saves `--writer NAME` crashes inside (declared with each framework in
+harness/suites/frameworks.py)."""
 FOREIGN_LIMIT = 4
 """Default --limit of a framework writer: each state is a 2-rank resume that imports the
 framework (5-10 s a rank on 2 shared cores)."""
@@ -686,12 +658,12 @@ FOREIGN_HANG_TIMEOUT_S = 30.0
 """As `trainwreck run --cmd`'s default: a framework imports itself after its first progress record."""
 
 
-class ForeignWriterMissing(InputError):
+class FrameworkMissing(InputError):
     """The framework of a writer is not installed; the message says how to install it (exit 2
     through the one exit path, before anything runs: `SweepRequest.check`)."""
 
 
-def foreign_command(writer: ForeignWriter, record: bool) -> str:
+def foreign_command(writer: Framework, record: bool) -> str:
     """The command per rank: the example script under faults/foreign_record.py's wrapper, which
     records with `record` and writes run.json's dataset fields before the script starts. The
     Lightning and accelerate scripts never write them, and HF's adapter only once training
@@ -700,22 +672,19 @@ def foreign_command(writer: ForeignWriter, record: bool) -> str:
     import shlex
     import sys
 
-    from trainwreck.harness.suites.frameworks import SCRIPTS
-
-    sizes = ["--dataset-size", str(FOREIGN_DATASET), "--global-batch", str(FOREIGN_BATCH),
-             "--total-steps", str(FOREIGN_STEPS)]
+    sizes = ["--dataset-size", str(DATASET), "--global-batch", str(GLOBAL_BATCH), "--total-steps", str(STEPS)]
     return shlex.join([sys.executable, "-m", "trainwreck.faults.foreign_record", *(["--record"] if record else []),
-                       *sizes, "--", str(SCRIPTS / writer.script), *writer.args])
+                       *sizes, "--", str(SCRIPTS / writer.script), *writer.sweep_args])
 
 
-def foreign_spec(writer: ForeignWriter, run_dir: Path, record: bool = False) -> JobSpec:
+def foreign_spec(writer: Framework, run_dir: Path, record: bool = False) -> JobSpec:
     from trainwreck.harness.supervise.command.target import Command
 
     return JobSpec(target=Command(foreign_command(writer, record)), world_sizes=(2,),
                    hang_timeout_s=FOREIGN_HANG_TIMEOUT_S, run_dir=run_dir, keep=True, max_restarts=2)
 
 
-def observe_foreign(writer: ForeignWriter, run_dir: Path) -> tuple[Path, OpLog]:
+def observe_foreign(writer: Framework, run_dir: Path) -> tuple[Path, OpLog]:
     """One clean 2-rank run of the framework's script, every rank's file operations under
     its checkpoint folder recorded in the rank (faults/foreign_record.py)."""
     from trainwreck.faults.foreign_record import load_foreign_oplog

@@ -7,13 +7,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainwreck.harness.suites.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_launcher, job_for, run_one
+from trainwreck.harness.suites.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_runner, job_for, run_one
 from trainwreck.trainer.rundir import iter_events
 
 
 def scenario(framework: str, name: str, out: Path) -> Row:
     """A table scenario of one framework, into out/<framework>-<name> (judged against out's golden)."""
-    return run_one(job_for(FRAMEWORKS[framework], name), out, cmd_launcher)
+    return run_one(job_for(FRAMEWORKS[framework], name), out, cmd_runner)
 
 
 def with_golden(framework: str, out: Path) -> Path:
@@ -29,7 +29,7 @@ def custom(framework: str, name: str, out: Path, world_sizes: Sequence[int] = (2
     as `env TMPDIR=...`), judged like a table row."""
     fw = FRAMEWORKS[framework]
     cmd = (*prefix, *fw.command(), *args)
-    return run_one(Job(framework, name, cmd, tuple(world_sizes), restarts, tuple(faults), name), out, cmd_launcher)
+    return run_one(Job(framework, name, cmd, tuple(world_sizes), restarts, tuple(faults), name), out, cmd_runner)
 
 
 def script(name: str, *args: str) -> list[str]:

@@ -104,7 +104,7 @@ def test_a_crash_inside_a_cmd_ranks_own_save_fires_from_the_plan_and_the_restart
 def test_a_crash_after_the_durable_rename_is_recovered_not_covered_up(torchrun_out):
     ops = recorded_ops(torchrun_out / "torchrun-golden", 6)
     (job,) = [j for j in crash_every_op_jobs(FRAMEWORKS["torchrun"], ops) if j.faults[0]["id"] == "crash-after-op1"]
-    row = table.run_one(job, torchrun_out, table.cmd_launcher)
+    row = table.run_one(job, torchrun_out, table.cmd_runner)
     run_dir = torchrun_out / f"torchrun-{job.scenario}"
     assert row.fired == ("crash-after-op1",)
     # The file was renamed into place (committed) but rank 0 died before its `save` event: the
@@ -170,3 +170,10 @@ def test_the_casebook_of_real_rows_opens_in_a_real_browser_with_every_row_and_it
     assert "torchrun golden" in dom and "torchrun kill-mid-epoch" in dom  # each row's scenario name
     # the browser's DOM holds one case row per run, with the verdict its own verdicts.json says
     assert rows[0].valid is True and dom.count('data-valid="VALID"') == 2 and 'data-verdict="VALID"' in dom
+
+
+def test_a_framework_is_declared_once_for_the_table_and_the_save_sweep() -> None:
+    from trainwreck.harness.suites.sweep import FOREIGN_WRITERS
+
+    assert FOREIGN_WRITERS and all(FOREIGN_WRITERS[name] is table.FRAMEWORKS[name] for name in FOREIGN_WRITERS)
+    assert all(fw.kill_in_save is not None and fw.kill_in_save.what for fw in table.FRAMEWORKS.values())

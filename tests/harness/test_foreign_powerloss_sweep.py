@@ -12,14 +12,14 @@ import pytest
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import CrashState, OpLog, issued_state, states_at
 from trainwreck.harness.registry import COMMAND
-from trainwreck.harness.suites.sweep import (FOREIGN_WRITERS, ForeignWriter, crash_run_dir, foreign_spec, judge_resumed_cmd,
+from trainwreck.harness.suites.sweep import (FOREIGN_WRITERS, Framework, crash_run_dir, foreign_spec, judge_resumed_cmd,
                                       observe_foreign)
 
 
 def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(FOREIGN_WRITERS, "lightning",
-                        ForeignWriter("lightning", "trainwreck_no_such_framework", "lightning", "lightning_train.py", ()))
+                        Framework("lightning", "trainwreck_no_such_framework", "lightning", "lightning_train.py", sweep_args=("--resume",)))
     from trainwreck.harness.cli import main
 
     # Through the real parser (every option's default), then the one exit path: the command raises.
