@@ -433,8 +433,8 @@ def async_checkpoints(ev: Evidence) -> list[Paragraph]:
              f"{_ckpt_phase(ev, 'wide-async')} (the copy into host memory), while the background thread took "
              f"{ev.q('wide-async', 'phases', 'save_seconds', 'mean', unit=' s')} per save to write and commit, "
              f"against {ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} inside the step."),
-        ev.s("The background write is not free: it competes with the ranks for the same cores (2 here), so it can "
-             "run slower than a synchronous one and stretch the steps beside it. A median update cannot show "
+        ev.s("The background write is not free: it competes with the ranks for the same cores "
+             f"({ev.q('wide-async', 'spec', 'host', 'cpus')} here), so it can run slower than a synchronous one and stretch the steps beside it. A median update cannot show "
              f"either: only {ev.q('wide-sync', 'phases', 'ranks', 0, 'checkpoint_steps')} of rank 0's "
              f"{ev.q('wide-sync', 'phases', 'ranks', 0, 'steps')} updates paid for a save (the save after the last "
              f"update is in none), so the comparison is of the saves themselves: synchronous ones took {ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} "
@@ -514,7 +514,8 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
                           "ddp": float(ev.get("wide-sync", "phases", "median_step_s"))}, "×")
              + " in the runs"
              + (": they agree." if agree else
-                ": they disagree, because each is one measurement on 2 cores shared with other jobs, where a step's "
+                f": they disagree, because each is one measurement on {ev.q('wide-sync', 'spec', 'host', 'cpus')} "
+                "cores shared with other jobs, where a step's "
                 "time moves with the load; neither ratio is a property of FSDP here, and only repeated runs on an "
                 "idle machine (benchmarks/fsdp.py, several times) would say which holds.")),
         ev.s(f"Final loss {ev.q('wide-sync', 'loss', 'final')} (DDP) and {ev.q('wide-fsdp', 'loss', 'final')} "

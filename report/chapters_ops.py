@@ -144,6 +144,11 @@ def monitoring(ev: Evidence) -> list[Paragraph]:
              f"{ev.q(RESIZED, 'attempts', 1, 'rank_batch')} samples: the job's samples/s moved by {rate} and each "
              f"rank's by {per_rank}.", fact("spec.world_sizes.0", "!=", ev.get(RESIZED, "spec", "world_sizes", -1),
                                             run=RESIZED)),
+        ev.s(f"Attempt 0 ran {ev.q(RESIZED, *m, 'attempts', 0, 'world_size')} ranks on this machine's "
+             f"{ev.q(RESIZED, 'spec', 'host', 'cpus')} cores: more ranks than cores, so its rates measure how the "
+             "ranks shared the cores, not what the job does with a core per rank, and part of the change after the "
+             "resize is the contention ending, not the job.",
+             fact("spec.host.cpus", "<", before["world_size"], run=RESIZED)),
         ev.s("A throughput baseline learned at one world size does not hold at another: key it by the world_size "
              "label and learn it again after a resize, or the resize itself reads as a change in the job's health.",
              fact("metrics.attempts.1.world_size", "!=", before["world_size"], run=RESIZED)),

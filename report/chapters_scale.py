@@ -252,8 +252,13 @@ def at_scale(ev: Evidence) -> list[Paragraph]:
         ev.s(f"Extrapolated linearly to {EXTRAPOLATE_TO} ranks: an update of {step_x} and a save of {save_x}; the "
              f"{first} grows fastest ("
              + ev.derive("fastest_growth", growth[first], "value at 40 / value at 4", {"growth": growth[first]}, "×")
-             + " its 4-rank value). Both world sizes share this machine's 2 cores, so the slope includes CPU "
-               "contention a real cluster would not have: it is an upper bound, not a forecast."),
+             + " its 4-rank value)."),
+        ev.s(f"Both world sizes share this machine's {ev.q(w4, 'spec', 'host', 'cpus')} cores, fewer than the 4 ranks, "
+             "so the slope includes CPU contention a real cluster would not have: it is an upper bound, not a "
+             "forecast.", fact("spec.host.cpus", "<", 4, run=w4)),
+        ev.s(f"The 4 ranks had {ev.q(w4, 'spec', 'host', 'cpus')} cores, one each at least, so the slope is the "
+             "job's own; on a cluster the network between nodes, absent here, adds to it.",
+             fact("spec.host.cpus", ">=", 4, run=w4)),
         ev.s(f"The hang watchdog's timeout is fixed ({ev.q('hang-sigstop', 'spec', 'hang_timeout_s', unit=' s')}, "
              f"configured; it found the stopped rank after {ev.q('hang-sigstop', 'hangs', 0, 'detected_after_s', unit=' s')}): "
              "at the extrapolated update time it is "

@@ -160,6 +160,8 @@ def _spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
     keys = ("dataset_size", "global_batch", "drop_last", "total_steps", "hang_timeout_s", "hang_slack_s",
             "world_sizes", "max_restarts", "launcher")
     summary = {k: spec.get(k) for k in keys if k in spec}
+    if isinstance(spec.get("host"), dict):  # the harness's measurement of the machine (absent in older runs)
+        summary["host"] = {k: v for k, v in spec["host"].items() if k in ("cpus", "load_average_1m")}
     for k in ("ckpt_interval", "keep_last", "variant", "backend", "parallelism", "ckpt_mode", "width", "depth",
               "grad_accum", "rank_batch", "lr_scaling", "lr", "warmup_steps", "lr_rewarmup"):
         if k in config:

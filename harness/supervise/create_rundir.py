@@ -1,6 +1,7 @@
 """Run directories (format ``trainwreck-run/1``): create one and write its run.json."""
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,18 @@ def run_json(spec: JobSpec) -> dict[str, Any]:
     plus the extras the ranks and the report need: how to rebuild the job, the policy the judge may quote."""
     return spec.target.run_json(spec, {
         "max_restarts": spec.max_restarts, "launcher": spec.launcher, "hang_slack_s": HANG_SLACK_S,
-        "checkpoint_timeout_s": spec.checkpoint_budget_s, "startup_timeout_s": spec.startup_budget_s})
+        "checkpoint_timeout_s": spec.checkpoint_budget_s, "startup_timeout_s": spec.startup_budget_s,
+        "host": host()})
+
+
+def host() -> dict[str, Any]:
+    """The machine the ranks share, measured when the run starts: a report that compares rates at two
+    world sizes must know whether the ranks outnumbered the cores (then a rate measures the sharing)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))  # the cores this process may use, not the machine's
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return {"cpus": cpus, "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
 def check_run_dir(path: Path) -> None:
