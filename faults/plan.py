@@ -13,14 +13,15 @@ points only at steps that save. Both run before any process starts.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.faults.errors import PlanError
-from trainwreck.faults.external import EXTERNAL_KINDS, parse_fault
 from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
 
 PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
@@ -66,7 +67,9 @@ class Kind:
     """True: it acts inside DDP's gradient communication hook, which FSDP does not have, so
     under parallelism="fsdp" it could never fire (validate_plan refuses it there)."""
     injector: str = ""
-    """Its implementation, `module:attribute[.method]` (tests/faults/test_kinds.py loads it)."""
+    """Its implementation, `module:attribute[.method]`: the one place that says which code fires
+    it; the harness (faults/external.py) loads it with `load_injector` (tests/faults/test_kinds.py
+    loads every one)."""
     strategy: str = ""
     """Its Hypothesis strategy in faults/strategies.py: a function of a `Slot`."""
     topics: tuple[str, ...] = ()
@@ -77,6 +80,25 @@ class Kind:
     """What it does to the attempt it fires in, for `trainwreck chaos`: STOP, SLOW or DAMAGE."""
     no_chaos: str = ""
     """Why chaos never draws it against the reference trainer (then `chaos` is empty)."""
+
+    def load_injector(self) -> Any:
+        """The object `injector` names, imported once per name; PlanError naming the kind and
+        its declaration when it cannot be (a typo must stop the build, not leave a fault unfired)."""
+        try:
+            return _load(self.injector)
+        except Exception as exc:  # noqa: BLE001 - whatever stops the import, the fix is the declaration
+            raise PlanError(f"kind {self.name!r} declares injector {self.injector!r}, which cannot be loaded "
+                            f"({type(exc).__name__}: {exc}); give its `injector=` in faults/plan.py KINDS as "
+                            "`module:attribute` naming the class or function that fires it") from None
+
+
+@cache
+def _load(dotted: str) -> Any:
+    module, _, path = dotted.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in path.split("."):
+        found = getattr(found, part)
+    return found
 
 
 INT, NUM, STR = (int,), (int, float), (str,)
@@ -229,13 +251,13 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           count=Field(INT, default=1, minimum=1, doc="flip: bytes to flip")),
     # ----- the harness's (faults/external.py applies them) -------------------------------
     _kind("signal", HARNESS, "the harness sends a signal to one rank", ("progress", "hang", "atomicity"),
-          injector="external:ExternalFaults", strategy="signals", topics=("resume", "frequency"), chaos=STOP,
+          injector="external:Signal", strategy="signals", topics=("resume", "frequency"), chaos=STOP,
           command=True,
           rank=_rank(), signal=Field(STR, required=True, choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
     _kind("node_loss", HARNESS, "the harness kills a group of ranks at once", ("progress", "atomicity"),
-          injector="external:ExternalFaults", strategy="node_losses", topics=("world", "resume"), chaos=STOP,
+          injector="external:NodeLoss", strategy="node_losses", topics=("world", "resume"), chaos=STOP,
           command=True,
           ranks=Field((list,), required=True, doc="a non-empty list of ranks"),
           signal=Field(STR, default="SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
@@ -270,9 +292,6 @@ class KindAttribute(Mapping[str, Any]):
 
 KIND_TOPICS = KindAttribute("topics")
 """Fault kind -> the report's interview topics it raises (harness/report/angles.py reads it)."""
-"""The kinds faults/inrank.py applies in DDP's gradient communication hook."""
-# One list of the kinds the harness applies: faults/external.py's, which this table describes.
-assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)
 
 # Corruption is applied when attempt 1 starts unless the plan says otherwise.
 _KIND_DEFAULTS = {"corrupt": {"attempt": 1}}
@@ -338,7 +357,8 @@ def _check_value(fid: str, name: str, value: Any, spec: Field) -> None:
 
 def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
     if kind.where == HARNESS:
-        _check_external(fid, raw)
+        # The parser the harness will run decides (faults/external.py): its message names id and field.
+        kind.load_injector().parse(raw)
     hang_expected = raw.get("expect") == "hang"
     # A SIGSTOPped rank is never continued, so the job hangs until the watchdog names it.
     stops = raw.get("signal") == "SIGSTOP"
@@ -352,15 +372,6 @@ def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
                         "(a hang event would then be judged a false alarm); remove 'expect'")
     if kind.name == "straggler" and "until" in raw and raw["until"] < raw["step"]:
         raise PlanError(f"fault {fid}: field 'until'={raw['until']} is before step={raw['step']}")
-
-
-def _check_external(fid: str, raw: Mapping[str, Any]) -> None:
-    """The harness's own parser decides; its message already names id and field."""
-    if raw["kind"] == "node_loss":
-        for r in raw["ranks"]:
-            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
-                raise PlanError(f"fault {fid}: field 'ranks' holds {r!r}; it must list integers >= 0")
-    parse_fault(raw)
 
 
 # ----- the plan ----------------------------------------------------------------------

@@ -68,6 +68,7 @@ def doc_problems(text: str, kinds: dict[str, Kind]) -> list[str]:
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_every_kind_declares_an_injector_that_exists(name: str) -> None:
     assert callable(load_attribute(KINDS[name].injector)), KINDS[name].injector
+    assert KINDS[name].load_injector() is load_attribute(KINDS[name].injector)
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
