@@ -11,6 +11,10 @@ attempt started. ``from_attempt`` (default 0) is the first attempt allowed to fi
 in-rank fault's ``attempt`` means exactly that attempt; a signal can only wait for one).
 Each fault fires at most once per run. This module is pure: it decides what is
 due, the supervisor records the ``fault`` event and sends the signal.
+
+A harness kind is one declared ``where=HARNESS`` in faults/plan.py KINDS; its declared injector
+is a ``HarnessKind`` subclass here (``Signal``, ``NodeLoss``) that says which ranks it signals,
+so the parser asks the declaration and never the kind's name.
 """
 from __future__ import annotations
 
@@ -20,9 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from trainwreck.faults.errors import PlanError
+from trainwreck.faults.plan import HARNESS, KINDS
 
-EXTERNAL_KINDS = ("signal", "node_loss")
-"""The kinds the harness applies from outside the ranks (faults/plan.py's HARNESS kinds are these)."""
 SIGNALS = {"SIGKILL": _signal.SIGKILL, "SIGSTOP": _signal.SIGSTOP, "SIGTERM": _signal.SIGTERM}
 FaultError = PlanError
 """The same error as every other plan check raises (kept as a name for the harness's own callers)."""
@@ -44,14 +47,21 @@ class ExternalFault:
     """Fire this many seconds after the attempt started (None: use step)."""
     from_attempt: int
     """First attempt in which the fault may fire (it fires at most once per run)."""
+    group: bool = False
+    """True: its kind signals a group of ranks at once (HarnessKind.group)."""
 
     @property
     def signum(self) -> int:
         return int(SIGNALS[self.signal])
 
+    @property
+    def rank(self) -> int | None:
+        """The one rank its `fault` event names; None for a group (the event lists `ranks`)."""
+        return None if self.group else self.ranks[0]
+
     def describe(self) -> str:
         when = f"step {self.step}" if self.step is not None else f"{self.at_s}s into the attempt"
-        who = f"rank {self.ranks[0]}" if self.kind == "signal" else f"ranks {list(self.ranks)}"
+        who = f"ranks {list(self.ranks)}" if self.group else f"rank {self.ranks[0]}"
         return f"{self.signal} to {who} at {when}"
 
 
@@ -62,39 +72,83 @@ def _int_field(raw: Mapping[str, Any], name: str, fid: str, minimum: int = 0) ->
     return value
 
 
-def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
-    fid = str(raw.get("id", "?"))
-    kind = raw["kind"]
-    if kind == "signal":
+class HarnessKind:
+    """The injector a harness kind declares: it parses a fault of the kind into an ExternalFault.
+    What differs between kinds (which ranks, the default signal) is a subclass, never an `if`."""
+
+    default_signal: str | None = None
+    """The signal when the fault names none (None: the fault must name one)."""
+    group = False
+    """True: it signals a group of ranks at once, so its event names no single rank."""
+
+    @classmethod
+    def targets(cls, raw: Mapping[str, Any], fid: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ExternalFault:
+        fid = str(raw.get("id", "?"))
+        ranks = cls.targets(raw, fid)
+        name = raw.get("signal", cls.default_signal)
+        if not isinstance(name, str) or name not in SIGNALS:
+            raise FaultError(f"fault {fid!r}: signal={name!r} is not one of {', '.join(SIGNALS)}")
+        step, at_s = _when(raw, fid)
+        if "attempt" in raw:
+            raise FaultError(f"fault {fid!r}: field 'attempt' means 'exactly this attempt', which the harness cannot "
+                             "promise for a signal; use 'from_attempt' (the first attempt that may fire it)")
+        from_attempt = _int_field(raw, "from_attempt", fid) if "from_attempt" in raw else 0
+        return ExternalFault(id=fid, kind=raw["kind"], ranks=ranks, signal=name, step=step, at_s=at_s,
+                             from_attempt=from_attempt, group=cls.group)
+
+
+class Signal(HarnessKind):
+    """`signal`: the signal the fault names, to its one `rank`."""
+
+    @classmethod
+    def targets(cls, raw: Mapping[str, Any], fid: str) -> tuple[int, ...]:
         if "rank" not in raw:
-            raise FaultError(f"fault {fid!r}: kind 'signal' needs 'rank' (an integer)")
-        ranks: tuple[int, ...] = (_int_field(raw, "rank", fid),)
-        default_signal = None
-    else:
+            raise FaultError(f"fault {fid!r}: kind {raw['kind']!r} needs 'rank' (an integer)")
+        return (_int_field(raw, "rank", fid),)
+
+
+class NodeLoss(HarnessKind):
+    """`node_loss`: SIGKILL (or the signal it names) to every rank in `ranks` at once."""
+
+    default_signal = "SIGKILL"
+    group = True
+
+    @classmethod
+    def targets(cls, raw: Mapping[str, Any], fid: str) -> tuple[int, ...]:
         value = raw.get("ranks")
         if not isinstance(value, list) or not value:
-            raise FaultError(f"fault {fid!r}: kind 'node_loss' needs 'ranks', a non-empty list of integers")
-        ranks = tuple(_int_field({"ranks": r}, "ranks", fid) for r in value)
-        default_signal = "SIGKILL"
-    name = raw.get("signal", default_signal)
-    if not isinstance(name, str) or name not in SIGNALS:
-        raise FaultError(f"fault {fid!r}: signal={name!r} is not one of {', '.join(SIGNALS)}")
+            raise FaultError(f"fault {fid!r}: kind {raw['kind']!r} needs 'ranks', a non-empty list of integers")
+        for r in value:
+            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+                raise FaultError(f"fault {fid!r}: field 'ranks' holds {r!r}; it must list integers >= 0")
+        return tuple(value)
+
+
+def _when(raw: Mapping[str, Any], fid: str) -> tuple[int | None, float | None]:
+    """(step, at_s): exactly one of them is given."""
     has_step, has_at = "step" in raw, "at_s" in raw
     if has_step == has_at:
         raise FaultError(f"fault {fid!r}: give exactly one of 'step' (an update number) or 'at_s' (seconds)")
-    step = _int_field(raw, "step", fid, minimum=0) if has_step else None
-    at_s = None
-    if has_at:
-        at_s = raw["at_s"]
-        if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
-            raise FaultError(f"fault {fid!r}: at_s={at_s!r} must be a number of seconds >= 0")
-        at_s = float(at_s)
-    if "attempt" in raw:
-        raise FaultError(f"fault {fid!r}: field 'attempt' means 'exactly this attempt', which the harness cannot "
-                         "promise for a signal; use 'from_attempt' (the first attempt that may fire it)")
-    from_attempt = _int_field(raw, "from_attempt", fid) if "from_attempt" in raw else 0
-    return ExternalFault(id=fid, kind=kind, ranks=ranks, signal=name, step=step, at_s=at_s,
-                         from_attempt=from_attempt)
+    if has_step:
+        return _int_field(raw, "step", fid, minimum=0), None
+    at_s = raw["at_s"]
+    if not isinstance(at_s, (int, float)) or isinstance(at_s, bool) or not 0 <= at_s < math.inf:
+        raise FaultError(f"fault {fid!r}: at_s={at_s!r} must be a number of seconds >= 0")
+    return None, float(at_s)
+
+
+def is_harness_kind(kind: Any) -> bool:
+    """Whether `kind` names a kind the harness applies (declared where=HARNESS)."""
+    return isinstance(kind, str) and kind in KINDS and KINDS[kind].where == HARNESS
+
+
+def parse_fault(raw: Mapping[str, Any]) -> ExternalFault:
+    """An external fault, parsed by its kind's declared injector (a HarnessKind)."""
+    return KINDS[raw["kind"]].load_injector().parse(raw)
 
 
 class ExternalFaults:
@@ -110,7 +164,7 @@ class ExternalFaults:
             if raw["id"] in seen:
                 raise FaultError(f"fault id {raw['id']!r} appears twice; ids must be unique")
             seen.add(raw["id"])
-            if raw["kind"] in EXTERNAL_KINDS:
+            if is_harness_kind(raw["kind"]):
                 self.faults.append(parse_fault(raw))
         self.fired: set[str] = set()
 

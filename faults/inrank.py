@@ -5,59 +5,39 @@
 
 At ``bind`` the hooks keep only the faults of this rank and this attempt (so redo
 work after a restart does not fire a fault again) and apply a between-attempts
-corruption (faults/corrupt.py). Every fault writes its ``fault`` event - flushed at
-once by the event log - before it acts, so the judge sees it even when the act is a
-SIGKILL.
+corruption (faults/corrupt.py).
 
-How each kind acts (docs/FAULTS.md has the table):
-
-- kill: SIGKILL or SIGTERM to itself, ``os._exit(1)``, or a Python exception.
-- hang: ``event`` waits on an Event nobody sets (GIL released); ``gil`` blocks in a C
-  call that keeps the GIL (libc pause() through ctypes.PyDLL; see faults/blocking.py
-  for why that and not a spin); ``sigstop`` stops itself, and if continued it stays
-  blocked, so the fault is a hang whatever the harness does to wake it.
-- straggler: sleeps `seconds` at its point (default the start) of each update in [step, until].
-- comm_delay / comm_fail / skip_collective: ``wrap_comm_hook`` wraps the trainer's own
-  gradient reduction (trainer/gradsync.py) on the faulty rank only, so every rank runs
-  the same collectives except at the faulty update.
-- nan_grad: writes NaN/inf into one element of the (already reduced) gradient at
-  ``after_backward``, so this replica's parameters leave the others'; with at="local" into
-  the rank's own gradient bucket inside the comm hook, before the all-reduce sums it into
-  every rank's.
-- noisy_neighbour / disk_contention: a child process takes a share of the rank's core, or
-  writes to the run directory's disk, for bursts of updates on a period (faults/neighbour.py,
-  faults/contention.py, their timing in faults/periodic.py). Like any in-rank kind whose
-  declared injector is a class with `at_step` (a `StepInjector`), each is built and driven
-  from its declaration in faults/plan.py KINDS alone: this module names no such kind.
-- storage kinds: ``wrap_storage`` returns a ``FaultyStorage`` (faults/storage.py).
+torchft injects by wrapping, never by ``if``: this module names no fault kind. Each kind's
+declaration in faults/plan.py KINDS names its injector, and the injector's class says which
+seam of the rank it acts at (``SEAMS``): the fault points (``AtPoint``), DDP's communication
+hook (``InComm``), every update's start (``StepInjector``) or the rank's storage
+(faults/storage.py ``StorageFault``). The hooks build the rank's injectors from their
+declarations and call them there; what each built-in kind does is in faults/rankfaults.py,
+faults/storage.py, faults/neighbour.py and faults/contention.py. A declared injector that
+cannot be loaded, or acts at no seam, stops ``build_hooks`` with an error naming the kind
+and its declaration, before the rank trains.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import signal
 import time
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
-from trainwreck.faults import blocking
-from trainwreck.faults.corrupt import CannotAct, corrupt_run_dir
-from trainwreck.faults.plan import COMM_HOOK_KINDS, HARNESS, KINDS, parse_plan, with_defaults
-from trainwreck.faults.storage import STORAGE_KINDS, FaultyStorage, StepClock
+from trainwreck.faults.corrupt import CannotAct
+from trainwreck.faults.plan import BETWEEN, HARNESS, IN_RANK, KINDS, STORAGE, PlanError, parse_plan, with_defaults
+from trainwreck.faults.storage import FaultyStorage, StepClock, StorageFault
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.async_ckpt import current_save_step
 from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
 
 if TYPE_CHECKING:
-    import torch
-
     from trainwreck.trainer.events import EventLog
     from trainwreck.trainer.gradsync import CommHook
     from trainwreck.trainer.storage import Storage
 
-POINT_KINDS = ("kill", "hang", "nan_grad")
+RANK_WHERES = (IN_RANK, STORAGE, BETWEEN)
+"""Where the kinds run that these hooks fire (the harness applies its own; a framework's save, CmdHooks)."""
 GATE_MAX_S = 5.0
 """The longest a rank waits for a harness fault's signal once the harness has recorded the fault."""
 GATE_UNHEARD_S = 120.0
@@ -65,44 +45,81 @@ GATE_UNHEARD_S = 120.0
 a harness that polls fires in the poll that first reads the step, so only one that stopped
 polling leaves a rank here this long."""
 GATE_POLL_S = 0.005
-COMM_KINDS = COMM_HOOK_KINDS
 
 
-class InjectedFault(RuntimeError):
-    """The exception a `kill` fault with how="exception" (or a comm_fail) raises."""
+class Rank(Protocol):
+    """What an injector built per fault may use of the rank it fires in (FaultHooks is it)."""
+
+    rank: int
+    world_size: int
+
+    def record(self, fault: dict[str, Any], detail: str, **extra: Any) -> None: ...
 
 
+@runtime_checkable
+class AtPoint(Protocol):
+    """Acts at the trainer's fault points (trainer/hooks.py): built per fault as
+    ``cls(fault, hooks)`` at bind, told every point the rank reaches."""
+
+    def at_point(self, point: str, step: int, ctx: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class InComm(Protocol):
+    """Acts in DDP's gradient communication hook: built like AtPoint, asked about every bucket;
+    a Future it returns replaces the bucket's all-reduce, None lets the all-reduce run."""
+
+    def in_comm(self, step: int, bucket: Any) -> Any: ...
+
+
+@runtime_checkable
 class StepInjector(Protocol):
-    """An in-rank kind whose declared injector (faults/plan.py KINDS `injector`) is its own class:
-    built in `bind` from the rank's faults of that kind and the run directory, told the start of
-    every update."""
+    """Acts at every update's start: built once per kind at bind from the rank's faults of that
+    kind and the run directory (a child process per kind: faults/periodic.py)."""
 
     def __init__(self, faults: list[dict[str, Any]], record: Callable[..., None], rank: int, root: Path) -> None: ...
 
     def at_step(self, step: int) -> None: ...
 
 
-@cache
-def step_injectors() -> dict[str, type[StepInjector]]:
-    """Every kind whose declaration names a StepInjector class: adding such a kind is its
-    declaration and its class, with no edit to FaultHooks."""
-    found: dict[str, type[StepInjector]] = {}
-    for name, kind in KINDS.items():
-        module, _, attr = kind.injector.partition(":")
-        if kind.where == HARNESS or not attr or "." in attr:  # a FaultHooks method, or not the rank's
-            continue
-        obj = getattr(importlib.import_module(module), attr, None)
-        if isinstance(obj, type) and callable(getattr(obj, "at_step", None)):
-            found[name] = obj
+SEAMS: tuple[type, ...] = (AtPoint, InComm, StepInjector, StorageFault)
+"""The seams of a rank an injector can act at; its class's methods say which."""
+
+
+def seams_of(kind: str) -> tuple[type, ...]:
+    """The seams `kind`'s declared injector acts at (none for a between-attempts kind: it is
+    a function the hooks call at bind); PlanError naming the kind and its declaration if the
+    injector cannot be loaded, or acts at no seam, so it could never fire."""
+    declared = KINDS[kind]
+    injector = declared.load_injector()
+    if declared.where == BETWEEN:
+        return ()
+    found = tuple(seam for seam in SEAMS if isinstance(injector, type) and issubclass(injector, seam))
+    if not found:
+        raise PlanError(f"kind {kind!r}: its injector {declared.injector!r} acts at no seam of a rank, so it "
+                        "could never fire; give its class at_point, in_comm, at_step, or before and after "
+                        "(faults/inrank.py SEAMS)")
     return found
 
 
+def load_injectors() -> None:
+    """Import every in-rank kind's injector now: the forkserver calls this, so a forked rank's
+    build_hooks finds them loaded (about 3 ms per rank per attempt otherwise)."""
+    for name, kind in KINDS.items():
+        if kind.where in RANK_WHERES:
+            seams_of(name)
+
+
 class FaultHooks:
-    """Fires the plan's in-rank faults in one rank (implements trainer.hooks.Hooks)."""
+    """Fires the plan's in-rank faults in one rank (implements trainer.hooks.Hooks) through the
+    injectors their kinds declare, at the seams those act at."""
 
     def __init__(self, plan: list[dict[str, Any]]) -> None:
         faults = [with_defaults(f) for f in parse_plan(plan).faults]
-        self.plan = [f for f in faults if KINDS[f["kind"]].where != HARNESS]
+        self.plan = [f for f in faults if KINDS[f["kind"]].where in RANK_WHERES]
+        # The registry of this plan's kinds, built before the rank trains: a declaration
+        # that names nothing that can fire stops the rank here, naming the kind.
+        self.seams = {kind: seams_of(kind) for kind in dict.fromkeys(f["kind"] for f in self.plan)}
         # The harness's faults at a step: the rank waits at that step's start for the signal,
         # so it lands exactly there, not an update or two later (the harness polls boards).
         self.harness_at_step = [f for f in faults if KINDS[f["kind"]].where == HARNESS and f.get("step") is not None]
@@ -113,7 +130,8 @@ class FaultHooks:
         self.rank, self.world_size, self.attempt = -1, 0, -1
         self.clock = StepClock()
         self.mine: list[dict[str, Any]] = []
-        self.fired: set[str] = set()
+        self.at_points: list[AtPoint] = []
+        self.in_comm: list[InComm] = []
         self.per_update: list[StepInjector] = []
 
     # ----- Hooks protocol -----------------------------------------------------------------
@@ -123,37 +141,28 @@ class FaultHooks:
         # A fault fires in its own attempt only: redo work after a restart replays steps.
         self.mine = [f for f in self.plan if f["attempt"] == attempt and f.get("rank", 0) == rank]
         run = RunDir.of_events_file(events.path)
-        self.per_update = [cls(mine, self.record, rank, run.root) for kind, cls in step_injectors().items()
-                           if (mine := self.of_kind(kind))]
-        for fault in self.of_kind("corrupt"):
-            try:
-                corrupt_run_dir(fault, events.path, self._record_corruption)
-            except CannotAct as why:  # a missing target is the plan's gap, not a crash of this rank
-                self.skip(fault, str(why))
+        self._build_injectors(run.root)
+        for fault in self.mine:
+            if KINDS[fault["kind"]].where == BETWEEN:
+                self._between_attempts(fault, events.path)
         self._arm_gates(run)
 
     def point(self, name: str, step: int, **ctx: Any) -> None:
         if current_save_step() is None:  # a background persist's points do not move the training clock
             self.clock.step = step
-        for fault in self.of_kind(*POINT_KINDS):
-            if fault["id"] in self.fired or fault["step"] != step or fault.get("at") == "local":
-                continue
-            at = fault.get("point", fp.AFTER_BACKWARD if fault["kind"] == "nan_grad" else fp.STEP_START)
-            if name == at:
-                self.fired.add(fault["id"])
-                self._act(fault, name, step, ctx)
+        for injector in self.at_points:
+            injector.at_point(name, step, ctx)
         if name == fp.STEP_START:
             self._await_harness(step)
-            for injector in self.per_update:
-                injector.at_step(step)
-        self._straggle(name, step)
+            for each in self.per_update:
+                each.at_step(step)
 
     def wrap_storage(self, storage: Storage) -> Storage:
-        faults = self.of_kind(*STORAGE_KINDS)
+        faults = self.faults_at(StorageFault)
         return FaultyStorage(storage, faults, self.clock, self.record) if faults else storage
 
     def wrap_comm_hook(self, hook: CommHook) -> CommHook:
-        if not self.of_kind(*COMM_KINDS) and not self._local_poisons():
+        if not self.in_comm:
             return hook
 
         # DDP checks the hook's annotations at run time, and this module's are strings
@@ -168,10 +177,31 @@ class FaultHooks:
     def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
         return [f for f in self.mine if f["kind"] in kinds]
 
+    def faults_at(self, *seams: type) -> list[dict[str, Any]]:
+        """This rank's faults whose kind's injector acts at any of `seams`."""
+        return [f for f in self.mine if set(seams) & set(self.seams[f["kind"]])]
+
+    def _build_injectors(self, root: Path) -> None:
+        """One injector per fault at the points and in the comm hook (one object may serve both);
+        one per kind at update starts, which owns that kind's child process."""
+        kinds = dict.fromkeys(f["kind"] for f in self.faults_at(StepInjector))
+        self.per_update = [KINDS[k].load_injector()(self.of_kind(k), self.record, self.rank, root) for k in kinds]
+        built = [KINDS[f["kind"]].load_injector()(f, self) for f in self.faults_at(AtPoint, InComm)
+                 if StepInjector not in self.seams[f["kind"]]]
+        self.at_points = [each for each in built if isinstance(each, AtPoint)]
+        self.in_comm = [each for each in built if isinstance(each, InComm)]
+
+    def _between_attempts(self, fault: dict[str, Any], events_path: Path) -> None:
+        """A between-attempts kind's injector (corrupt: faults/corrupt.py corrupt_run_dir) damages
+        the run directory's store as this attempt binds."""
+        try:
+            KINDS[fault["kind"]].load_injector()(fault, events_path, self._record_corruption)
+        except CannotAct as why:  # a missing target is the plan's gap, not a crash of this rank
+            self.skip(fault, str(why))
+
     def record(self, fault: dict[str, Any], detail: str, **extra: Any) -> None:
         """The `fault` event; kind "fault" is flushed by the event log before we go on to act."""
         assert self.events is not None, "bind() must run before a fault fires"
-        self.fired.add(fault["id"])
         self.events.emit("fault", fault_id=fault["id"], rank=self.rank, detail=detail,
                          fault_kind=fault["kind"], **extra)
 
@@ -186,9 +216,8 @@ class FaultHooks:
         # rank null: the damage is the world's doing between attempts, not this rank's work.
         assert self.events is not None
         extra = {"checkpoint": checkpoint} if checkpoint is not None else {}
-        self.fired.add(fault["id"])
         self.events.emit("fault", fault_id=fault["id"], rank=None, applied_by_rank=self.rank,
-                         detail=detail, fault_kind="corrupt", **extra)
+                         detail=detail, fault_kind=fault["kind"], **extra)
 
     # ----- waiting for the harness's signal --------------------------------------------------
 
@@ -250,106 +279,14 @@ class FaultHooks:
         if not unheard:
             time.sleep(self.gate_s)
 
-    # ----- the point faults ---------------------------------------------------------------
-
-    def _act(self, fault: dict[str, Any], name: str, step: int, ctx: dict[str, Any]) -> None:
-        where = f"at {name} of update {step}"
-        kind = fault["kind"]
-        if kind == "kill":
-            self._kill(fault, where)
-        elif kind == "hang":
-            self._hang(fault, where)
-        elif kind == "nan_grad":
-            self._poison_gradient(fault, where, ctx)
-
-    def _kill(self, fault: dict[str, Any], where: str) -> None:
-        how = fault["how"]
-        self.record(fault, f"rank {self.rank} killed ({how}) {where}")
-        if how == "sigkill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif how == "sigterm":
-            # With the default disposition the process is gone before kill() returns; a
-            # trainer that handles SIGTERM decides itself what happens next.
-            os.kill(os.getpid(), signal.SIGTERM)
-        elif how == "exit":
-            os._exit(1)
-        else:
-            raise InjectedFault(f"fault {fault['id']!r}: injected exception in rank {self.rank} {where}")
-
-    def _hang(self, fault: dict[str, Any], where: str) -> None:
-        how = fault["how"]
-        self.record(fault, f"rank {self.rank} hangs ({how}) {where}")
-        if how == "sigstop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-            blocking.releasing_gil()  # continued (e.g. to dump stacks): still hung
-        elif how == "gil":
-            blocking.holding_gil()
-        else:
-            blocking.releasing_gil()
-
-    def _poison_gradient(self, fault: dict[str, Any], where: str, ctx: dict[str, Any]) -> None:
-        import torch
-
-        model = ctx.get("model")
-        params = [p for p in model.parameters() if p.grad is not None] if model is not None else []
-        if not params:
-            return  # nothing to poison: no event, so the run says the fault never fired
-        value = float(fault["value"])
-        self.record(fault, f"rank {self.rank}: gradient element 0 of its first parameter set to {value} {where}")
-        with torch.no_grad():
-            params[0].grad.view(-1)[0] = value
-
-    def _straggle(self, point: str, step: int) -> None:
-        """The sleep lands in the phase the point opens: at step_start in data, at after_data in forward
-        (a slower model), at after_forward in backward."""
-        for fault in self.of_kind("straggler"):
-            if point != fault.get("point", fp.STEP_START) or not fault["step"] <= step <= fault.get("until", step):
-                continue
-            if fault["id"] not in self.fired:
-                until = fault.get("until")
-                self.record(fault, f"rank {self.rank} slowed by {fault['seconds']} s per update from update "
-                                   f"{fault['step']}" + (f" to {until}" if until is not None else ""))
-            time.sleep(fault["seconds"])  # the slowness itself, not a synchronisation
-
     # ----- the communication hook ---------------------------------------------------------
 
-    def _local_poisons(self) -> list[dict[str, Any]]:
-        return [f for f in self.of_kind("nan_grad") if f.get("at") == "local"]
-
     def _comm_hook(self, reduce: CommHook, state: Any, bucket: Any) -> Any:
-        for fault in self._local_poisons():
-            if fault["id"] not in self.fired and fault["step"] == self.clock.step:
-                where = f"in its own gradient (bucket {bucket.index()}) before the all-reduce of update {self.clock.step}"
-                self.record(fault, f"rank {self.rank}: gradient element 0 set to {fault['value']} {where}")
-                bucket.buffer().view(-1)[0] = float(fault["value"])
-        for fault in self.of_kind(*COMM_KINDS):
-            if fault["id"] in self.fired or fault["step"] != self.clock.step:
-                continue
-            result = self._comm_fault(fault, bucket)
+        for injector in self.in_comm:
+            result = injector.in_comm(self.clock.step, bucket)
             if result is not None:
                 return result
         return reduce(state, bucket)
-
-    def _comm_fault(self, fault: dict[str, Any], bucket: Any) -> Any:
-        import torch
-
-        where = f"in the gradient all-reduce (bucket {bucket.index()}) of update {self.clock.step}"
-        kind = fault["kind"]
-        if kind == "comm_delay":
-            self.record(fault, f"rank {self.rank} delayed {fault['seconds']} s {where}")
-            time.sleep(fault["seconds"])  # the delay itself
-            return None
-        if kind == "comm_fail":
-            self.record(fault, f"rank {self.rank}: communication failure {where}")
-            raise InjectedFault(f"fault {fault['id']!r}: injected communication failure {where}")
-        # skip_collective: this rank does not take part in the all-reduce.
-        if fault["then"] == "wait":
-            self.record(fault, f"rank {self.rank} skipped the collective {where} and waits for its result")
-            return torch.futures.Future()  # never completed: DDP waits on it forever
-        self.record(fault, f"rank {self.rank} skipped the collective {where} and went on unreduced")
-        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        done.set_result(bucket.buffer().div_(self.world_size))
-        return done
 
 
 def build_hooks(plan: list[dict[str, Any]]) -> FaultHooks:

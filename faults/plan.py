@@ -13,14 +13,15 @@ points only at steps that save. Both run before any process starts.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.faults.errors import PlanError
-from trainwreck.faults.external import EXTERNAL_KINDS, parse_fault
 from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
 
 PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
@@ -66,7 +67,9 @@ class Kind:
     """True: it acts inside DDP's gradient communication hook, which FSDP does not have, so
     under parallelism="fsdp" it could never fire (validate_plan refuses it there)."""
     injector: str = ""
-    """Its implementation, `module:attribute[.method]` (tests/faults/test_kinds.py loads it)."""
+    """Its implementation, `module:attribute`: the one place that says which code fires it. The
+    rank's hooks (faults/inrank.py), its storage wrapper (faults/storage.py) and the harness
+    (faults/external.py) load it with `load_injector` and call it at the seams it acts at."""
     strategy: str = ""
     """Its Hypothesis strategy in faults/strategies.py: a function of a `Slot`."""
     topics: tuple[str, ...] = ()
@@ -77,6 +80,25 @@ class Kind:
     """What it does to the attempt it fires in, for `trainwreck chaos`: STOP, SLOW or DAMAGE."""
     no_chaos: str = ""
     """Why chaos never draws it against the reference trainer (then `chaos` is empty)."""
+
+    def load_injector(self) -> Any:
+        """The object `injector` names, imported once per name; PlanError naming the kind and
+        its declaration when it cannot be (a typo must stop the build, not leave a fault unfired)."""
+        try:
+            return _load(self.injector)
+        except Exception as exc:  # noqa: BLE001 - whatever stops the import, the fix is the declaration
+            raise PlanError(f"kind {self.name!r} declares injector {self.injector!r}, which cannot be loaded "
+                            f"({type(exc).__name__}: {exc}); give its `injector=` in faults/plan.py KINDS as "
+                            "`module:attribute` naming the class or function that fires it") from None
+
+
+@cache
+def _load(dotted: str) -> Any:
+    module, _, path = dotted.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in path.split("."):
+        found = getattr(found, part)
+    return found
 
 
 INT, NUM, STR = (int,), (int, float), (str,)
@@ -132,29 +154,29 @@ CRASH_WHEN = ("before", "after", "torn")
 KINDS: dict[str, Kind] = {k.name: k for k in (
     # ----- in-rank, at fault points -----------------------------------------------------
     _kind("kill", IN_RANK, "the rank dies at a fault point", ("progress", "continuity", "coverage", "atomicity"),
-          injector="inrank:FaultHooks._kill", strategy="killed_ranks", topics=("resume", "frequency"), chaos=STOP,
+          injector="rankfaults:Kill", strategy="killed_ranks", topics=("resume", "frequency"), chaos=STOP,
           command=True,
           rank=_rank(), step=_step(), point=_POINT,
           how=Field(STR, default="sigkill", choices=("sigkill", "sigterm", "exit", "exception"),
                     doc="SIGKILL self, SIGTERM self, os._exit(1), or a Python exception")),
     _kind("hang", IN_RANK, "the rank stops making progress forever", ("hang", "progress"), hangs=True,
-          injector="inrank:FaultHooks._hang", strategy="hung_ranks", topics=("hang",), chaos=STOP, command=True,
+          injector="rankfaults:Hang", strategy="hung_ranks", topics=("hang",), chaos=STOP, command=True,
           rank=_rank(), step=_step(), point=_POINT,
           how=Field(STR, default="event", choices=("event", "gil", "sigstop"),
                     doc="wait on an Event (GIL released), block in C holding the GIL, or SIGSTOP self")),
     _kind("straggler", IN_RANK, "the rank is slower by `seconds` per update from `step` on", ("hang", "progress"),
-          injector="inrank:FaultHooks._straggle", strategy="stragglers", topics=("hang",), chaos=SLOW,
+          injector="rankfaults:Straggler", strategy="stragglers", topics=("hang",), chaos=SLOW,
           rank=_rank(), step=_step(), seconds=_SECONDS, point=_POINT,
           until=Field(INT, minimum=0, doc="last slow update (default: to the end)")),
     _kind("comm_delay", IN_RANK, "the rank's gradient all-reduce of update `step` starts `seconds` late",
           ("hang", "replicas", "continuity"), comm_hook=True, rank=_rank(), step=_step(), seconds=_SECONDS,
-          injector="inrank:FaultHooks._comm_fault", strategy="comm_delays", topics=("hang",), chaos=SLOW),
+          injector="rankfaults:CommDelay", strategy="comm_delays", topics=("hang",), chaos=SLOW),
     _kind("comm_fail", IN_RANK, "the rank's gradient all-reduce of update `step` raises",
           ("progress", "continuity", "coverage"), comm_hook=True, rank=_rank(), step=_step(),
-          injector="inrank:FaultHooks._comm_fault", strategy="comm_failures", topics=("resume",), chaos=STOP),
+          injector="rankfaults:CommFail", strategy="comm_failures", topics=("resume",), chaos=STOP),
     _kind("nan_grad", IN_RANK, "one element of the rank's reduced gradient becomes NaN/inf at update `step`",
           ("replicas", "continuity"), rank=_rank(), step=_step(),
-          injector="inrank:FaultHooks._poison_gradient", strategy="nan_grads", topics=("silent",),
+          injector="rankfaults:PoisonGradient", strategy="nan_grads", topics=("silent",),
           no_chaos="the reference trainer has no non-finite guard, so a NaN gradient is silent corruption "
                    "the judge reports as invalid: the chaos property would fail by design",
           value=Field(STR, default="nan", choices=("nan", "inf", "-inf")),
@@ -164,7 +186,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                        "sums it into every rank's (a communicator-wide poison)")),
     _kind("skip_collective", IN_RANK, "the rank skips its gradient all-reduce of update `step` (a desync)",
           ("hang", "progress", "replicas"), hangs=True, comm_hook=True, rank=_rank(), step=_step(),
-          injector="inrank:FaultHooks._comm_fault", strategy="skipped_collectives", topics=("silent",), chaos=STOP,
+          injector="rankfaults:SkipCollective", strategy="skipped_collectives", topics=("silent",), chaos=STOP,
           then=Field(STR, default="wait", choices=("wait", "continue"),
                      doc="wait: the rank then waits for the missing result (others hang in the all-reduce); "
                          "continue: it goes on to its next collective (gloo aborts on the size mismatch)")),
@@ -180,30 +202,30 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           block_mb=Field(INT, default=4, minimum=1, doc="the size of each write, in MB (16 blocks are rewritten)")),
     # ----- in-rank, through the Storage seam ---------------------------------------------
     _kind("storage_stall", STORAGE, "matching storage ops take `seconds` longer", ("hang", "progress"),
-          injector="storage:FaultyStorage._stall", strategy="storage_stalls", topics=("hang", "frequency"),
+          injector="storage:Stall", strategy="storage_stalls", topics=("hang", "frequency"),
           chaos=SLOW,
           rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
           op=Field(STR, default="write", choices=STORAGE_OPS), seconds=_SECONDS,
           count=Field(INT, default=1, minimum=1, doc="how many ops to stall")),
     _kind("storage_throttle", STORAGE, "matching storage ops run at `bytes_per_s`", ("hang", "progress"),
-          injector="storage:FaultyStorage._throttle", strategy="storage_throttles", topics=("frequency", "hang"),
+          injector="storage:Throttle", strategy="storage_throttles", topics=("frequency", "hang"),
           chaos=SLOW,
           rank=_rank(False, 0), step=_step(False, 0, "from update `step` on (0: from the attempt's restore)"),
           op=Field(STR, default="write", choices=STORAGE_OPS),
           bytes_per_s=Field(NUM, required=True, minimum=1)),
     _kind("storage_error", STORAGE, "the `nth` write from update `step` on raises ENOSPC or EIO",
           ("atomicity", "progress", "continuity"),
-          injector="storage:FaultyStorage._fail_write", strategy="storage_errors", topics=("silent", "frequency"),
+          injector="storage:WriteError", strategy="storage_errors", topics=("silent", "frequency"),
           chaos=STOP,
           rank=_rank(False, 0), step=_step(False, 0, "count writes from update `step` on"),
           errno=Field(STR, default="ENOSPC", choices=WRITE_ERRORS), nth=Field(INT, default=1, minimum=1)),
     _kind("torn_write", STORAGE, "the `nth` write of the save at `step` persists half its bytes, then SIGKILL",
           ("atomicity", "continuity"), rank=_rank(False, 0), step=_step(doc="the update whose save is torn"),
-          injector="storage:FaultyStorage._torn_write", strategy="torn_writes", topics=("silent",), chaos=STOP,
+          injector="storage:TornWrite", strategy="torn_writes", topics=("silent",), chaos=STOP,
           nth=Field(INT, default=1, minimum=1), file=Field(STR, doc="only writes of this file name count")),
     _kind("crash_op", STORAGE, "SIGKILL before/after the `op_index`-th mutating storage op of the save at `step`",
           ("atomicity", "continuity", "coverage"), rank=_rank(False, 0), step=_step(doc="the update whose save crashes"),
-          injector="storage:FaultyStorage._crash_before", strategy="crashed_ops", topics=("silent",), chaos=STOP,
+          injector="storage:CrashOp", strategy="crashed_ops", topics=("silent",), chaos=STOP,
           op_index=Field(INT, required=True, minimum=0, doc="0-based index among the save's mutating ops"),
           when=Field(STR, default="before", choices=CRASH_WHEN, doc="torn: a write persists half its bytes")),
     # ----- in-rank, inside a framework's own save (faults/foreign.py) -------------------
@@ -220,7 +242,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                      doc="torn: the written file is cut at a block boundary, then SIGKILL")),
     # ----- between attempts (rank 0 at bind of `attempt`) --------------------------------
     _kind("corrupt", BETWEEN, "damage checkpoint files before `attempt` selects one", ("atomicity", "continuity"),
-          injector="corrupt:apply_corruption", strategy="corruptions_of", topics=("silent",), chaos=DAMAGE,
+          injector="corrupt:corrupt_run_dir", strategy="corruptions_of", topics=("silent",), chaos=DAMAGE,
           command=True,
           how=Field(STR, required=True, choices=CORRUPTIONS),
           target=Field(STR, default="newest", doc='"newest" committed checkpoint, or a name like step-00000008'),
@@ -229,21 +251,19 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           count=Field(INT, default=1, minimum=1, doc="flip: bytes to flip")),
     # ----- the harness's (faults/external.py applies them) -------------------------------
     _kind("signal", HARNESS, "the harness sends a signal to one rank", ("progress", "hang", "atomicity"),
-          injector="external:ExternalFaults", strategy="signals", topics=("resume", "frequency"), chaos=STOP,
+          injector="external:Signal", strategy="signals", topics=("resume", "frequency"), chaos=STOP,
           command=True,
           rank=_rank(), signal=Field(STR, required=True, choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
     _kind("node_loss", HARNESS, "the harness kills a group of ranks at once", ("progress", "atomicity"),
-          injector="external:ExternalFaults", strategy="node_losses", topics=("world", "resume"), chaos=STOP,
+          injector="external:NodeLoss", strategy="node_losses", topics=("world", "resume"), chaos=STOP,
           command=True,
           ranks=Field((list,), required=True, doc="a non-empty list of ranks"),
           signal=Field(STR, default="SIGKILL", choices=("SIGKILL", "SIGSTOP", "SIGTERM")),
           step=_step(False), at_s=Field(NUM, minimum=0, doc="seconds after the attempt started"),
           from_attempt=_FROM_ATTEMPT, expect=_EXPECT),
 )}
-COMM_HOOK_KINDS = tuple(k.name for k in KINDS.values() if k.comm_hook)
-"""The kinds faults/inrank.py applies in DDP's gradient communication hook."""
 
 
 def command_kinds() -> tuple[str, ...]:
@@ -280,9 +300,6 @@ class KindAttribute(Mapping[str, Any]):
 
 KIND_TOPICS = KindAttribute("topics")
 """Fault kind -> the report's interview topics it raises (report/angles.py reads it)."""
-"""The kinds faults/inrank.py applies in DDP's gradient communication hook."""
-# One list of the kinds the harness applies: faults/external.py's, which this table describes.
-assert {k.name for k in KINDS.values() if k.where == HARNESS} == set(EXTERNAL_KINDS)
 
 # Corruption is applied when attempt 1 starts unless the plan says otherwise.
 _KIND_DEFAULTS = {"corrupt": {"attempt": 1}}
@@ -348,7 +365,8 @@ def _check_value(fid: str, name: str, value: Any, spec: Field) -> None:
 
 def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
     if kind.where == HARNESS:
-        _check_external(fid, raw)
+        # The parser the harness will run decides (faults/external.py): its message names id and field.
+        kind.load_injector().parse(raw)
     hang_expected = raw.get("expect") == "hang"
     # A SIGSTOPped rank is never continued, so the job hangs until the watchdog names it.
     stops = raw.get("signal") == "SIGSTOP"
@@ -362,15 +380,6 @@ def _check_kind_rules(fid: str, kind: Kind, raw: Mapping[str, Any]) -> None:
                         "(a hang event would then be judged a false alarm); remove 'expect'")
     if kind.name == "straggler" and "until" in raw and raw["until"] < raw["step"]:
         raise PlanError(f"fault {fid}: field 'until'={raw['until']} is before step={raw['step']}")
-
-
-def _check_external(fid: str, raw: Mapping[str, Any]) -> None:
-    """The harness's own parser decides; its message already names id and field."""
-    if raw["kind"] == "node_loss":
-        for r in raw["ranks"]:
-            if not isinstance(r, int) or isinstance(r, bool) or r < 0:
-                raise PlanError(f"fault {fid}: field 'ranks' holds {r!r}; it must list integers >= 0")
-    parse_fault(raw)
 
 
 # ----- the plan ----------------------------------------------------------------------

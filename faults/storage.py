@@ -10,6 +10,11 @@ so "the save at step S" is simply "the ops while the clock reads S".
 Mutating ops (what a crash can land between) are MUTATING; ``exists``, ``read`` and
 ``list`` change nothing, so a crash just before one of them is the crash just after
 the previous mutating op, and the crash-point sweep does not count them.
+
+Each storage kind is one class here (``Stall``, ``Throttle``, ``WriteError``, ``TornWrite``,
+``CrashOp``), named by its declaration's `injector` in faults/plan.py KINDS: the wrapper builds
+one per fault and tells each before and after every op (the ``StorageFault`` seam), and never
+asks a fault its kind, so a new storage kind is its declaration and its class.
 """
 from __future__ import annotations
 
@@ -18,12 +23,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
+from trainwreck.faults.plan import KINDS
 from trainwreck.trainer.storage import OnChunk, Produce, Storage, gather
 
 MUTATING = ("remove", "mkdir", "write", "rename", "fsync_dir")
-STORAGE_KINDS = ("storage_stall", "storage_throttle", "storage_error", "torn_write", "crash_op")
 
 # record(fault, detail, **extra): writes the `fault` event (flushed) before the fault acts.
 Recorder = Callable[..., None]
@@ -64,16 +69,24 @@ def crash_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@dataclass
-class _Armed:
-    fault: dict[str, Any]
-    seen: int = 0
-    """Matching ops seen so far (for nth / op_index / count)."""
-    fired: bool = False
+@runtime_checkable
+class StorageFault(Protocol):
+    """Acts on the rank's storage ops: built per fault as ``cls(fault, store)`` by FaultyStorage,
+    told before and after every op that reads or changes a file (``data``: a write's bytes)."""
+
+    def before(self, op: Op, data: bytes | None) -> None: ...
+
+    def after(self, op: Op) -> None: ...
+
+
+def _storage_injector(fault: dict[str, Any]) -> type[StorageFault] | None:
+    declared = KINDS.get(fault["kind"])
+    injector = declared.load_injector() if declared is not None else None
+    return injector if isinstance(injector, type) and issubclass(injector, StorageFault) else None
 
 
 class FaultyStorage:
-    """Wraps a Storage; every call goes through `_before`/`_after` so faults can act."""
+    """Wraps a Storage; every op that reads or changes a file tells the armed faults before and after it."""
 
     def __init__(self, inner: Storage, faults: list[dict[str, Any]], clock: StepClock,
                  record: Recorder, crash: Callable[[], None] = crash_now) -> None:
@@ -81,7 +94,11 @@ class FaultyStorage:
         self.clock = clock
         self.record = record
         self.crash = crash
-        self.armed = [_Armed(f) for f in faults if f["kind"] in STORAGE_KINDS]
+        # In declaration order, so that before a write a stall comes first, then an error, a tear, a crash.
+        order = list(KINDS)
+        self.armed: list[StorageFault] = [
+            cls(f, self) for f in sorted(faults, key=lambda f: order.index(f["kind"]) if f["kind"] in KINDS else 0)
+            if (cls := _storage_injector(f)) is not None]
 
     # ----- the Storage protocol ----------------------------------------------------------
 
@@ -89,19 +106,16 @@ class FaultyStorage:
         return self.inner.exists(path)
 
     def read(self, path: str, on_chunk: OnChunk | None = None, limit: int | None = None) -> bytes:
-        self._stall("read", path)
+        self._before(Op("read", (path,)))
         data = self.inner.read(path, on_chunk, limit)
-        self._throttle("read", path, len(data))
+        self._after(Op("read", (path,), len(data)))
         return data
 
     def write(self, path: str, data: bytes, durable: bool = True) -> None:
-        self._stall("write", path)
-        self._fail_write(path)
-        self._torn_write(path, data)
-        op = self._crash_before("write", (path,), data)
+        op = Op("write", (path,), len(data))
+        self._before(op, data)
         self.inner.write(path, data, durable=durable)
-        self._throttle("write", path, len(data))
-        self._crash_after(op)
+        self._after(op)
 
     def write_stream(self, path: str, produce: Produce, durable: bool = True) -> int:
         """A streamed write is one `write`: with no storage fault armed it streams through;
@@ -114,23 +128,23 @@ class FaultyStorage:
         return len(data)
 
     def mkdir(self, path: str) -> None:
-        self._mutate("mkdir", (path,), lambda: self.inner.mkdir(path))
+        self._mutate(Op("mkdir", (path,)), lambda: self.inner.mkdir(path))
 
     def rename(self, src: str, dst: str) -> None:
-        self._mutate("rename", (src, dst), lambda: self.inner.rename(src, dst))
+        self._mutate(Op("rename", (src, dst)), lambda: self.inner.rename(src, dst))
 
     def fsync_dir(self, path: str) -> None:
-        self._mutate("fsync_dir", (path,), lambda: self.inner.fsync_dir(path))
+        self._mutate(Op("fsync_dir", (path,)), lambda: self.inner.fsync_dir(path))
 
     def list(self, path: str) -> list[str]:
         return self.inner.list(path)
 
     def remove(self, path: str) -> None:
-        self._mutate("remove", (path,), lambda: self.inner.remove(path))
+        self._mutate(Op("remove", (path,)), lambda: self.inner.remove(path))
 
-    # ----- faults ------------------------------------------------------------------------
+    # ----- for the faults ----------------------------------------------------------------
 
-    def _now(self) -> int:
+    def now(self) -> int:
         """The save an op belongs to: a background persist thread (ckpt_mode="async") says
         which save it writes, because the training thread has moved the clock on since."""
         from trainwreck.trainer.async_ckpt import current_save_step
@@ -138,63 +152,8 @@ class FaultyStorage:
         step = current_save_step()
         return self.clock.step if step is None else step
 
-    def _due(self, kind: str, from_step: bool = True) -> list[_Armed]:
-        """Armed faults of `kind` whose step has come (>= step, or == step for one save)."""
-        out = []
-        now = self._now()
-        for armed in self.armed:
-            f = armed.fault
-            if f["kind"] != kind:
-                continue
-            if (now >= f["step"]) if from_step else (now == f["step"]):
-                out.append(armed)
-        return out
-
-    def _stall(self, op: str, path: str) -> None:
-        for armed in self._due("storage_stall"):
-            f = armed.fault
-            if f["op"] != op or armed.seen >= f["count"]:
-                continue
-            armed.seen += 1
-            if not armed.fired:
-                armed.fired = True
-                self.record(f, f"storage {op} of {path} stalled {f['seconds']} s "
-                               f"(and the next {f['count'] - 1} {op}s)")
-            time.sleep(f["seconds"])  # the stall itself: a slow disk, not a synchronisation
-
-    def _throttle(self, op: str, path: str, size: int) -> None:
-        for armed in self._due("storage_throttle"):
-            f = armed.fault
-            if f["op"] != op:
-                continue
-            if not armed.fired:
-                armed.fired = True
-                self.record(f, f"storage {op}s throttled to {f['bytes_per_s']} bytes/s from {path}")
-            time.sleep(size / f["bytes_per_s"])  # the time those bytes take at that bandwidth
-
-    def _fail_write(self, path: str) -> None:
-        for armed in self._due("storage_error"):
-            f = armed.fault
-            if armed.fired:
-                continue
-            armed.seen += 1
-            if armed.seen == f["nth"]:
-                armed.fired = True
-                code = getattr(errno_codes, f["errno"])
-                self.record(f, f"write {armed.seen} of {path} raised {f['errno']}")
-                raise OSError(code, f"{os.strerror(code)} (injected by fault {f['id']!r})", path)
-
-    def _torn_write(self, path: str, data: bytes) -> None:
-        for armed in self._due("torn_write", from_step=False):
-            f = armed.fault
-            if armed.fired or ("file" in f and path.rsplit("/", 1)[-1] != f["file"]):
-                continue
-            armed.seen += 1
-            if armed.seen == f["nth"]:
-                armed.fired = True
-                self._tear(f, path, data)
-
-    def _tear(self, fault: dict[str, Any], path: str, data: bytes) -> None:
+    def tear(self, fault: dict[str, Any], path: str, data: bytes) -> None:
+        """Persist half of the write's bytes, then crash (the event first, naming a damaged checkpoint)."""
         half = len(data) // 2
         extra = {}
         name = damaged_checkpoint(path)
@@ -204,47 +163,138 @@ class FaultyStorage:
         self.inner.write(path, data[:half])
         self.crash()
 
-    # crash_op: counted over the mutating ops of the save at its step, in call order.
+    def _before(self, op: Op, data: bytes | None = None) -> None:
+        for fault in self.armed:
+            fault.before(op, data)
 
-    def _crash_point(self) -> _Armed | None:
-        due = [a for a in self._due("crash_op", from_step=False) if not a.fired]
-        return due[0] if due else None
+    def _after(self, op: Op) -> None:
+        for fault in self.armed:
+            fault.after(op)
 
-    def _crash_before(self, name: str, args: tuple[str, ...], data: bytes | None = None) -> tuple[_Armed, Op] | None:
-        armed = self._crash_point()
-        if armed is None:
-            return None
-        f = armed.fault
-        index = armed.seen
-        armed.seen += 1
-        op = Op(name, args, len(data) if data is not None else None)
+    def _mutate(self, op: Op, run: Callable[[], None]) -> None:
+        self._before(op)
+        run()
+        self._after(op)
+
+
+class _Armed:
+    """A storage fault of one plan entry: due from update `step` on (`one_save`: only in the save
+    at `step`), with the matching ops it has seen and whether it has fired."""
+
+    one_save = False
+
+    def __init__(self, fault: dict[str, Any], store: FaultyStorage) -> None:
+        self.fault, self.store = fault, store
+        self.seen = 0
+        """Matching ops seen so far (for nth / op_index / count)."""
+        self.fired = False
+
+    def due(self) -> bool:
+        now = self.store.now()
+        return now == self.fault["step"] if self.one_save else now >= self.fault["step"]
+
+    def before(self, op: Op, data: bytes | None) -> None:
+        pass
+
+    def after(self, op: Op) -> None:
+        pass
+
+
+class Stall(_Armed):
+    """`storage_stall`: the first `count` matching ops from its step on take `seconds` longer."""
+
+    def before(self, op: Op, data: bytes | None) -> None:
+        f = self.fault
+        if op.name != f["op"] or not self.due() or self.seen >= f["count"]:
+            return
+        self.seen += 1
+        if not self.fired:
+            self.fired = True
+            self.store.record(f, f"storage {op.name} of {op.args[0]} stalled {f['seconds']} s "
+                                 f"(and the next {f['count'] - 1} {op.name}s)")
+        time.sleep(f["seconds"])  # the stall itself: a slow disk, not a synchronisation
+
+
+class Throttle(_Armed):
+    """`storage_throttle`: matching ops from its step on run at `bytes_per_s`."""
+
+    def after(self, op: Op) -> None:
+        f = self.fault
+        if op.name != f["op"] or not self.due():
+            return
+        if not self.fired:
+            self.fired = True
+            self.store.record(f, f"storage {op.name}s throttled to {f['bytes_per_s']} bytes/s from {op.args[0]}")
+        time.sleep((op.size or 0) / f["bytes_per_s"])  # the time those bytes take at that bandwidth
+
+
+class WriteError(_Armed):
+    """`storage_error`: the `nth` write from its step on raises ENOSPC or EIO."""
+
+    def before(self, op: Op, data: bytes | None) -> None:
+        f = self.fault
+        if op.name != "write" or self.fired or not self.due():
+            return
+        self.seen += 1
+        if self.seen == f["nth"]:
+            self.fired = True
+            code = getattr(errno_codes, f["errno"])
+            path = op.args[0]
+            self.store.record(f, f"write {self.seen} of {path} raised {f['errno']}")
+            raise OSError(code, f"{os.strerror(code)} (injected by fault {f['id']!r})", path)
+
+
+class TornWrite(_Armed):
+    """`torn_write`: the `nth` write (of file `file`) of the save at its step persists half, then SIGKILL."""
+
+    one_save = True
+
+    def before(self, op: Op, data: bytes | None) -> None:
+        f, path = self.fault, op.args[0]
+        if op.name != "write" or self.fired or not self.due() or ("file" in f and path.rsplit("/", 1)[-1] != f["file"]):
+            return
+        self.seen += 1
+        if self.seen == f["nth"] and data is not None:
+            self.fired = True
+            self.store.tear(f, path, data)
+
+
+class CrashOp(_Armed):
+    """`crash_op`: SIGKILL before or after the `op_index`-th mutating op of the save at its step,
+    counted in call order, or tear it when it is a write."""
+
+    one_save = True
+
+    def __init__(self, fault: dict[str, Any], store: FaultyStorage) -> None:
+        super().__init__(fault, store)
+        self.pending: Op | None = None
+        """The op it fired at: after it, the crash "after" it."""
+
+    def before(self, op: Op, data: bytes | None) -> None:
+        f = self.fault
+        if op.name not in MUTATING or self.fired or not self.due():
+            return
+        index = self.seen
+        self.seen += 1
         if index != f["op_index"]:
-            return None
-        armed.fired = True
+            return
+        self.fired, self.pending = True, op
         where = f"op {index} {op.describe()} of the save at step {f['step']}"
         if f["when"] == "before":
-            self.record(f, f"SIGKILL before {where}")
-            self.crash()
-        elif f["when"] == "torn" and name == "write" and data is not None:
-            self._tear(f, args[0], data)
+            self.store.record(f, f"SIGKILL before {where}")
+            self.store.crash()
+        elif f["when"] == "torn" and op.name == "write" and data is not None:
+            self.store.tear(f, op.args[0], data)
         elif f["when"] == "torn":
             # Only a write can tear; a torn crash point on another op crashes before it.
-            self.record(f, f"SIGKILL before {where} (not a write, so nothing to tear)")
-            self.crash()
-        return armed, op
+            self.store.record(f, f"SIGKILL before {where} (not a write, so nothing to tear)")
+            self.store.crash()
 
-    def _crash_after(self, pending: tuple[_Armed, Op] | None) -> None:
-        if pending is None:
-            return
-        armed, op = pending
-        f = armed.fault
-        self.record(f, f"SIGKILL after op {f['op_index']} {op.describe()} of the save at step {f['step']}")
-        self.crash()
-
-    def _mutate(self, name: str, args: tuple[str, ...], run: Callable[[], None]) -> None:
-        pending = self._crash_before(name, args)
-        run()
-        self._crash_after(pending)
+    def after(self, op: Op) -> None:
+        if self.pending is op:
+            f = self.fault
+            self.store.record(f, f"SIGKILL after op {f['op_index']} {op.describe()} of the save at step {f['step']}")
+            self.store.crash()
 
 
 class RecordingStorage:

@@ -64,12 +64,12 @@ def warm_imports() -> None:
                 importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a broken optional module must not take the server down
             pass
-    # Every rank's FaultHooks.bind imports the injector module of each in-rank kind that
-    # KINDS declares (faults/inrank.py step_injectors, cached): about 3 ms per rank per attempt.
+    # Every rank's build_hooks imports the injector of each in-rank kind its plan holds, as
+    # faults/plan.py KINDS declares it (loaded once per name): about 3 ms per rank per attempt.
     try:
-        from trainwreck.faults.inrank import step_injectors
+        from trainwreck.faults.inrank import load_injectors
 
-        step_injectors()
+        load_injectors()
     except Exception:  # noqa: BLE001 - as above: the rank then imports them itself
         pass
 

@@ -132,7 +132,7 @@ class JobSupervisor:
         signal takes the harness's view of the attempt down), then `send(rank, signum)`."""
         at = {r: steps.get(r) for r in fault.ranks}
         self.events.emit("fault", attempt=attempt, fault_id=fault.id,
-                         rank=fault.ranks[0] if fault.kind == "signal" else None, ranks=list(fault.ranks),
+                         rank=fault.rank, ranks=list(fault.ranks),
                          detail=f"{fault.describe()} (ranks were at steps {at})", signal=fault.signal,
                          pids=[pids[r] for r in fault.ranks])
         for rank in fault.ranks:

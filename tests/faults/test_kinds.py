@@ -68,6 +68,21 @@ def doc_problems(text: str, kinds: dict[str, Kind]) -> list[str]:
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_every_kind_declares_an_injector_that_exists(name: str) -> None:
     assert callable(load_attribute(KINDS[name].injector)), KINDS[name].injector
+    assert KINDS[name].load_injector() is load_attribute(KINDS[name].injector)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_every_kinds_injector_acts_at_the_seam_its_where_says(name: str) -> None:
+    """What fires a kind is its injector; `where` (the docs' table, the plan checks) must agree with it."""
+    from trainwreck.faults.external import HarnessKind
+    from trainwreck.faults.inrank import SEAMS, seams_of
+    from trainwreck.faults.storage import StorageFault
+
+    kind, injector = KINDS[name], KINDS[name].load_injector()
+    if kind.where in (IN_RANK, STORAGE):
+        assert (StorageFault in seams_of(name)) == (kind.where == STORAGE) and set(seams_of(name)) <= set(SEAMS)
+    else:
+        assert (isinstance(injector, type) and issubclass(injector, HarnessKind)) == (kind.where == HARNESS), injector
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -139,7 +154,8 @@ def test_a_cmd_job_takes_exactly_the_kinds_declared_for_commands() -> None:
 
 def test_a_new_fault_kind_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     """A declaration alone makes a kind that plans accept, chaos draws, the report raises
-    topics for, and the doc check asks a row of; a --cmd job refuses it unless it says so."""
+    topics for, and the doc check asks a row of; a --cmd job refuses it unless it says so.
+    That it fires, through the injector it declares, tests/faults/test_dispatch.py shows."""
     straggler = KINDS["straggler"]
     monkeypatch.setitem(KINDS, "laggard", Kind(
         "laggard", IN_RANK, straggler.fields, "the straggler, declared again", straggler.threatens,
@@ -154,42 +170,3 @@ def test_a_new_fault_kind_is_one_declaration(monkeypatch: pytest.MonkeyPatch) ->
 def laggards(slot: Slot) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"kind": st.just("laggard"), "rank": st.just(0), "step": slot.steps(),
                                   "seconds": st.just(0.01)})
-
-
-class Ticker:
-    """A StepInjector a test declares: it records every update start it is told about."""
-
-    told: list[int] = []
-
-    def __init__(self, faults: list[dict[str, Any]], record: Any, rank: int, root: Path) -> None:
-        self.faults = faults
-
-    def at_step(self, step: int) -> None:
-        Ticker.told.append(step)
-
-
-def test_a_kind_whose_injector_is_a_step_class_runs_in_the_rank_from_its_declaration_alone(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """FaultHooks names no such kind: the declaration's class is built in bind and told each update."""
-    from trainwreck.faults import inrank
-    from trainwreck.trainer import hooks as fp
-    from trainwreck.trainer.events import EventLog
-
-    straggler = KINDS["straggler"]
-    monkeypatch.setitem(KINDS, "ticker", Kind(
-        "ticker", IN_RANK, straggler.fields, "counts update starts", straggler.threatens,
-        injector="tests.faults.test_kinds:Ticker", strategy="tests.faults.test_kinds:laggards", topics=("hang",),
-        chaos=SLOW))
-    inrank.step_injectors.cache_clear()
-    monkeypatch.setattr(Ticker, "told", [])
-    events = EventLog(tmp_path / "events" / "a000-r0.jsonl", attempt=0, rank=0, world_size=1)
-    try:
-        assert inrank.step_injectors()["ticker"] is Ticker
-        hooks = inrank.FaultHooks([{"id": "t", "kind": "ticker", "rank": 0, "step": 2, "seconds": 0.01}])
-        hooks.bind(events, rank=0, world_size=1, attempt=0)
-        for step in (1, 2, 3):
-            hooks.point(fp.STEP_START, step)
-        assert Ticker.told == [1, 2, 3]
-    finally:
-        events.close()
-        inrank.step_injectors.cache_clear()
