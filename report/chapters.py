@@ -25,8 +25,9 @@ from trainwreck.trainer.progress import TIMED_PHASES
 
 PAGE_CKPT_AGE_INTERVALS = 3
 """Page when the newest checkpoint is older than this many checkpoint intervals' worth of updates."""
-PAGE_SLOWDOWN = 2.0
-"""Page when the slowest rank's mean update takes this many times the run's median update."""
+PAGE_SLOW_UPDATES = 8
+"""Page when a slowdown of whole updates lasts longer than this many updates (two checkpoint
+intervals here; minutes in production): a straggler that recovers sooner is a ticket."""
 PAGE_ATTEMPTS = 3
 """Page when a job needs more attempts than this: it is restarting, not training."""
 ASYNC_QUESTION = "Why not make the training loop asynchronous, and when do you move from DDP to FSDP?"
@@ -231,12 +232,15 @@ def silent_duplication(ev: Evidence) -> list[Paragraph]:
                          {"first": ev.get(run, "loss", "values", 0), "final": ev.get(run, "loss", "final")}, " %")
              + " from the first update to the last (the plot), so no alarm on the loss curve would fire.",
              fact("loss.final", "<", ev.get(run, "loss", "values", 0), run=run)),
-        ev.s("Yet it is not the uninterrupted run's curve: at update "
-             f"{ev.q(run, *gold, 'max_gap_step')} the loss is "
+        ev.s("Beside the golden run the per-update losses differ, by up to "
              + ev.derive("pad_loss_gap_percent", 100 * ev.get(run, *gold, "max_gap"), "100 * loss.golden.max_gap",
                          {"max_gap": ev.get(run, *gold, "max_gap")}, " %")
-             + " away from the golden run's; only a golden run shows that, and production has none.",
-             fact("loss.golden.max_gap", "!=", 0.0, run=run)),
+             + f" at update {ev.q(run, *gold, 'max_gap_step')}: that update's batch held other samples, and one "
+             "batch's loss moves with its samples.", fact("loss.golden.max_gap", "!=", 0.0, run=run)),
+        ev.s(f"The curves end together (a final gap of {ev.q(run, *gold, 'final_gap')}): even a golden run's loss "
+             "curve does not show the duplication.", fact("loss.golden.final_gap", "<", DEFAULT_LOSS_TOLERANCE, run=run)),
+        ev.s(f"They end {ev.q(run, *gold, 'final_gap')} apart: only a golden run shows that, and production has none.",
+             fact("loss.golden.final_gap", ">=", DEFAULT_LOSS_TOLERANCE, run=run)),
         ev.s("Only counting ids shows the cause: <code>pad_uneven_shards</code> (CAUGHT) used "
              f"{ev.q(run, 'verdicts', 'coverage', 'counts', 'duplicated_ids')} (epoch, id) pair(s) twice within an "
              f"epoch over {ev.q(run, 'verdicts', 'coverage', 'counts', 'epochs')} epochs (continuity "
@@ -502,7 +506,15 @@ def ddp_to_fsdp(ev: Evidence) -> list[Paragraph]:
              f"{ev.q('wide-sync', 'phases', 'median_step_s', unit=' s')} against "
              f"{ev.q('wide-fsdp', 'phases', 'median_step_s', unit=' s')}, and a save "
              f"{ev.q('wide-sync', 'phases', 'save_seconds', 'mean', unit=' s')} against "
-             f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')} (each FSDP rank writes its own shard of the state)."),
+             f"{ev.q('wide-fsdp', 'phases', 'save_seconds', 'mean', unit=' s')}."),
+        ev.s("Each FSDP rank wrote only its shard, about half the bytes, and its save still took longer: a "
+             "distributed checkpoint (torch.distributed.checkpoint) first agrees on a save plan across the ranks "
+             "with collectives, then every rank writes its files at once, and a metadata file joins them, costs a "
+             "DDP rank 0's one torch.save does not pay.",
+             fact("phases.save_seconds.mean", ">", ev.get("wide-sync", "phases", "save_seconds", "mean"), run="wide-fsdp")),
+        ev.s("Each FSDP rank wrote only its shard, about half the bytes, and its save was no slower.",
+             fact("phases.save_seconds.mean", "<=", ev.get("wide-sync", "phases", "save_seconds", "mean"),
+                  run="wide-fsdp")),
         ev.s("The two step-time pairs put FSDP at "
              + ev.derive("fsdp_over_ddp_step_benchmark", bench_ratio, "bytes-fsdp.step_s / bytes-ddp.step_s",
                          {"fsdp": float(ev.get("bytes-fsdp", "step_s")), "ddp": float(ev.get("bytes-ddp", "step_s"))},
@@ -595,9 +607,9 @@ def communication(ev: Evidence) -> list[Paragraph]:
         ev.s("Bucketing wins because every collective pays its fixed cost once: DDP packs gradients into buckets "
              "(25 MB by default) and launches each as soon as it fills, overlapping the reduction with the rest of "
              "the backward pass.", fact("model.per_parameter_s", ">", flat, run=run)),
-        ev.s(f"Here one all-reduce per parameter was not slower: with only {ev.q(run, 'model', 'parameters')} "
-             "large tensors the fixed cost per call is small against the bytes (and a shared machine's noise is "
-             "larger); a model of hundreds of small tensors pays that fixed cost hundreds of times per step, which "
+        ev.s(f"Here one all-reduce per parameter was not slower: {ev.q(run, 'model', 'parameters')} calls per step "
+             f"pay {ev.q(run, 'model', 'parameters')} fixed costs, small against {ev.q(run, 'model', 'bytes')} bytes "
+             "(and a shared machine's noise is larger); a model of hundreds of small tensors pays that fixed cost hundreds of times per step, which "
              "is what DDP's buckets (25 MB by default) avoid.", fact("model.per_parameter_s", "<=", flat, run=run)),
         ev.s("The trainer pays for per-parameter reduction to be exact: each element then sits at the same offset "
              "of the tensor reduced in every attempt, so the order of each sum, and the digests, do not depend on "
@@ -686,20 +698,19 @@ def _page_no_progress(ev: Evidence) -> str:
 
 
 def _page_ckpt_age(ev: Evidence) -> str:
+    """On the exported metric itself, its peak over the run: what an alert on the gauge would have seen."""
     run = "hang-holding-gil"
-    at_fail, found = ev.get(run, "recovery", 0, "checkpoint_age_s"), ev.get(run, "recovery", 0, "detected_after_s")
+    peak = ev.get(run, "metrics", "checkpoint_age_max_s")
     interval, step = ev.get(run, "spec", "ckpt_interval"), ev.get(run, "phases", "median_step_s")
-    age, limit = at_fail + found, PAGE_CKPT_AGE_INTERVALS * interval * step
+    limit = PAGE_CKPT_AGE_INTERVALS * interval * step
     return _page("checkpoint age over a threshold", run,
-                 f"{ev.q(run, 'recovery', 0, 'checkpoint_age_s', unit=' s')} old at the hang + "
-                 f"{ev.q(run, 'recovery', 0, 'detected_after_s', unit=' s')} until it was found = "
-                 + ev.derive("checkpoint_age_s", age, "checkpoint_age_s + detected_after_s",
-                             {"checkpoint_age_s": at_fail, "detected_after_s": found}, " s")
-                 + f"; threshold {PAGE_CKPT_AGE_INTERVALS} intervals × {ev.q(run, 'spec', 'ckpt_interval')} updates × "
-                 f"{ev.q(run, 'phases', 'median_step_s', unit=' s')} = "
+                 f"the newest checkpoint's age peaked at {ev.q(run, 'metrics', 'checkpoint_age_max_s', unit=' s')} "
+                 f"(while the hung job made no update); threshold {PAGE_CKPT_AGE_INTERVALS} intervals × "
+                 f"{ev.q(run, 'spec', 'ckpt_interval')} updates (configured) × "
+                 f"{ev.q(run, 'phases', 'median_step_s', unit=' s')} (the median update) = "
                  + ev.derive("checkpoint_age_threshold_s", limit, "intervals * ckpt_interval * median_step_s",
                              {"intervals": PAGE_CKPT_AGE_INTERVALS, "ckpt_interval": interval, "median_step_s": step},
-                             " s"), age > limit)
+                             " s"), peak > limit)
 
 
 def _page_restart_loop(ev: Evidence, run: str) -> str:
@@ -711,19 +722,22 @@ def _page_restart_loop(ev: Evidence, run: str) -> str:
 
 
 def _page_throughput(ev: Evidence) -> str:
-    phases = ev.reports["straggler"]["phases"]
-    slow = next(i for i, r in enumerate(phases["ranks"]) if r["rank"] == phases["slowest_rank"])
-    mean, median = (ev.get("straggler", "phases", "ranks", slow, "mean_step_s"),
-                    ev.get("straggler", "phases", "median_step_s"))
-    ratio = mean / median
-    return _page("throughput collapse", "straggler",
-                 f"the slowest rank, rank {ev.q('straggler', 'phases', 'slowest_rank')} (the most own work: data, "
-                 f"forward, optimizer), took {ev.q('straggler', 'phases', 'ranks', slow, 'mean_step_s', unit=' s')} "
-                 "per update on average, "
-                 + ev.derive("slowdown", ratio, "mean_step_s / median_step_s",
-                             {"mean_step_s": mean, "median_step_s": median}, "×")
-                 + f" the median update ({ev.q('straggler', 'phases', 'median_step_s', unit=' s')}), threshold "
-                 f"{PAGE_SLOWDOWN}×", ratio > PAGE_SLOWDOWN)
+    """On the longest slowdown of whole updates (report.json `slowdowns`), not on a mean: a straggler
+    that recovers by itself costs a ticket, one that stays costs the job's throughput and a page."""
+    run = "straggler"
+    series = [(i, s) for i, s in enumerate(ev.reports[run]["slowdowns"]["series"]) if s["where"] == "update"]
+    i, longest = max(series, key=lambda pair: pair[1]["steps_per_episode"])
+    at = ("slowdowns", "series", i)
+    last = longest["first_steps"][0] + longest["steps_per_episode"] - 1
+    after = "then ran at the median again" if last < ev.get(run, "totals", "final_step") else "until the run ended"
+    return _page("throughput collapse", run,
+                 f"rank(s) {', '.join(map(str, longest['ranks']))} took over "
+                 f"{ev.q(run, 'slowdowns', 'slow_factor')}× the median update ("
+                 f"{ev.q(run, 'slowdowns', 'median_step_s', unit=' s')}) for "
+                 f"{ev.q(run, *at, 'steps_per_episode')} update(s) from update {ev.q(run, *at, 'first_steps', 0)}, "
+                 f"{ev.q(run, *at, 'extra_s_per_episode', unit=' s')} lost, {after}; page when "
+                 f"a slowdown outlasts {PAGE_SLOW_UPDATES} updates (configured: minutes in production), a ticket "
+                 "when it recovers sooner", longest["steps_per_episode"] > PAGE_SLOW_UPDATES)
 
 
 def paging(ev: Evidence) -> list[Paragraph]:

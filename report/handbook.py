@@ -122,6 +122,14 @@ class Chapter:
     default handbook stays within its time budget."""
 
 
+def unusable_because(report: dict[str, Any] | None) -> str:
+    """Why a run cannot answer: no report at all, or one that says the run could not be judged (an
+    INVALID run is usable: its verdicts are the answer)."""
+    if report is None:
+        return "produced no report"
+    return f"has no verdicts to quote ({report.get('error') or 'neither judged nor measured'})"
+
+
 def usable(report: dict[str, Any] | None) -> bool:
     """A judged run's report.json without an error, or a finished measurement."""
     if report is None:
@@ -135,7 +143,8 @@ def build_chapter(chapter: Chapter, reports: dict[str, dict[str, Any]]) -> dict[
     base = {"slug": chapter.slug, "question": chapter.question, "runs": list(chapter.runs), "full": chapter.full}
     missing = [k for k in chapter.runs if not usable(reports.get(k))]
     if missing:
-        return {**base, "paragraphs": [f"Not answered: run(s) {', '.join(missing)} produced no usable report."],
+        why = "; ".join(f"{k} {unusable_because(reports.get(k))}" for k in missing)
+        return {**base, "paragraphs": [escape(f"Not answered: {why}.")],
                 "claims": [], "derived": [], "sentences": [], "answered": False}
     evidence = Evidence(reports, chapter.slug)
     try:
@@ -220,14 +229,9 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
     word = page_word(rows, chapters)
     caught = [r for r in rows if r.kind == "defect"]
     reference = [r for r in rows if r.kind != "defect"]
+    headline = _headline(rows, chapters, wall_s)
     body = [f'<header><span class="badge {word}">{word}</span><h1>trainwreck handbook</h1>'
-            f'<p class="headline {word}">{len(chapters)} questions answered by {len(rows)} runs made on the spot in '
-            f"{wall_s:.0f} s: {sum(r.passed for r in reference)}/{len(reference)} reference-trainer runs judged as "
-            f"expected ({sum(r.status == 'VALID' for r in reference)} VALID, "
-            f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design, "
-            f"{sum(r.status == 'MEASURED' for r in reference)} benchmark measurements), "
-            f"{sum(r.status == 'CAUGHT' for r in caught)}/{len(caught)} planted broken trainers caught. A broken "
-            "trainer that trainwreck catches is the suite passing.</p></header>",
+            f'<p class="headline {word}">{escape(headline)}</p></header>',
             "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a>'
                                                + (" <em>(--full)</em>" if c.get("full") else "") + "</li>"
                                                for c in chapters) + "</ol>"]
@@ -247,7 +251,33 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
                        for r in rows},
               "plots": [{"run": k, "plot": n, "file": p} for (k, n), p in plots.items()]}
     (out / "handbook.json").write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    (out / "index.md").write_text(handbook_markdown(word, headline, chapters, rows, links), encoding="utf-8")
     return html
+
+
+def _headline(rows: Sequence[RunRow], chapters: list[dict[str, Any]], wall_s: float) -> str:
+    caught = [r for r in rows if r.kind == "defect"]
+    reference = [r for r in rows if r.kind != "defect"]
+    return (f"{len(chapters)} questions answered by {len(rows)} runs made on the spot in {wall_s:.0f} s: "
+            f"{sum(r.passed for r in reference)}/{len(reference)} reference-trainer runs judged as expected "
+            f"({sum(r.status == 'VALID' for r in reference)} VALID, "
+            f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design, "
+            f"{sum(r.status == 'MEASURED' for r in reference)} benchmark measurements), "
+            f"{sum(r.status == 'CAUGHT' for r in caught)}/{len(caught)} planted broken trainers caught. A broken "
+            "trainer that trainwreck catches is the suite passing.")
+
+
+def handbook_markdown(word: str, headline: str, chapters: list[dict[str, Any]], rows: Sequence[RunRow],
+                      links: dict[str, str]) -> str:
+    """OUT/index.md: the same page as text, for a terminal, a diff or a pull request; each chapter's
+    paragraphs are the HTML's with the markup taken out, so both say the same sentences."""
+    out = [f"# trainwreck handbook: {word}", "", headline, ""]
+    for n, c in enumerate(chapters, 1):
+        out += [f"## {n}. {c['question']}" + (" (--full)" if c.get("full") else ""), ""]
+        out += [unescape(re.sub(r"<[^>]+>", "", para)) + "\n" for para in c["paragraphs"]]
+    out += ["## Runs", "", "| run | what | status | report |", "|---|---|---|---|"]
+    out += [f"| {r.key} | {r.name} | {r.status} | {links[r.key]} |" for r in rows]
+    return "\n".join(out) + "\n"
 
 
 def _rel(out: Path, path: Path) -> str:

@@ -194,7 +194,7 @@ RECOVERY_COLUMNS = [
     ("progress_at_failure", "last update applied", None), ("checkpoint", "newest checkpoint", None),
     ("checkpoint_age_steps", "checkpoint age (steps)", None), ("checkpoint_age_s", "checkpoint age (s)", "s"),
     ("detected_after_s", "failure seen after", "s"), ("restart_after_s", "next attempt started after", "s"),
-    ("resumed_after_s", "training again after", "s"), ("recovered_after_s", "back at the failed step after", "s"),
+    ("resumed_after_s", "training again after", "s"), ("recovered_after_s", "back at the last update applied after", "s"),
     ("steps_redone", "steps redone", None), ("samples_redone", "samples redone", None),
 ]
 

@@ -33,16 +33,28 @@ def _attempt(att: dict[str, Any], batch: int | None) -> dict[str, Any]:
 
 def baselines(report: dict[str, Any]) -> dict[str, Any]:
     """report.json `metrics`: progress per attempt (samples/s from rank 0's first to last update of the
-    attempt, `global_batch` samples an update), the checkpoint age (seconds since the newest commit) at
-    the run's end and its peak, and the restart count."""
-    commits = sorted(s["t_s"] for s in report.get("saves", []) if isinstance(s.get("t_s"), (int, float)))
+    attempt, `global_batch` samples an update), the checkpoint age at the run's end and its peak, and
+    the restart count. The age counts from when the newest committed save began, not from its commit:
+    a failure loses the work since the state it holds was taken, and an asynchronous save commits a
+    persist's length after that."""
+    saves = sorted((s["t_s"], held_since(s)) for s in report.get("saves", []) if isinstance(s.get("t_s"), (int, float)))
     end = report.get("wall_s") or 0.0
-    ages = [b - a for a, b in zip([0.0, *commits], [*commits, end])]
+    # Between two commits the age grows from (commit - held) to (next commit - held); before the first, from 0.
+    held = [0.0, *(h for _, h in saves)]
+    until = [t for t, _ in saves] + [end]
+    ages = [b - a for a, b in zip(held, until)]
     return {"restarts": max(len(report.get("attempts", [])) - 1, 0),
             "last_step": (report.get("totals") or {}).get("final_step"),
-            "checkpoint_age_end_s": round(end - commits[-1], 3) if commits else round(end, 3),
+            "checkpoint_age_end_s": round(end - held[-1], 3),
             "checkpoint_age_max_s": round(max(ages), 3) if ages else None,
             "attempts": [_attempt(a, report.get("spec", {}).get("global_batch")) for a in report.get("attempts", [])]}
+
+
+def held_since(save: dict[str, Any]) -> float:
+    """When the state a committed save holds was taken: its commit time less the save's own `seconds`
+    (the whole write for a synchronous save, the background persist for an asynchronous one)."""
+    took = save.get("seconds")
+    return save["t_s"] - took if isinstance(took, (int, float)) and 0 <= took <= save["t_s"] else save["t_s"]
 
 
 def openmetrics(report: dict[str, Any]) -> bytes:

@@ -21,6 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
+from trainwreck.report.metrics import held_since
 from trainwreck.report.rawlog import read_spec
 from trainwreck.trainer.rundir import RunDir, iter_events
 
@@ -207,6 +208,16 @@ def coverage_grid(run_dir: Path) -> tuple[list[tuple[int, int, list[int]]], int]
     return grid, size
 
 
+def epoch_ends(grid: list[tuple[int, int, list[int]]], col: int, size: int, counts: dict[int, int]) -> bool:
+    """Whether epoch `grid[col]`'s ends at this column: the next update is in another epoch, or this is
+    the run's last update and its epoch left fewer unused ids than one update takes (the tail a
+    drop_last sampler drops). A run that stops mid-epoch draws no end there."""
+    epoch, ids = grid[col][1], grid[col][2]
+    if col < len(grid) - 1:
+        return grid[col + 1][1] != epoch
+    return size - len(counts) < max(len(ids), 1)
+
+
 def coverage_svg(run_dir: Path) -> str:
     grid, size = coverage_grid(run_dir)
     cell_w = max(4, min(24, (W - L - R) // max(len(grid) + 1, 1)))
@@ -228,7 +239,7 @@ def coverage_svg(run_dir: Path) -> str:
             parts.append(f'<rect x="{x}" y="{T + i * cell_h}" width="{cell_w - 1}" height="{cell_h}" '
                          f'fill="{BAD if dup else RUN_COLOR}"><title>step {step} epoch {epoch}: id {i}'
                          f'{" seen twice this epoch" if dup else ""}</title></rect>')
-        if col == len(grid) - 1 or grid[col + 1][1] != epoch:  # the epoch ends here
+        if epoch_ends(grid, col, size, counts):
             missing = [i for i in range(size) if i not in counts] if epoch < last_epoch else []
             never += len(missing)
             parts.extend(f'<rect x="{x + cell_w}" y="{T + i * cell_h}" width="3" height="{cell_h}" fill="{WARN}">'
@@ -269,16 +280,17 @@ def progress_svg(run_dir: Path) -> str:
 
 
 def ckpt_age_svg(run_dir: Path) -> str:
-    """Seconds since the newest committed save, sampled at every event; a reset is a save."""
+    """Seconds since the state of the newest committed save was taken, sampled at every event; a
+    drop is a commit (to the save's own length: report/metrics.py `held_since`)."""
     ev = RunEvents.read(run_dir)
     times = sorted({round(e["t"] - ev.t0, 6) for e in ev.steps + ev.saves + ev.hangs + ev.faults})
-    saves = sorted(s["t"] - ev.t0 for s in ev.saves)
+    saves = sorted((s["t"] - ev.t0, held_since({**s, "t_s": s["t"] - ev.t0})) for s in ev.saves)
     points, last = [], 0.0  # no save yet: the age is the run's age (a restart would redo everything)
     for t in times:
-        last = max([last] + [s for s in saves if s <= t])
+        last = max([last] + [held for committed, held in saves if committed <= t])
         points.append((t, t - last))
     peak = max([a for _, a in points] + [0.001])
-    frame = Frame("checkpoint age: seconds since the newest committed save", (0, times[-1] if times else 1),
+    frame = Frame("checkpoint age: seconds since the newest committed save's state was taken", (0, times[-1] if times else 1),
                   (0, peak), "seconds since the run started", "age (s)")
     if points:
         frame.polyline(points, WARN, "checkpoint age")

@@ -354,16 +354,30 @@ class Probe:
         if _whole(target):  # what `commit` writes, with the digests of the state saved
             self.emit("save", step=number, checkpoint=target.name, **fields, content=content)
 
-    def restored(self, path: str | Path, step: int, model: torch.nn.Module | None = None,
+    def restored(self, path: str | Path, step: int | None = None, model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None) -> None:
         """After the script loaded its checkpoint at `path`: `restore` with the update the script
         believes it holds (`step`), the digest of the loaded state, and the file's content, by
-        which the judge finds the save that wrote those bytes."""
+        which the judge finds the save that wrote those bytes. Without `step` (a script that counts
+        epochs, whose updates per epoch change with the world size), the step is the one of the
+        recorded save whose bytes these are."""
         if not self.enabled:
             return
         self._ensure_started()
         fields = self._digests(model, optimizer)
+        content = self._content_of(Path(path).name, path).get("content")
+        step = self.saved_step(content, path) if step is None else step
         self.restore(step, Path(path).name, fields["digest"], path=path, buffers=fields.get("buffers"))
+
+    def saved_step(self, content: str | None, path: str | Path) -> int:
+        """The update of the newest recorded save whose bytes were `content` (this run's events)."""
+        saves = [ev for ev in iter_events(self.run_dir, batches=False) if ev.get("kind") == "save"
+                 and content is not None and ev.get("content") == content and type(ev.get("step")) is int] \
+            if self.run_dir is not None else []
+        if not saves:
+            raise ProbeError(f"probe.restored({str(path)!r}) without a step: no save recorded in this run wrote "
+                             "those bytes; pass the update the checkpoint holds as step=")
+        return max(saves, key=lambda ev: ev.get("t", 0.0))["step"]
 
     def take_samples(self, step: int, samples: Sequence[int] | None,
                      epoch: int | None) -> tuple[list[int] | None, int]:

@@ -43,6 +43,8 @@ class UpdateSink(Protocol):
 
     def enter(self, step: int) -> None: ...
 
+    def advance(self, step: int, name: str) -> None: ...
+
     def take_samples(self, step: int, samples: Sequence[int] | None,
                      epoch: int | None) -> tuple[list[int] | None, int]: ...
 
@@ -183,6 +185,10 @@ class Update:
         if samples is not None:
             probe.batch(self.step, epoch, samples)
             self.reported = True
+        else:
+            # Past step_start, into the body that fetches its micro-batches: the watchdog must see this
+            # rank ahead of a peer hung at that point, or a hang blames both ranks alike.
+            probe.advance(self.step, "data")
         return self
 
     def samples(self, ids: Sequence[int] | Any) -> None:

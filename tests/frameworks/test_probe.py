@@ -292,6 +292,18 @@ def test_every_fault_point_and_batch_is_progress_for_the_watchdog_and_it_never_g
         assert board(tmp_path) == (4, "data")
 
 
+def test_an_update_whose_ids_come_later_shows_the_rank_past_its_start_so_a_hang_names_only_the_peer(
+        tmp_path: Path) -> None:
+    """A rank hung at update k's start stays at (k, start); its healthy peer, inside update k
+    fetching micro-batches for probe.samples, must show further, or the watchdog suspects both."""
+    model = torch.nn.Linear(2, 1)
+    with Probe(tmp_path, rank=0, world_size=1) as probe:
+        probe.start()
+        with probe.update(step=3, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1)):
+            assert board(tmp_path) == (3, "data")
+            probe.samples([0, 1])
+
+
 def test_a_batch_without_a_step_start_point_still_fires_the_step_start_faults(tmp_path: Path) -> None:
     calls: list[tuple[str, int]] = []
 

@@ -84,6 +84,17 @@ def test_the_handbook_passes_and_answers_at_least_ten_questions(handbook: dict[s
     assert len(answered) >= 10 and len(answered) == len(DEFAULT_CHAPTERS)
 
 
+def test_the_handbook_writes_the_same_sentences_as_markdown(handbook: dict[str, Any]) -> None:
+    md = (handbook["out"] / "index.md").read_text(encoding="utf-8")
+    assert md.startswith(f"# trainwreck handbook: {handbook['json']['valid']}\n")
+    for n, chapter in enumerate(handbook["json"]["chapters"], 1):
+        assert f"## {n}. {chapter['question']}" in md
+        for sentence in (s for s in chapter["sentences"] if s["rendered"]):
+            text = unescape(re.sub(r"<[^>]+>", "", sentence["text"]))
+            assert text in md, (chapter["slug"], text)
+    assert all(f"| {key} |" in md for key in handbook["json"]["runs"])
+
+
 def test_every_chapter_title_is_a_question(handbook: dict[str, Any]) -> None:
     for chapter in handbook["json"]["chapters"]:
         assert chapter["question"].endswith("?"), chapter["question"]
@@ -615,3 +626,24 @@ def test_the_review_corrections_read_as_the_runs_show(handbook: dict[str, Any]) 
             "lineage") in plain(handbook, "resume")
     gap = _derived(handbook, "async")["fsdp_vs_ddp_max_loss_gap"]
     assert ("(the losses are identical at every update)" in plain(handbook, "async")) == (gap == 0)
+
+
+def test_the_coverage_plot_draws_an_epochs_end_only_where_an_epoch_ended() -> None:
+    from trainwreck.report.plots import epoch_ends
+
+    grid = [(1, 0, [0, 1]), (2, 0, [2, 3]), (3, 1, [1, 0])]  # 4 ids, 2 an update; the run stops mid-epoch 1
+    assert [epoch_ends(grid, col, 4, counts) for col, counts in
+            ((0, {0: 1, 1: 1}), (1, {0: 1, 1: 1, 2: 1, 3: 1}), (2, {0: 1, 1: 1}))] == [False, True, False]
+    assert epoch_ends(grid[:2], 1, 5, {0: 1, 1: 1, 2: 1, 3: 1})  # one id left, less than an update: dropped
+
+
+def test_a_chapter_its_runs_cannot_answer_says_which_run_and_why() -> None:
+    from trainwreck.report.handbook import Chapter, build_chapter
+
+    chapter = Chapter("x", "Why?", ("gone", "broken", "invalid"), lambda ev: [[ev.s("answered")]])
+    reports = {"broken": {"verdicts": {}, "error": "the run could not be judged: bad events"},
+               "invalid": {"verdicts": {"coverage": {"valid": False}}, "error": None}}
+    built = build_chapter(chapter, reports)
+    assert built["answered"] is False
+    assert built["paragraphs"] == ["Not answered: gone produced no report; broken has no verdicts to quote "
+                                   "(the run could not be judged: bad events)."]

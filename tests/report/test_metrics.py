@@ -30,3 +30,12 @@ def test_the_checkpoint_age_is_the_longest_gap_between_commits_and_restarts_coun
 def test_a_run_without_saves_is_as_old_as_it_is_long() -> None:
     metrics = baselines({**REPORT, "saves": []})
     assert metrics["checkpoint_age_max_s"] == metrics["checkpoint_age_end_s"] == 10.0
+
+
+def test_the_checkpoint_age_counts_from_when_the_saved_state_was_taken_not_from_its_commit() -> None:
+    """An asynchronous save of step 8 started at 5.5 s and committed at 7.0 s: a failure at 9.9 s
+    loses the work since 5.5 s, so the age at the end (10 s) is 4.5 s, not 3.0 s."""
+    saves = [{"step": 4, "t_s": 2.0, "seconds": 0.5}, {"step": 8, "t_s": 7.0, "seconds": 1.5}]
+    metrics = baselines({**REPORT, "saves": saves})
+    # before the first commit: 0 -> 2.0; then from 1.5 (the state of step 4) to 7.0; then from 5.5 to 10.0
+    assert (metrics["checkpoint_age_max_s"], metrics["checkpoint_age_end_s"]) == (5.5, 4.5)
