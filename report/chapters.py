@@ -726,6 +726,10 @@ def _page_throughput(ev: Evidence) -> str:
     that recovers by itself costs a ticket, one that stays costs the job's throughput and a page."""
     run = "straggler"
     series = [(i, s) for i, s in enumerate(ev.reports[run]["slowdowns"]["series"]) if s["where"] == "update"]
+    if not series:
+        return _page("throughput collapse", run, f"no update took over {ev.q(run, 'slowdowns', 'slow_factor')}× "
+                     f"the median update ({ev.q(run, 'slowdowns', 'median_step_s', unit=' s')}): nothing to page on",
+                     False)
     i, longest = max(series, key=lambda pair: pair[1]["steps_per_episode"])
     at = ("slowdowns", "series", i)
     last = longest["first_steps"][0] + longest["steps_per_episode"] - 1

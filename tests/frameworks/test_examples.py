@@ -85,6 +85,24 @@ def test_the_mingpt_trainer_resumes_right_after_its_save_and_is_judged_valid(tmp
     assert judged.judgement.valid is True, judged.judgement.to_json()
 
 
+@pytest.mark.slow
+def test_the_mingpt_trainer_resumed_on_one_rank_restores_the_step_its_bytes_were_saved_at_and_is_valid(
+        tmp_path: Path, golden_cache: Path) -> None:
+    """docs/TRIALS.md, wrong 1: minGPT counts epochs, and one rank has twice the updates an epoch, so
+    no step the script computes is right; the probe takes the step of the save that wrote the bytes."""
+    spec = JobSpec(target=Command(f"{sys.executable} {EXAMPLES / RUN['mingpt/trainer.py']}"), world_sizes=(2, 1),
+                   plan=[{"id": "k1", "kind": "kill", "rank": 0, "step": 9}], hang_timeout_s=30.0,
+                   run_dir=tmp_path / "run", keep=True)
+    judged = run_judged(spec, golden_cache=golden_cache)
+    events = list(iter_events(judged.record.run_dir))
+    assert [e["fault_id"] for e in events if e["kind"] == "fault"] == ["k1"]
+    (save,) = [e for e in events if e["kind"] == "save" and e["attempt"] == 0]
+    (restore,) = [e for e in events if e["kind"] == "restore"]
+    assert (restore["step"], restore["content"], restore["world_size"]) == (save["step"], save["content"], 1)
+    assert judged.judgement.verdicts["continuity"].valid is not False, judged.judgement.to_json()
+    assert judged.judgement.verdicts["coverage"].valid is True
+
+
 TUTORIAL = "ddp_tutorial/multigpu_torchrun.py"
 
 

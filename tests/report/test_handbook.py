@@ -532,8 +532,16 @@ def test_the_progress_line_says_the_bytes_per_parameter_leave_out_the_gradients(
 def test_chapter_10_and_12_say_configured_or_measured_and_name_the_slow_rank(handbook: dict[str, Any]) -> None:
     hang = plain(handbook, "hang")
     assert "sooner than gloo" not in hang and "not one measured here" in hang
-    slow = _report(handbook, "straggler")["phases"]["slowest_rank"]
-    assert f"the slowest rank, rank {slow}" in plain(handbook, "paging")
+    paging, slowdowns = plain(handbook, "paging"), _report(handbook, "straggler")["slowdowns"]
+    updates = [s for s in slowdowns["series"] if s["where"] == "update"]
+    if not updates:  # on a loaded machine the 0.3 s straggle can stay under 3x a slow median
+        assert "nothing to page on" in paging
+        return
+    longest = max(updates, key=lambda s: s["steps_per_episode"])
+    line = next(li for li in paging.split("throughput collapse (straggler): ")[1:])
+    assert line.startswith(f"rank(s) {', '.join(map(str, longest['ranks']))} took over")
+    # the straggle lasts updates 3-6, fewer than the rule's window: a ticket, not a page
+    assert longest["steps_per_episode"] <= 8 and "→ no page" in line
 
 
 # ----- chapters comm and memory: communication cost, bytes per parameter, ZeRO, pipeline bubble --------

@@ -84,7 +84,7 @@ class Trainer:
         self.model.load_state_dict(snapshot.model_state)
         self.optimizer.load_state_dict(snapshot.optimizer_state)
         self.epochs_run = snapshot.finished_epoch
-        probe.restored(self.config.snapshot_path, self.epochs_run * len(self.train_loader), self.model, self.optimizer)
+        probe.restored(self.config.snapshot_path, model=self.model, optimizer=self.optimizer)
         print(f"Resuming training from snapshot at Epoch {self.epochs_run}")
 
 
