@@ -12,11 +12,17 @@ the layer it is computing (and any it has prefetched): `peak_gathered_bytes` is 
 unsharded parameter bytes alive at once, read in a hook at every layer's forward and backward
 of the last step (a parameter FSDP has gathered is a plain tensor on its module; a sharded one
 is a DTensor); DDP holds every parameter whole all the time, so its figure is all of them.
+
+For the question "what tells you the move to FSDP was wrong?" each job also reports rank 0's peak
+resident memory (`peak_rss_bytes`, getrusage: the process, the interpreter and torch included) beside
+the machine's physical memory and cores: the headroom the model left under DDP is measured, not assumed.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -93,7 +99,9 @@ def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any
             "params": _local_bytes(list(state.model.parameters())), "grads": grads,
             "optimizer": _local_bytes(moments), "losses": losses,
             "numel": sum(p.numel() for p in state.model.parameters()),
-            "step_s": sorted(seconds[1:])[len(seconds[1:]) // 2]}
+            "step_s": sorted(seconds[1:])[len(seconds[1:]) // 2],
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux reports KiB
+            "memory_total_bytes": os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "cores": os.cpu_count()}
 
 
 def _rank(rank: int, world: int, port: int, parallelism: str, steps: int, out: Path) -> None:

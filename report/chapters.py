@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from trainwreck.report.angles import GLOO_DEFAULT_TIMEOUT_S, MTBF_ASSUMED_S, daly_interval, young_interval
+from trainwreck.report.chapters_parallel import PARALLEL_CHAPTERS
 from trainwreck.report.chapters_pipeline import PIPELINE_CHAPTERS, bubble_sentence
 from trainwreck.report.chapters_precision import PRECISION_CHAPTERS
 from trainwreck.report.chapters_ops import (LOADER_QUESTION, METRICS_QUESTION, PERIOD_QUESTION, data_loader,
@@ -801,4 +802,5 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("metrics", METRICS_QUESTION, ("shrink-world",), monitoring, (("shrink-world", "progress"),)),
     Chapter("loader", LOADER_QUESTION, ("loader-kill",), data_loader, full=True),
     *SCALE_CHAPTERS,  # report/chapters_scale.py: behind --full
+    *PARALLEL_CHAPTERS,  # report/chapters_parallel.py: behind --full
 )

@@ -204,6 +204,18 @@ MEASURES: dict[str, Measure] = declare("measurements", (
     ("staleness", Measure(("python", "-m", "trainwreck.benchmarks.staleness"),
                           "benchmarks/staleness.py: the tiny reference MLP trained in one process synchronously and "
                           "with every gradient 1, 2 and 4 updates stale, the same samples in the same order")),
+    ("tensor-parallel", Measure(("python", "-m", "trainwreck.benchmarks.tensor_parallel", "--world", "2"),
+                                "benchmarks/tensor_parallel.py: a Megatron column-then-row MLP on 2 gloo ranks against "
+                                "the one-device MLP, its collectives counted")),
+    ("ring-tree", Measure(("python", "-m", "trainwreck.benchmarks.ring_tree", "--world", "4"),
+                          "benchmarks/ring_tree.py: ring and binomial-tree all-reduce written from isend/irecv on 4 "
+                          "gloo ranks, bytes and rounds counted, times beside an α-β model fitted by ping-pong")),
+    ("param-server", Measure(("python", "-m", "trainwreck.benchmarks.param_server"),
+                             "benchmarks/param_server.py: a parameter server over send/recv with 1 to 4 workers, its "
+                             "inbound bytes and rate, beside a ring all-reduce of the same workers")),
+    ("ckpt-size", Measure(("python", "-m", "trainwreck.benchmarks.ckpt_size"),
+                          "benchmarks/ckpt_size.py: the reference trainer's checkpoint of the 2.1 M-parameter model "
+                          "after one AdamW update, its bytes on disk and save time")),
     ("restart", Measure(("python", "-m", "trainwreck.harness.suites.restart_compare", "--json", "--out", "{run_dir}"),
                         "harness/suites/restart_compare.py: the same torchft job and kill, group 1 restarted alone "
                         "(heals from group 0) against the whole job restarted from its checkpoint"))))
@@ -348,6 +360,11 @@ CASES: tuple[Case, ...] = (
     Case("scale-w4", "plan", "scale-w4"),
     Case("slow-network", "plan", "slow-network"),
     Case("slow-model", "plan", "slow-model"),
+    # the parallelism and economics chapters (report/chapters_parallel.py), all behind --full
+    Case("tp-mlp", "measure", "tensor-parallel", expect="MEASURED"),
+    Case("ring-tree", "measure", "ring-tree", expect="MEASURED"),
+    Case("param-server", "measure", "param-server", expect="MEASURED"),
+    Case("ckpt-size", "measure", "ckpt-size", expect="MEASURED"),
 )
 
 
