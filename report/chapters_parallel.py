@@ -59,7 +59,7 @@ def tensor_parallel(ev: Evidence) -> list[Paragraph]:
     per_elem = payload / (tokens * hidden)
     a = ASSUMED_70B
     assume = {k: ev.derive(f"assumed_70b_{k}", v, "assumed (ASSUMED_70B)", {}) for k, v in a.items()}
-    t, p = a["tp"], a["pp"]
+    t = a["tp"]
     big_payload = a["seq"] * a["micro_batch"] * a["hidden"] * a["bytes_per_element"]
     tp_layer = MEGATRON_ALLREDUCES_PER_LAYER * 2 * (t - 1) / t * big_payload
     tp_total = tp_layer * a["layers"]
@@ -293,7 +293,7 @@ def fsdp_wrong(ev: Evidence) -> list[Paragraph]:
              fact("step_s", ">", step[d], run=f)),
         ev.s(f"Step time: DDP {ev.q(d, 'step_s', unit=' s')}, FSDP {ev.q(f, 'step_s', unit=' s')} (medians): FSDP was "
              "not slower here.", fact("step_s", "<=", step[d], run=f)),
-        ev.s(f"Headroom under DDP: rank 0's whole process (interpreter and torch included) peaked at "
+        ev.s("Headroom under DDP: rank 0's whole process (interpreter and torch included) peaked at "
              + ev.derive("ddp_peak_rss_mib", peak / MIB, "peak_rss_bytes / 2^20", {"peak_rss_bytes": peak}, " MiB")
              + f" on a machine of {ev.derive('machine_gib', per_rank * world / GIB, 'memory_total_bytes / 2^30', {}, ' GiB')}"
              f" and {ev.q(d, 'cores')} cores, "
@@ -341,7 +341,7 @@ def ckpt_spend(ev: Evidence) -> list[Paragraph]:
              f"{ev.q(run, 'save_s', unit=' s')} to save here (median of {ev.q(run, 'saves')}), "
              + ev.derive("write_mb_s", rate / 1e6, "save_bytes / save_s / 1e6", {"save_bytes": size}, " MB/s") + ".",
              fact("save_bytes_per_param", ">=", 12, run=run)),
-        ev.s(f"At that measured rate per parameter, seed 003's "
+        ev.s("At that measured rate per parameter, seed 003's "
              + ev.derive("seed_params_ckpt_billion", int(SEED_PARAMS / 1e9), "seed 003", {}) + " billion-parameter model saves "
              + ev.derive("seed_ckpt_gb", big / 1e9, "save_bytes_per_param * params / 1e9",
                          {"save_bytes_per_param": per_param, "params": SEED_PARAMS}, " GB")
