@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from trainwreck.invariants import FORMAT, judge, load_history
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 SAVE_EVERY = 50
 KEEP_LAST = 3

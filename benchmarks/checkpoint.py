@@ -20,7 +20,7 @@ import torch
 from trainwreck.trainer import checksum
 from trainwreck.trainer.async_ckpt import AsyncCheckpointer
 from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes, to_bytes
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from trainwreck.benchmarks.fsdp import SPEC
 from trainwreck.trainer.checkpoint import CheckpointStore, checkpoint_name
 from trainwreck.trainer.data import SyntheticDataset
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.state import capture_rng, checkpoint_meta, fresh_state, training_files
 from trainwreck.trainer.storage import LocalStorage

@@ -31,7 +31,7 @@ import torch
 from trainwreck.benchmarks.checkpoint import (LOAD_ROUNDS, SIZES_MB, _alternating, _alternating_samples,
                                               _async_stall, _medians, _state, _torch_save_new_files)
 from trainwreck.trainer.checkpoint import CheckpointStore, Payload, from_bytes
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage
 

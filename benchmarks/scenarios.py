@@ -30,7 +30,7 @@ from typing import Any
 from trainwreck.harness.judge.runner import run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
 from trainwreck.trainer.config import backend_fields
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 from trainwreck.invariants import load_history
 
 

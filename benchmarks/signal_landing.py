@@ -21,7 +21,7 @@ from pathlib import Path
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "trainer" / "frameworks" / "examples" / "ddp_tutorial"
 DEFAULT_CMD = f"{sys.executable} {EXAMPLE / 'multigpu_torchrun.py'} 4 1"

@@ -26,8 +26,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.events import EventLog
+from trainwreck.rundir.layout import RunDir, iter_events
 
 HOWS = ("flip", "truncate")
 _STEP = re.compile(r"(\d+)")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.trainer.checkpoint import MANIFEST, POINTER, checkpoint_name, checkpoint_step, committed_names
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.storage import LocalStorage, Storage
 
 # emit(fault, detail, checkpoint=None): records the `fault` event (flushed) before the damage.

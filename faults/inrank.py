@@ -29,10 +29,10 @@ from trainwreck.faults.plan import BETWEEN, HARNESS, IN_RANK, KINDS, STORAGE, Pl
 from trainwreck.faults.storage import FaultyStorage, StepClock, StorageFault
 from trainwreck.trainer import hooks as fp
 from trainwreck.trainer.async_ckpt import current_save_step
-from trainwreck.trainer.rundir import RunDir, RunDirError, iter_events, read_run_json
+from trainwreck.rundir.layout import RunDir, RunDirError, iter_events, read_run_json
 
 if TYPE_CHECKING:
-    from trainwreck.trainer.events import EventLog
+    from trainwreck.rundir.events import EventLog
     from trainwreck.trainer.gradsync import CommHook
     from trainwreck.trainer.storage import Storage
 

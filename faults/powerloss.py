@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from trainwreck.trainer.hooks import NoHooks
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.storage import OnChunk, Produce, Storage, check_relative, gather, storage_fs
 
 BLOCK = 4096

@@ -29,7 +29,7 @@ from trainwreck.faults.plan import CRASH_WHEN
 from trainwreck.faults.storage import MUTATING, Op, RecordingStorage, StepClock
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.hooks import NoHooks
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.storage import LocalStorage, Produce, Storage, gather
 
 SWEEP_CONFIG = TrainConfig.tiny(total_steps=20, ckpt_interval=4)
@@ -60,9 +60,9 @@ def replay_saves(writer: str, wrap: Callable[[Storage, Path], Storage], before_e
     import torch
 
     from trainwreck.trainer.entry import trainer_class
-    from trainwreck.trainer.events import EventLog
+    from trainwreck.rundir.events import EventLog
     from trainwreck.trainer.hooks import NoHooks
-    from trainwreck.trainer.rundir import RunDir
+    from trainwreck.rundir.layout import RunDir
     from trainwreck.trainer.sampler import ElasticSampler
     from trainwreck.trainer.state import capture_rng, checkpoint_meta, fresh_state, state_digest, training_files
 

@@ -90,14 +90,14 @@ def run_command(name: str, module: Any, args: argparse.Namespace) -> int:
     """Run one command; the one place where unusable input becomes exit 2 and one line.
 
     Every validator raises an InputError subclass (ConfigError, SpecError, PlanError,
-    RunDirError, UnknownName, ...; trainer/errors.py) or the checkers' own InputError
+    RunDirError, UnknownName, ...; rundir/errors.py) or the checkers' own InputError
     (harness/errors.py INPUT_ERRORS says why there are two roots), so a command only raises:
     none prints "error:" or picks exit 2 itself (tests/harness/test_errors.py checks).
     Ctrl-C and SIGTERM: the supervisor has already stopped the ranks by the time the exception
     reaches `main`, which exits 130 or 143 (128 + the signal) as shells do."""
     from trainwreck.harness.errors import INPUT_ERRORS  # stdlib-only: no torch
     from trainwreck.invariants.verdict import EXIT_UNKNOWN
-    from trainwreck.trainer.files import describe, is_environment_failure
+    from trainwreck.rundir.files import describe, is_environment_failure
 
     try:
         if getattr(args, "out", None) is not None:

@@ -21,7 +21,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from trainwreck.trainer.errors import InputError, UnknownName
+from trainwreck.rundir.errors import InputError, UnknownName
 
 WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""

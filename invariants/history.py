@@ -25,7 +25,7 @@ FORMAT = "trainwreck-run/1"
 SAMPLINGS = ("without_replacement", "with_replacement")
 """run.json's optional `sampling` (the first when absent): whether each id is drawn once per epoch
 (a sampler's permutation) or independently at every draw (random windows); coverage checks each."""
-# The checker may import nothing of ours, so it names the format itself; trainer/events.py
+# The checker may import nothing of ours, so it names the format itself; rundir/events.py
 # FORMAT is the writer's, and tests/trainer/test_vocabulary.py holds the two equal.
 
 Pos = tuple[float, str, int]  # (t, file, line): where an event was written

@@ -19,8 +19,8 @@ from trainwreck.report.model import NotARun
 from trainwreck.report.presentation import ordered
 from trainwreck.report.render import render_report
 from trainwreck.invariants.verdict import compose, verdict_word, word_validity
-from trainwreck.trainer.files import EVENTS_LIMIT, read_json
-from trainwreck.trainer.rundir import RunDir, read_run_json
+from trainwreck.rundir.files import EVENTS_LIMIT, read_json
+from trainwreck.rundir.layout import RunDir, read_run_json
 
 
 

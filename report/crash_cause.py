@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.report.rawlog import RawRun, read_raw
-from trainwreck.trainer.files import open_regular
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.files import open_regular
+from trainwreck.rundir.layout import RunDir
 
 TAIL_BYTES = 256 * 1024
 """How much of a log's end is read: the traceback that killed a rank is at the end; logs can be huge."""

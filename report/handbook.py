@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from trainwreck.report.claims import F, Claim, Claims, Presume
 from trainwreck.invariants.verdict import verdict_word
-from trainwreck.trainer.rundir import MEASUREMENT_FORMAT, RunDir
+from trainwreck.rundir.layout import MEASUREMENT_FORMAT, RunDir
 
 
 def fmt(value: Any) -> str:

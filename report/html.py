@@ -14,7 +14,7 @@ from typing import Any
 from trainwreck.invariants.verdict import overall_word, verdict_word
 from trainwreck.report.plots import PLOTS
 from trainwreck.report.svg import phases_svg, timeline_svg, wallclock_svg
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 CSS = """
 :root { --valid:#15803d; --invalid:#b91c1c; --unknown:#b45309; --ink:#1f2937; --muted:#6b7280; --line:#e5e7eb; }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainwreck.trainer.errors import InputError
+from trainwreck.rundir.errors import InputError
 
 METRICS_FILE = "metrics.prom"
 """Written beside report.json by `trainwreck report RUN_DIR --metrics`."""

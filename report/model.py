@@ -25,8 +25,8 @@ from trainwreck.invariants import InputError, Lineage, judge, load_history, walk
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
-from trainwreck.trainer.files import SMALL_LIMIT, STACK_LIMIT, read_json, read_text
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.files import SMALL_LIMIT, STACK_LIMIT, read_json, read_text
+from trainwreck.rundir.layout import RunDir
 
 REPORT_FORMAT = "trainwreck-report/1"
 # Phases a collective cannot stretch: time a rank spends here is its own work. The

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from trainwreck.report.metrics import held_since
 from trainwreck.report.rawlog import read_spec
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.layout import RunDir, iter_events
 
 W, H = 640, 240
 L, R, T, B = 56, 16, 28, 36  # margins: axis labels left and below, the title above

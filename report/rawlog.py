@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.progress import TIMED_PHASES  # noqa: F401 - the report reads it from here
-from trainwreck.trainer.rundir import RunDirError, read_events, read_run_json
+from trainwreck.rundir.layout import RunDirError, read_events, read_run_json
 
 """The trainer's step phases, in the order they happen (docs/DESIGN.md `step` event)."""
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from trainwreck.report.html import render_html
 from trainwreck.report.markdown import render_markdown
 from trainwreck.report.model import build_report
-from trainwreck.trainer.files import write_atomic
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.files import write_atomic
+from trainwreck.rundir.layout import RunDir
 
 
 def render_report(run_dir: Path) -> Path:
@@ -31,5 +31,5 @@ def render_report(run_dir: Path) -> Path:
 
 def _write(path: Path, text: str) -> None:
     """Write then rename, so a reader (a browser, a casebook) never sees half a report; through
-    trainer/files.py, so a planted link (report.md.tmp, a report/ linked elsewhere) is never written through."""
+    rundir/files.py, so a planted link (report.md.tmp, a report/ linked elsewhere) is never written through."""
     write_atomic(path, text, root=path.parent.parent)

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainwreck.report.claims import MISSING, Claim, claim_from_json, resolve, template_pattern
 from trainwreck.report.model import build_report
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 MIN_LITERAL = 12
 """A template whose fixed text is shorter than this ("{faults}") says nothing a scan could find."""

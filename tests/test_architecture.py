@@ -9,18 +9,20 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TOPS = ("trainer", "faults", "invariants", "report", "harness", "benchmarks")
+TOPS = ("rundir", "trainer", "faults", "invariants", "report", "harness", "benchmarks")
 
 # docs/DESIGN.md, "Layout": which of our folders each folder may import.
 MAY_IMPORT: dict[str, set[str]] = {
-    "trainer": set(),
-    "faults": {"trainer"},
-    "invariants": set(),
+    # The run directory's format, its file layer and the input-error root: what every layer shares.
+    "rundir": set(),
+    "trainer": {"rundir"},
+    "faults": {"rundir", "trainer"},
+    "invariants": set(),  # standalone on purpose: its own loader, stdlib and orjson only
     # The report reads run directories and verdicts and writes prose: it runs nothing, so it
     # sits above the checkers and below the runner that calls it.
-    "report": {"trainer", "faults", "invariants"},
-    "harness": {"trainer", "faults", "invariants", "report"},
-    "benchmarks": {"trainer", "faults", "invariants", "report", "harness"},
+    "report": {"rundir", "trainer", "faults", "invariants"},
+    "harness": {"rundir", "trainer", "faults", "invariants", "report"},
+    "benchmarks": {"rundir", "trainer", "faults", "invariants", "report", "harness"},
 }
 # The harness is layered too: a module may import harness modules of its own layer or below.
 HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -33,6 +35,7 @@ HARNESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # ... and which third-party packages (everything else must be the standard library).
 THIRD_PARTY: dict[str, set[str]] = {
+    "rundir": set(),
     "trainer": {"torch", "numpy"},
     "faults": {"torch", "hypothesis"},
     "invariants": {"orjson", "msgspec"},  # msgspec optional (extra `fast`): loader.py imports it guarded

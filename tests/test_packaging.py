@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TOPS = ("trainer", "harness", "faults", "invariants", "report", "benchmarks")
+TOPS = ("rundir", "trainer", "harness", "faults", "invariants", "report", "benchmarks")
 # Each would end the process if Python imported it instead of trainwreck's own package.
 SHADOW = "raise SystemExit('shadowed: the user module {name}.py was imported instead of trainwreck.{name}')\n"
 

@@ -12,9 +12,10 @@ from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
 from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg, parse_set_items
-from trainwreck.trainer.files import describe, is_environment_failure
+from trainwreck.rundir.files import describe, is_environment_failure
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.rundir import RunDirError, prepare_standalone, refuse_foreign
+from trainwreck.rundir.layout import RunDirError, refuse_foreign
+from trainwreck.trainer.standalone import prepare_standalone
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -48,10 +48,10 @@ _ZERO_COPY_DECODE = all(hasattr(torch_serialization_impl, name) for name in
 
 from trainwreck.trainer import checksum
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.files import SMALL_LIMIT, NotRegularFile, TooLarge
+from trainwreck.rundir.events import EventLog
+from trainwreck.rundir.files import SMALL_LIMIT, NotRegularFile, TooLarge
 from trainwreck.trainer.hooks import Hooks
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.layout import RunDir, iter_events
 from trainwreck.trainer.storage import Sink, Storage, UnsafePathError, check_relative
 
 CKPT_FORMAT = "trainwreck-ckpt/1"

@@ -8,8 +8,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, NoReturn
 
-from trainwreck.trainer.errors import ConfigError, InputError  # re-exported: their old home
-from trainwreck.trainer.files import SMALL_LIMIT
+from trainwreck.rundir.errors import ConfigError, InputError  # re-exported: their old home
+from trainwreck.rundir.files import SMALL_LIMIT
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # typing only: the trainer does not depend on these at run time
-    from trainwreck.trainer.events import EventLog
+    from trainwreck.rundir.events import EventLog
     from trainwreck.trainer.gradsync import CommHook
     from trainwreck.trainer.storage import Storage
 

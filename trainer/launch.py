@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from trainwreck.trainer.config import ConfigError
-from trainwreck.trainer.rundir import launcher_identity, standalone_attempt
+from trainwreck.rundir.layout import launcher_identity, standalone_attempt
 
 
 @dataclass(frozen=True)

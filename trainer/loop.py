@@ -29,7 +29,7 @@ from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
 from trainwreck.trainer.parallel import build_state, full_state_digest, no_sync, wrap
 from trainwreck.trainer.probe import Probe
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.sampler import ElasticSampler, rank_slice
 from trainwreck.trainer.sharded import check_parallelism, decode_sharded, load_shards, save_sharded
 from trainwreck.trainer.state import TrainState, capture_rng, checkpoint_meta, restore_rng, training_files

@@ -4,7 +4,7 @@ The reference trainer writes every event through a Probe, and so can a user's ow
 torchrun script, a Hugging Face Trainer callback or a Lightning callback: the harness
 and the checkers cannot tell them apart. A Probe owns this rank's event log, its
 progress record for the watchdog and its fault points; run.json, file names and
-attempt numbers come from trainer/rundir.py, digests from one rule (`state_digest`).
+attempt numbers come from rundir/layout.py, digests from one rule (`state_digest`).
 
 Outside a harness and without a run directory, ``Probe.from_env()`` returns a disabled
 probe whose methods do nothing, so an instrumented script still trains on its own.
@@ -27,11 +27,11 @@ from typing import IO, Any, ContextManager, Iterator, Sequence, Union
 import torch
 
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.events import FORMAT, EventLog
+from trainwreck.rundir.events import FORMAT, EventLog
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.probekit import ProbeError, TrackedLoader, Update, plain_ids, run_fields, seed_everything
 from trainwreck.trainer.progress import PHASE_INDEX, ProgressBoard
-from trainwreck.trainer.rundir import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
+from trainwreck.rundir.layout import (SAMPLINGS, RunDir, ensure_writable, iter_events, launcher_identity, read_run_json,
                                        standalone_attempt, write_json_atomic)
 from trainwreck.trainer.state import model_optimizer_digest, state_digests
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 # Phases in the order they happen inside one update; the watchdog ranks "furthest
 # behind" by (step, phase index), so the order is part of this format.

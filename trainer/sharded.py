@@ -27,7 +27,7 @@ from trainwreck.trainer.checkpoint import (CheckpointRejected, IncompatibleCheck
                                            from_bytes, to_bytes)
 from trainwreck.trainer.checkpoint import CheckpointStore
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.probe import Probe
 from trainwreck.trainer.sampler import ElasticSampler

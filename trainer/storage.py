@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-from trainwreck.trainer import files
+from trainwreck.rundir import files
 
 T = TypeVar("T")
 

@@ -23,8 +23,8 @@ from trainwreck.harness.suites.engines import ENGINES, EngineOptions, Outcome, o
 from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
 from trainwreck.report.casebook import node_label
 from trainwreck.invariants.verdict import EXIT_VALID, compose, exit_code as verdict_exit_code, verdict_word
-from trainwreck.trainer.errors import InputError
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.errors import InputError
+from trainwreck.rundir.layout import RunDir
 
 __all__ = ["ChaosCase", "Outcome", "configure", "exit_code", "main"]
 

@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    defects = select(args.only)  # an unknown name is an InputError (trainer/errors.py UnknownName)
+    defects = select(args.only)  # an unknown name is an InputError (rundir/errors.py UnknownName)
     # harness/cli.py has checked --out (absent or empty, writable) before this runs.
     out = args.out or Path(tempfile.mkdtemp(prefix="trainwreck-defects-"))
     started = time.monotonic()

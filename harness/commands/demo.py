@@ -15,7 +15,7 @@ from typing import TextIO
 from trainwreck.report import NotARun, render_casebook, render_report
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
 from trainwreck.harness.supervise.scenarios import get_scenario, scenario_names
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 DEMO_SCENARIOS = ("kill-resume", "hang-detect", "shrink-world", "sigterm-rank0", "corrupt-newest", "straggler")
 """The demo's fixed cases once the table grows: a kill, a hang, a world-size change, the writer's death,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants.verdict import exit_code, word_validity
-from trainwreck.trainer.errors import InputError
+from trainwreck.rundir.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def measured_bytes(measured: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from trainwreck.harness.suites.handbook import CHAPTERS, Case, CaseResult, default_chapters, get_chapter, run_handbook
-    from trainwreck.trainer.rundir import RunDir
+    from trainwreck.rundir.layout import RunDir
 
     try:
         chapters = [get_chapter(n.strip()) for n in args.chapters.split(",") if n.strip()] if args.chapters \

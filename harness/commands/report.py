@@ -11,8 +11,8 @@ from pathlib import Path
 from trainwreck.report import NotARun, render_report
 from trainwreck.report.metrics import METRICS_FILE, openmetrics
 from trainwreck.invariants.verdict import exit_code, overall_word, word_validity
-from trainwreck.trainer.errors import InputError
-from trainwreck.trainer.files import describe
+from trainwreck.rundir.errors import InputError
+from trainwreck.rundir.files import describe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, ge
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.trainer.config import BACKENDS, PARALLELISMS, backend_fields, load_json_arg, parse_set_items
-from trainwreck.trainer.errors import InputError
+from trainwreck.rundir.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -26,9 +26,9 @@ from trainwreck.harness.errors import GoldenFailed, SpecError
 from trainwreck.harness.launch.torchcache import user_cache_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.trainer import files
+from trainwreck.rundir import files
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.layout import RunDir, iter_events
 
 CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
 

@@ -21,8 +21,8 @@ from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.harness.supervise.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
-from trainwreck.trainer.files import write_atomic
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.files import write_atomic
+from trainwreck.rundir.layout import RunDir
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class JudgedRun:
     @property
     def fired(self) -> list[str]:
         """The planned faults that fired, from the run's own `fault` events, in order, once each."""
-        from trainwreck.trainer.rundir import iter_events
+        from trainwreck.rundir.layout import iter_events
 
         ids = [str(e.get("fault_id")) for e in iter_events(self.record.run_dir, batches=False) if e["kind"] == "fault"]
         return list(dict.fromkeys(ids))

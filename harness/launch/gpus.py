@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainwreck.trainer.errors import InputError
+from trainwreck.rundir.errors import InputError
 
 
 def cuda_device_count() -> int:

@@ -32,7 +32,7 @@ from trainwreck.harness.launch.procs import child_env, descendants, end_processe
 from trainwreck.harness.launch.rank import ctx_to_json
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 SERVER_START_TIMEOUT_S = 180.0
 """How long the fork server may take to import torch (seconds; a loaded 2-core box is slow)."""

@@ -19,7 +19,7 @@ from typing import IO, Any, Callable
 
 from trainwreck.harness.launch.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
-from trainwreck.trainer.rundir import RunDir, read_run_json
+from trainwreck.rundir.layout import RunDir, read_run_json
 
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
 
@@ -45,7 +45,7 @@ WARM_MODULES = (
     "torch.utils.serialization",  # torch.save in the first checkpoint
     "torch.profiler._cupti_monitor",  # record_function (DDP's forward) imports it on first use
     "trainwreck.trainer.config",
-    "trainwreck.trainer.events",
+    "trainwreck.rundir.events",
     "trainwreck.trainer.progress",
     "trainwreck.trainer.launch",
     "trainwreck.trainer.hooks",

@@ -22,8 +22,8 @@ from typing import Any, Callable
 from trainwreck.harness.suites.chaos import ChaosCase, stream_cases
 from trainwreck.harness.suites.engines import Engine, Outcome, PlanJob
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.trainer.errors import InputError
-from trainwreck.trainer.rundir import write_json_atomic
+from trainwreck.rundir.errors import InputError
+from trainwreck.rundir.layout import write_json_atomic
 
 LEDGER = "campaign.json"
 OUTCOME = "outcome.json"

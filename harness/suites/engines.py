@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Protocol
 
 from trainwreck.harness.suites.chaos import ChaosCase
 from trainwreck.harness.registry import DEFAULT_LAUNCHER
-from trainwreck.trainer.errors import InputError
-from trainwreck.trainer.rundir import RunDir, read_run_json, write_json_atomic
+from trainwreck.rundir.errors import InputError
+from trainwreck.rundir.layout import RunDir, read_run_json, write_json_atomic
 
 
 class EngineUnavailable(InputError):

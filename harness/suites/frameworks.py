@@ -213,7 +213,7 @@ def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | Non
 def recorded_ops(run_dir: Path, step: int) -> list[str]:
     """Rank 0's file operations of its save at `step`, as the golden run recorded them
     (`save_ops` events, an extension kind the judge ignores: faults/cmdrank.py)."""
-    from trainwreck.trainer.rundir import iter_events
+    from trainwreck.rundir.layout import iter_events
 
     for event in iter_events(run_dir):
         if event["kind"] == "save_ops" and event.get("rank") == 0 and event.get("step") == step:
@@ -245,7 +245,7 @@ def judge_row(job: Job, record: RunRecord, golden: Path | None) -> Row:
     """The run's verdict from its own events (the --cmd contract rule included): verdicts.json and
     the report, as every judged run leaves them."""
     from trainwreck.harness.judge.runner import JudgedRun, publish
-    from trainwreck.trainer.rundir import RunDir, iter_events
+    from trainwreck.rundir.layout import RunDir, iter_events
 
     spec = job_spec(job, record.run_dir)
     judgement = spec.target.judge(record.run_dir, golden)
@@ -328,7 +328,7 @@ def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: lis
 def swept_save_step(golden_dir: Path) -> int:
     """The save a user command's sweep crashes: the golden run's second recorded save of rank 0 (a
     crash there has an earlier checkpoint to fall back to), its first when it made one; 0: none."""
-    from trainwreck.trainer.rundir import iter_events
+    from trainwreck.rundir.layout import iter_events
 
     steps = sorted({e["step"] for e in iter_events(golden_dir) if e["kind"] == "save_ops" and e.get("rank") == 0
                     and isinstance(e.get("step"), int)}) if golden_dir.is_dir() else []

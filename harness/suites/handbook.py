@@ -3,7 +3,7 @@
 A suite beside demo, chaos and defects. This module is its runs: CASES (built-in scenarios,
 the handbook's own plans, planted defects from harness/suites/defects.py, the reference trainer on a
 defect's scenario as its control, and benchmark jobs of benchmarks/ run through their command,
-each leaving a measurement directory: trainer/rundir.py `write_measurement`) and the
+each leaving a measurement directory: rundir/layout.py `write_measurement`) and the
 orchestration that runs them. Its plans and benchmark jobs are declared in the one scenario
 registry (harness/supervise/scenarios.py, families "handbook" and "measurements"). The questions and their answers, claims over
 the runs' report.json, are report/chapters.py; the page is report/handbook.py.
@@ -36,7 +36,7 @@ from trainwreck.harness.supervise.scenarios import Scenario, declare, get_scenar
 from trainwreck.report.chapters_precision import POISON_QUESTION, PRECISION_QUESTION
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.harness.registry import by_name
-from trainwreck.trainer.rundir import RunDir, read_measurement, write_measurement
+from trainwreck.rundir.layout import RunDir, read_measurement, write_measurement
 
 __all__ = ["CASES", "CHAPTERS", "MTBF_ASSUMED_S", "Case", "CaseResult", "default_chapters", "fmt", "get_case", "get_chapter",
            "handbook_word", "run_handbook"]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainwreck.harness.suites.engines import EngineOptions, Outcome, PlanJob, run_plan
-from trainwreck.trainer.errors import InputError
+from trainwreck.rundir.errors import InputError
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """'0': Ray uses 127.0.0.1 as the node address (read when Ray is imported)."""

@@ -39,7 +39,7 @@ from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, compose, verdict_word
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.layout import RunDir, iter_events
 
 Say = Callable[[str], None]
 """Where progress lines go (print, a list's append, ...)."""

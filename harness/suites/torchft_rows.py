@@ -163,7 +163,7 @@ def run_row(name: str, out_dir: Path, python: str = sys.executable) -> TorchftRo
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
-    from trainwreck.trainer.rundir import iter_events
+    from trainwreck.rundir.layout import iter_events
 
     return list(iter_events(run_dir, batches=False))
 

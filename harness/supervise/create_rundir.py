@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.trainer.rundir import RunDir, RunDirError, foreign_leftovers, make_subdirs, write_json_atomic
+from trainwreck.rundir.layout import RunDir, RunDirError, foreign_leftovers, make_subdirs, write_json_atomic
 
 HANG_SLACK_S = 1.0
 """Stated slack for hang detection: a hang is reported within hang_timeout_s + this."""

@@ -53,7 +53,7 @@ from trainwreck.harness.supervise.restarts import JobSupervisor, final_step
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
 from trainwreck.trainer.progress import read_progress
-from trainwreck.trainer.rundir import RunDir, read_run_json
+from trainwreck.rundir.layout import RunDir, read_run_json
 
 LIGHTHOUSE_START_S = 30.0
 """How long the lighthouse may take to report its port."""

@@ -16,8 +16,8 @@ from trainwreck.faults.external import ExternalFault, ExternalFaults
 from trainwreck.harness.supervise.interrupts import Terminated, interrupt_of
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang
-from trainwreck.trainer.events import EventLog
-from trainwreck.trainer.rundir import RunDir, iter_events, next_attempt
+from trainwreck.rundir.events import EventLog
+from trainwreck.rundir.layout import RunDir, iter_events, next_attempt
 
 OUTCOMES = ("completed", "budget_exhausted", "no_progress", "error", "interrupted")
 """interrupted: SIGINT or SIGTERM reached the harness, which stopped the job (`end` status

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Protocol, TypeVar
 
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.harness.registry import by_name
-from trainwreck.trainer.errors import UnknownName
+from trainwreck.rundir.errors import UnknownName
 
 REFERENCE = "reference"
 """The namespace of the reference trainer's scenarios: their runs are keyed by scenario name (the

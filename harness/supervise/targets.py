@@ -32,8 +32,9 @@ from trainwreck.harness.supervise.scenarios import custom_scenario
 from trainwreck.invariants import InputError, Judgement, judge, load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import ConfigError, TrainConfig
-from trainwreck.trainer.events import FORMAT
-from trainwreck.trainer.rundir import RunDir, run_json_fields
+from trainwreck.rundir.events import FORMAT
+from trainwreck.rundir.layout import RunDir
+from trainwreck.trainer.standalone import run_json_fields
 
 
 class Target(Protocol):

@@ -29,7 +29,7 @@ from trainwreck.harness.supervise.restarts import REAP_TIMEOUT_S, JobSupervisor,
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.harness.supervise.watchdog import Watchdog
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 
 def torchrun_command(run_dir: Path, world_size: int, max_restarts: int, rdzv_port: int,

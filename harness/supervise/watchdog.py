@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.progress import BoardEntry, read_progress
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 NOT_STARTED = (-1, -1)
 

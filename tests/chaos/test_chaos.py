@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 from trainwreck.harness.suites.chaos import ChaosCase, ChaosFailure, chaos_cases, chaos_settings, check_property, parse_duration
 
 

@@ -197,7 +197,7 @@ def test_a_returned_run_directory_unpacks_whole_and_an_archive_escaping_it_is_re
 
 def test_the_casebook_counts_cases_and_verdicts_per_node_from_run_json(tmp_path: Path) -> None:
     from trainwreck.report import render_casebook
-    from trainwreck.trainer.rundir import RunDir
+    from trainwreck.rundir.layout import RunDir
 
     runs = []
     for i, (node, valid) in enumerate([("aaaaaaaa11", True), ("bbbbbbbb22", True), ("aaaaaaaa11", False)]):
@@ -228,7 +228,7 @@ def test_an_address_where_no_cluster_answers_is_refused_at_once_in_one_line(
 
 def test_a_casebook_of_runs_on_this_one_host_has_no_per_node_line(tmp_path: Path) -> None:
     from trainwreck.report import render_casebook
-    from trainwreck.trainer.rundir import RunDir
+    from trainwreck.rundir.layout import RunDir
 
     run = tmp_path / "plan-0001"
     (run / "report").mkdir(parents=True)

@@ -15,7 +15,7 @@ from trainwreck.faults.external import ExternalFaults
 from trainwreck.faults.inrank import FaultHooks
 from trainwreck.faults.plan import HARNESS, IN_RANK, KINDS, STORAGE, PlanError, parse_plan
 from trainwreck.trainer import hooks as fp
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.storage import LocalStorage
 
 HERE = "tests.faults.test_dispatch"

@@ -14,8 +14,8 @@ from trainwreck.faults.corrupt import CannotAct, apply_corruption, committed
 from trainwreck.faults.inrank import FaultHooks
 from trainwreck.faults.storage import FaultyStorage, RecordingStorage, StepClock
 from trainwreck.faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
-from trainwreck.trainer.events import FORMAT, EventLog
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.events import FORMAT, EventLog
+from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.storage import LocalStorage
 
 

@@ -17,7 +17,7 @@ from trainwreck.invariants import History
 from tests.faults.conftest import CFG, run_plan
 from trainwreck.trainer.checkpoint import CheckpointStore, checkpoint_name
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage, UnsafePathError
 

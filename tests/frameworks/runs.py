@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainwreck.harness.suites.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_runner, job_for, run_one
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 
 def scenario(framework: str, name: str, out: Path) -> Row:

@@ -14,7 +14,7 @@ from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.trainer.frameworks import EXAMPLES
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 SCRIPT = EXAMPLES / "batchnorm_ddp.py"
 KILL = {"id": "k1", "kind": "kill", "rank": 1, "step": 8}

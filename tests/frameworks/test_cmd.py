@@ -16,7 +16,7 @@ from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.frameworks import EXAMPLES
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 PLAIN = EXAMPLES / "plain_ddp.py"
 PYTHON = sys.executable

@@ -88,7 +88,7 @@ def test_fresh_golden_rebuilds_an_intact_cached_golden_run(tmp_path: Path) -> No
     from trainwreck.harness.supervise.command.target import Command
     from trainwreck.harness.judge.golden import golden_for
     from trainwreck.harness.supervise.spec import JobSpec
-    from trainwreck.trainer.rundir import iter_events
+    from trainwreck.rundir.layout import iter_events
 
     script = EXAMPLES / "plain_ddp.py"
     spec = JobSpec(target=Command(f"{PYTHON} {script} --total-steps 3"), world_sizes=(2,), hang_timeout_s=30.0,

@@ -15,7 +15,7 @@ from trainwreck.harness.supervise.command.facts import judge_across_batch_change
 from trainwreck.faults.between_attempts import UNAPPLIED, corrupt_before
 from trainwreck.invariants import load_history
 from trainwreck.invariants.verdict import UNKNOWN
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 from trainwreck.trainer.frameworks import EXAMPLES
 
 CORRUPT = {"id": "c1", "kind": "corrupt", "how": "flip", "attempt": 1}

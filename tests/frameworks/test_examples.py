@@ -21,7 +21,7 @@ from trainwreck.invariants.judge import judge
 from trainwreck.invariants.loader import load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.frameworks import EXAMPLES
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 UPSTREAM = Path(__file__).parent / "upstream"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "FRAMEWORKS.md"

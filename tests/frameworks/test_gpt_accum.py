@@ -14,7 +14,7 @@ from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.trainer.frameworks import EXAMPLES
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 GPT = f"{sys.executable} {EXAMPLES / 'gpt_accum.py'} --init-from resume"
 KILL = [{"id": "k1", "kind": "kill", "rank": 0, "step": 6}]

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from trainwreck.trainer.probe import Probe, ProbeError, state_digest
 from trainwreck.trainer.progress import read_progress
-from trainwreck.trainer.rundir import RunDir, read_run_json
+from trainwreck.rundir.layout import RunDir, read_run_json
 
 
 def events_of(run_dir: Path) -> list[dict[str, Any]]:

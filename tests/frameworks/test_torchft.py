@@ -19,7 +19,7 @@ from trainwreck.harness.supervise.supervisor import run_job  # noqa: E402
 from trainwreck.harness.supervise.targets import ReplicaGroups  # noqa: E402
 from trainwreck.harness.suites.torchft_rows import GROUP_RESTARTS, HANG_TIMEOUT_S, SCRIPT, judge_replica_run  # noqa: E402
 from trainwreck.trainer.progress import read_progress  # noqa: E402
-from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json  # noqa: E402
+from trainwreck.rundir.layout import RunDir, iter_events, read_run_json  # noqa: E402
 from tests.harness.conftest import assert_no_leftover_processes  # noqa: E402
 from tests.harness.test_loopback import non_loopback  # noqa: E402
 

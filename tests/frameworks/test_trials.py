@@ -15,7 +15,7 @@ import pytest
 from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 pytestmark = pytest.mark.slow  # twelve --cmd jobs of 20-90 s each (docs/TRIALS.md)
 

@@ -13,7 +13,7 @@ import pytest
 from trainwreck.harness.judge.runner import run_judged
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 SCRIPT = Path(__file__).parent / "zoo" / "zoo_train.py"
 KILL = {"id": "k1", "kind": "kill", "rank": 1, "step": 8}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainwreck.harness.cli import main as cli
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 
 def run_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: list[dict],

@@ -9,7 +9,7 @@ import pytest
 from trainwreck.faults.storage import MUTATING
 from trainwreck.faults.sweep import describe
 from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, observe_sharded, run_sweep
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from trainwreck.harness.launch import launchers
 from trainwreck.trainer.progress import read_progress
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 
 def live_descendants() -> list[psutil.Process]:

@@ -1,6 +1,6 @@
 """The two readers of the run format, compared: the checker's strict loader
 (invariants.load_history, which the verdicts rest on) and the forgiving reader that the
-report, the harness and the probes use (trainer/rundir.py iter_events). Used by
+report, the harness and the probes use (rundir/layout.py iter_events). Used by
 tests/harness/test_reader_agreement.py and by every scenario run's checks
 (tests/scenarios/checks.py), so each run the scenario suite makes is read alike by both."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants import History, load_history
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 DENSE = ("step", "batch")
 DERIVED = {"end": "attempt"}

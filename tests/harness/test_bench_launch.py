@@ -5,7 +5,7 @@ from pathlib import Path
 
 from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
 from trainwreck.benchmarks.scenarios import hang_latencies
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 
 def test_the_launch_benchmark_reports_warm_launch_time_per_world_size() -> None:

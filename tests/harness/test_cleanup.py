@@ -17,7 +17,7 @@ from trainwreck.harness.supervise.supervisor import run_job
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, wait_until
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ Each exits 2 with one line naming the path and the fix, never a traceback or exi
 
 The tests run as root here, where permission bits bind nothing and a tmpfs needs mount
 privileges, so each failure is injected where the machine would raise it: the file layer
-(trainer/files.py), the cache's write probe, the listing of events/. The commands run
+(rundir/files.py), the cache's write probe, the listing of events/. The commands run
 in-process (`harness.cli.main`), so the injection reaches them."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.report.rundirs import clean_run
 from trainwreck.harness.cli import main as trainwreck
-from trainwreck.trainer import files
+from trainwreck.rundir import files
 
 
 def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], *expected: str) -> str:

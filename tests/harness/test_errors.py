@@ -12,8 +12,9 @@ import pytest
 from trainwreck.harness import cli
 from trainwreck.harness.errors import INPUT_ERRORS, SpecError
 from trainwreck.invariants import InputError as RunInputError
-from trainwreck.trainer import config, errors
-from trainwreck.trainer.errors import InputError, UnknownName
+from trainwreck.rundir import errors
+from trainwreck.trainer import config
+from trainwreck.rundir.errors import InputError, UnknownName
 
 COMMANDS = Path(__file__).resolve().parents[2] / "harness" / "commands"
 HAND_WRITTEN_EXIT = re.compile(r"return 2\b|return EXIT_UNKNOWN\b|exit\(2\)|error:")

@@ -14,7 +14,7 @@ from trainwreck.harness.supervise.create_rundir import RunDirError, create_run_d
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 
 def test_a_fifo_checkpoint_file_under_the_harness_is_rejected_with_fallback_not_a_false_hang(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import psutil
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 # One rank: start a plain child and a setsid child (each sleeps far longer than the test),
 # record their pids, exit 0 without waiting for them.

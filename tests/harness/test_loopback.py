@@ -12,7 +12,7 @@ from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.progress import read_progress
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 from tests.harness.conftest import assert_no_leftover_processes, harness_events
 
 LOOPBACK = {"127.0.0.1", "::1"}

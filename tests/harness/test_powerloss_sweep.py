@@ -12,7 +12,7 @@ import pytest
 
 from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events
 from trainwreck.faults.powerloss import LowOp, OpLog
-from trainwreck.trainer.rundir import next_attempt
+from trainwreck.rundir.layout import next_attempt
 from trainwreck.harness.suites.sweep import SweepRequest, SweepResult, cut_events, cut_time, run_sweep
 
 

@@ -1,6 +1,6 @@
 """The two readers of the run format agree: the checker's strict loader
 (invariants.load_history, which the verdicts rest on) and the forgiving reader that the
-report, the harness and the probes use (trainer/rundir.py iter_events) see the same
+report, the harness and the probes use (rundir/layout.py iter_events) see the same
 events in every run directory a quick selection of the suite makes: a clean run, a
 restart after a kill (its torn last lines included), a torn checkpoint write, a corrupted
 checkpoint (also with a restart after it), a node loss and a detected hang. Every scenario run of
@@ -19,7 +19,7 @@ from trainwreck.faults.plan import Plan
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.invariants import load_history
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 PLANS: dict[str, Plan] = {
     "clean": Plan(),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_architecture import TOPS
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind, UnknownLauncher,
                                          get_launcher, launcher_names, load)
@@ -32,7 +33,7 @@ ALLOWED = {
 def launcher_literals(root: Path) -> list[str]:
     """Every string constant equal to a launcher name in our source, outside ALLOWED."""
     found = []
-    for top in ("trainer", "faults", "harness", "invariants", "benchmarks"):
+    for top in TOPS:
         for path in sorted((root / top).rglob("*.py")):
             rel = str(path.relative_to(root))
             for node in ast.walk(ast.parse(path.read_text(), rel)):

@@ -17,7 +17,7 @@ from trainwreck.harness.supervise.create_rundir import run_json
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.harness.supervise.targets import ReplicaGroups, replica_job_fields
-from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
+from trainwreck.rundir.layout import RunDir, iter_events, read_run_json
 from tests.harness.conftest import assert_no_leftover_processes
 
 KILL = {"id": "k1", "kind": "kill", "rank": 1, "step": 3}

@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.test_architecture import TOPS
 from trainwreck.harness.commands import scenarios as command
 from trainwreck.harness.supervise.scenarios import (FAMILIES, REGISTRY, SCENARIOS, DuplicateScenario, Family, Scenario,
                                           ScenarioRegistry, custom_scenario, load)
 
 REPO = Path(__file__).resolve().parents[2]
-TOPS = ("trainer", "faults", "harness", "invariants", "benchmarks")
 JOB_TYPES = {f.job for f in FAMILIES.values()}
 FAMILY_FILES = {f.module.removeprefix("trainwreck.").replace(".", "/") + ".py" for f in FAMILIES.values()}
 

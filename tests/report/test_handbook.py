@@ -27,7 +27,7 @@ from trainwreck.harness.suites.handbook import MTBF_ASSUMED_S, CaseResult, defau
 from trainwreck.report.angles import MTBF_ASSUMED_S as REPORT_MTBF_S
 from trainwreck.report.plots import coverage_svg, loss_svg
 from trainwreck.report.truth import check_handbook
-from trainwreck.trainer.rundir import MEASUREMENT_FORMAT
+from trainwreck.rundir.layout import MEASUREMENT_FORMAT
 
 MIN_CAUGHT = 3
 CHAPTERS = tuple(default_chapters())

@@ -23,7 +23,7 @@ from trainwreck.harness.suites.handbook import MEASURE_WORLD, default_chapters, 
 from trainwreck.report.chapters_parallel import PARALLEL_CHAPTERS
 from trainwreck.report.handbook import build_chapter
 from trainwreck.report.truth import check_handbook
-from trainwreck.trainer.rundir import read_measurement, write_measurement
+from trainwreck.rundir.layout import read_measurement, write_measurement
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "parallel"

@@ -21,7 +21,7 @@ from trainwreck.report.truth import check_handbook
 from trainwreck.harness.suites.handbook import default_chapters, get_case, get_chapter
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.model import MLP
-from trainwreck.trainer.rundir import read_measurement, write_measurement
+from trainwreck.rundir.layout import read_measurement, write_measurement
 
 
 def _plain_sgd(steps: int) -> list[float]:

@@ -31,9 +31,9 @@ from tests.report.rundirs import hung_run
 from tests.trainer.test_checkpoint_store import IDENTITY, make_store, save_steps
 from trainwreck.harness.cli import main as trainwreck
 from trainwreck.trainer.checkpoint import CheckpointStore
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
-from trainwreck.trainer.rundir import RunDirError, make_subdirs
+from trainwreck.rundir.layout import RunDirError, make_subdirs
 from trainwreck.trainer.storage import LocalStorage
 
 TARGETS = ["run.json", "events", "events/a000-r000-p0.jsonl", "events/harness.jsonl", "events/a001-r002-p9.jsonl",

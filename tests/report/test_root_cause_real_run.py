@@ -113,7 +113,7 @@ def test_a_rank_sigkilled_by_no_plan_is_named_with_its_signal_and_the_memory_kil
     from trainwreck.report.crash_cause import root_cause
     from trainwreck.harness.supervise.supervisor import run_job
     from trainwreck.trainer.progress import read_progress
-    from trainwreck.trainer.rundir import RunDir
+    from trainwreck.rundir.layout import RunDir
 
     run = tmp_path / "run"
     spec = JobSpec(config=TrainConfig.tiny(total_steps=10**6, ckpt_interval=10**6), world_sizes=(2,),

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario, get_scenario
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 from tests.scenarios.checks import assert_every_fault_fired, assert_valid
 
 NCCL = pytest.mark.trainwreck(backend="nccl")

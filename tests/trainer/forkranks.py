@@ -24,7 +24,8 @@ import trainwreck.trainer.entry  # noqa: F401  forked ranks inherit DDP's lazy i
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.hooks import Hooks, NoHooks
 from trainwreck.trainer.launch import RankContext, loopback_store
-from trainwreck.trainer.rundir import run_json_fields, write_json_atomic
+from trainwreck.rundir.layout import write_json_atomic
+from trainwreck.trainer.standalone import run_json_fields
 
 CRASH_CODE = 17
 

@@ -12,7 +12,7 @@ from blake3 import blake3
 
 from tests.trainer.forkranks import Events
 from trainwreck.trainer.checkpoint import CheckpointStore, IncompatibleCheckpoint
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 from trainwreck.trainer.hooks import NoHooks
 from trainwreck.trainer.storage import LocalStorage, UnsafePathError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainwreck.trainer.events import EventLog
+from trainwreck.rundir.events import EventLog
 
 
 def _on_disk(path: Path) -> list[str]:

@@ -22,20 +22,20 @@ from tests.trainer.forkranks import Events
 
 
 def test_a_fifo_is_refused_as_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     fifo = mkfifo(tmp_path / "run.json")
     with pytest.raises(files.NotRegularFile, match="a FIFO"):
         within_deadline(lambda: files.read_bytes(fifo, files.SMALL_LIMIT))
 
 
 def test_an_endless_device_is_refused_before_a_byte_is_read() -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     with pytest.raises(files.NotRegularFile, match="character device"):
         within_deadline(lambda: files.read_bytes("/dev/zero", files.SMALL_LIMIT))
 
 
 def test_a_file_over_its_bound_is_refused_by_its_size_unread(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     sparse = tmp_path / "big"
     with open(sparse, "wb") as file:
         file.truncate(2 << 30)  # 2 GiB, no blocks on disk
@@ -44,7 +44,7 @@ def test_a_file_over_its_bound_is_refused_by_its_size_unread(tmp_path: Path) -> 
 
 
 def test_a_symlink_is_never_followed_and_a_folder_link_out_of_the_root_is_refused(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     (tmp_path / "outside.txt").write_text("secret")
     root = tmp_path / "root"
     root.mkdir()
@@ -59,7 +59,7 @@ def test_a_symlink_is_never_followed_and_a_folder_link_out_of_the_root_is_refuse
 
 
 def test_an_atomic_write_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     victim = tmp_path / "victim.txt"
     victim.write_text("must survive")
     root = tmp_path / "root"
@@ -73,7 +73,7 @@ def test_an_atomic_write_replaces_a_planted_link_and_never_writes_through_it(tmp
 
 
 def test_an_atomic_write_into_a_folder_linked_out_of_the_root_is_refused(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     (tmp_path / "elsewhere").mkdir()
     root = tmp_path / "root"
     root.mkdir()
@@ -198,7 +198,7 @@ def test_a_rejected_step_folder_that_cannot_be_moved_is_left_in_place_and_its_st
 
 
 def test_a_symlinked_checkpoints_folder_never_has_its_target_cleaned(tmp_path: Path) -> None:
-    from trainwreck.trainer import files  # here, not above: the store tests must run without it
+    from trainwreck.rundir import files  # here, not above: the store tests must run without it
     outside = tmp_path / "outside"
     outside.mkdir()
     for name in (".tmp-step-00000004-1", ".trash-step-00000004-1"):

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from trainwreck.trainer.config import TrainConfig
-from trainwreck.trainer.errors import ConfigError
+from trainwreck.rundir.errors import ConfigError
 from trainwreck.trainer.state import lr_factor
 
 

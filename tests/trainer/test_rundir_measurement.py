@@ -1,4 +1,4 @@
-"""The measurement directory, the run directory's other kind (trainer/rundir.py).
+"""The measurement directory, the run directory's other kind (rundir/layout.py).
 
 The handbook's benchmark jobs leave one measurement.json (format trainwreck-measurement/1);
 it is written and read through the bounded file layer like run.json, and a command handed
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.trainer.rundir import (MEASUREMENT_FORMAT, RunDir, RunDirError, read_measurement, read_run_json,
+from trainwreck.rundir.layout import (MEASUREMENT_FORMAT, RunDir, RunDirError, read_measurement, read_run_json,
                                        write_measurement)
 
 MEASURED = {"command": "python -m trainwreck.benchmarks.comm --world 2", "measure": "comm", "world_size": 2}

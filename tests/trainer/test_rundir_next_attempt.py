@@ -1,4 +1,4 @@
-"""One rule for the attempt number a run directory continues with (trainer/rundir.py
+"""One rule for the attempt number a run directory continues with (rundir/layout.py
 next_attempt), which both the harness's attempt loop and a standalone rank ask.
 
 The two earlier rules each missed a case the other saw: counting rank event files misses
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainwreck.trainer.rundir import next_attempt
+from trainwreck.rundir.layout import next_attempt
 
 
 def harness_log(run_dir: Path, *attempts: int) -> None:

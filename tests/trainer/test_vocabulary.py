@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from trainwreck.trainer import events, progress
+from tests.test_architecture import TOPS
+from trainwreck.rundir import events
+from trainwreck.trainer import progress
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCE_TOPS = ("trainer", "faults", "harness", "invariants", "benchmarks")
-FORMAT_HOMES = {"trainer/events.py", "invariants/history.py"}
+SOURCE_TOPS = TOPS
+FORMAT_HOMES = {"rundir/events.py", "invariants/history.py"}
 
 
 def constants_equal_to(value: str, root: Path) -> list[str]:

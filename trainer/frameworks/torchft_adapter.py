@@ -52,7 +52,7 @@ from torchft.checkpointing.http_transport import HTTPTransport
 from trainwreck.trainer.hooks import IN_ALLREDUCE, IN_HEAL, Hooks, NoHooks
 from trainwreck.trainer.launch import loopback_store
 from trainwreck.trainer.probe import Probe, state_digest
-from trainwreck.trainer.rundir import read_run_json
+from trainwreck.rundir.layout import read_run_json
 
 LOOPBACK = "127.0.0.1"
 # The replica environment the harness gives a rank (beside torchrun's RANK/WORLD_SIZE, which

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.report.crash_cause import last_exception
-from trainwreck.trainer.rundir import RunDir, iter_events
+from trainwreck.rundir.layout import RunDir, iter_events
 
 
 def global_batches(run_dir: Path) -> dict[int, dict[str, int]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Verdict, compose
-from trainwreck.trainer.rundir import iter_events
+from trainwreck.rundir.layout import iter_events
 
 REPEAT_STEPS = 2
 """Updates the second run must reach before it is stopped."""

@@ -30,8 +30,8 @@ from trainwreck.harness.errors import SpecError
 from trainwreck.harness.registry import COMMAND
 from trainwreck.invariants import InputError, Judgement, judge, load_history
 from trainwreck.invariants.verdict import UNKNOWN
-from trainwreck.trainer.events import FORMAT
-from trainwreck.trainer.rundir import RunDir, iter_events, read_run_json
+from trainwreck.rundir.events import FORMAT
+from trainwreck.rundir.layout import RunDir, iter_events, read_run_json
 
 CONTRACT_FIELDS = ("dataset_size", "global_batch", "drop_last", "total_steps")
 """run.json fields only the command knows; its probe writes them (Probe.write_run_json)."""

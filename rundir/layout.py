@@ -7,8 +7,7 @@ job's figures in one measurement.json and no events, which the handbook quotes b
 runs. It is written and read here too, through the same bounded file layer, so a command
 handed one can say what it is instead of "no run.json".
 
-Also the trainer's own run.json, for when it runs without the harness (python -m
-trainwreck.trainer, torchrun). Importing this module never imports torch.
+Standard library only, and nothing of ours but rundir/: every layer may import it.
 """
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from trainwreck.trainer import files
-from trainwreck.trainer.config import InputError, TrainConfig
-from trainwreck.trainer.events import FORMAT
+from trainwreck.rundir import files
+from trainwreck.rundir.errors import InputError
+from trainwreck.rundir.events import FORMAT
 
 
 class RunDirError(InputError):
@@ -259,22 +258,6 @@ def _parse_lines(lines: list[str]) -> tuple[list[Any], int]:
     return parsed, skipped
 
 
-def run_json_fields(cfg: TrainConfig, world_sizes: list[int], **extra: Any) -> dict[str, Any]:
-    """run.json's contract fields (DESIGN.md) plus the full trainer config."""
-    return {
-        "format": FORMAT,
-        "dataset_size": cfg.dataset_size,
-        "global_batch": cfg.global_batch,
-        "drop_last": cfg.drop_last,
-        "total_steps": cfg.total_steps,
-        "hang_timeout_s": extra.pop("hang_timeout_s", None),
-        "world_sizes": world_sizes,
-        "faults": extra.pop("faults", []),
-        "config": cfg.to_dict(),
-        **extra,
-    }
-
-
 def ensure_writable(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -293,25 +276,6 @@ def ensure_writable(run_dir: Path) -> None:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     files.write_atomic(path, json.dumps(data, indent=1) + "\n")
-
-
-def prepare_standalone(run_dir: Path, cfg: TrainConfig, world_size: int, rank: int,
-                       collective_timeout_s: float) -> None:
-    """Rank 0 writes run.json once; a later attempt (torchrun restart) must match it."""
-    ensure_writable(run_dir)
-    path = RunDir(run_dir).run_json
-    refuse_foreign(run_dir)
-    if path.exists():
-        existing = read_run_json(run_dir).get("config")
-        if existing != cfg.to_dict():
-            raise RunDirError(
-                f"{path} describes a run with another configuration; resume with the same "
-                "options or use a new --run-dir")
-        return
-    if rank == 0:
-        # No watchdog supervises a standalone run: the collective timeout is its hang bound.
-        write_json_atomic(path, run_json_fields(cfg, [world_size], launcher="standalone",
-                                                hang_timeout_s=collective_timeout_s))
 
 
 def foreign_leftovers(run_dir: Path) -> list[str]:
