@@ -44,6 +44,9 @@ INTERVALS_MIN = (15, 30, 60, 120, 240)
 """Configured: the checkpoint intervals compared, in minutes."""
 SAVE_SHARE = 0.1
 """Configured: the most of an interval a save may take."""
+RPO_MIN = 120
+"""Assumed: the recovery point objective, the most work (minutes) the team accepts to lose at a failure; a target
+the chapter is given, not one it works out."""
 HEADROOM_SHARE = 0.5
 """Configured: a model 'fits with headroom' under DDP when its rank's peak memory is at most this share of
 the memory a rank can have (the machine's memory over its ranks)."""
@@ -326,12 +329,20 @@ def ckpt_spend(ev: Evidence) -> list[Paragraph]:
     size, per_param = int(ev.get(run, "save_bytes")), float(ev.get(run, "save_bytes_per_param"))
     rate = float(ev.get(run, "write_bytes_per_s"))
     big = per_param * SEED_PARAMS
+    one_writer_s = big / rate
     price = ev.derive("price_per_gb_month", PRICE_PER_GB_MONTH, "assumed (PRICE_PER_GB_MONTH)", {}, " $")
     retention = ev.derive("retention_days", RETENTION_DAYS, "assumed (RETENTION_DAYS)", {}, " days")
     budget = ev.derive("budget_per_month", BUDGET_PER_MONTH, "assumed (BUDGET_PER_MONTH)", {}, " $")
+    rpo = ev.derive("rpo_min", RPO_MIN, "assumed (RPO_MIN)", {}, " min")
 
     def spend(nbytes: float, minutes: int) -> float:
         return 1440 / minutes * RETENTION_DAYS * nbytes / 1e9 * PRICE_PER_GB_MONTH
+
+    def writers(minutes: int) -> int:
+        return math.ceil(one_writer_s / (SAVE_SHARE * minutes * 60))
+
+    def lost_min(minutes: int) -> float:
+        return minutes + one_writer_s / writers(minutes) / 60
 
     intro = [
         ev.s(f"Measured by benchmarks/ckpt_size.py: the reference trainer's checkpoint of the "
@@ -341,47 +352,82 @@ def ckpt_spend(ev: Evidence) -> list[Paragraph]:
              f"{ev.q(run, 'save_s', unit=' s')} to save here (median of {ev.q(run, 'saves')}), "
              + ev.derive("write_mb_s", rate / 1e6, "save_bytes / save_s / 1e6", {"save_bytes": size}, " MB/s") + ".",
              fact("save_bytes_per_param", ">=", 12, run=run)),
-        ev.s("At that measured rate per parameter, seed 003's "
-             + ev.derive("seed_params_ckpt_billion", int(SEED_PARAMS / 1e9), "seed 003", {}) + " billion-parameter model saves "
+        ev.s("Assuming seed 003's "
+             + ev.derive("seed_params_ckpt_billion", int(SEED_PARAMS / 1e9), "seed 003", {})
+             + " billion-parameter model keeps this layout (fp32 weights and two moments; a mixed-precision one with "
+               "bf16 weights beside fp32 masters differs), it saves "
              + ev.derive("seed_ckpt_gb", big / 1e9, "save_bytes_per_param * params / 1e9",
                          {"save_bytes_per_param": per_param, "params": SEED_PARAMS}, " GB")
-             + f" a checkpoint. Assumed, not measured: storage at {price} per GB-month, every checkpoint kept "
-             f"{retention}, and a budget of {budget} a month."),
+             + " a checkpoint, and one writer at this disk's measured rate needs "
+             + ev.derive("one_writer_save_min", one_writer_s / 60, "size / write_rate / 60",
+                         {"size": big, "write_rate": rate}, " min")
+             + f" to save it. Assumed, not measured: storage at {price} per GB-month, every checkpoint kept "
+             f"{retention}, a budget of {budget} a month, and a recovery point objective (RPO, the most work the "
+             f"team accepts to lose at a failure, a target it is given) of {rpo}."),
+        ev.s("A save in flight is not committed, so the work lost at a failure is up to the interval plus the save "
+             "time: the checkpoint being written when the failure strikes does not count, and the last committed "
+             "one is an interval and a save old."),
     ]
     rows = []
     for m in INTERVALS_MIN:
-        cost, stall = spend(big, m), big / rate / (m * 60)
+        cost, w = spend(big, m), writers(m)
+        interval = ev.derive(f"interval_{m}_min", m, "configured (INTERVALS_MIN)", {}, " min")
+        head = ("Every " + interval + ": "
+                + ev.derive(f"saves_per_day_{m}", 1440 / m, "1440 / interval_min", {"interval_min": m})
+                + " saves a day, "
+                + ev.derive(f"stored_tb_{m}", 1440 / m * RETENTION_DAYS * big / 1e12,
+                            "saves_per_day * retention * size / 1e12", {"size": big}, " TB") + " kept, "
+                + ev.derive(f"spend_{m}", cost, "saves_per_day * retention * size_gb * price", {"size": big},
+                            " $ a month")
+                + (" (over the budget)" if cost > BUDGET_PER_MONTH else " (within the budget)") + "; ")
+        if one_writer_s > m * 60:
+            one = ("one writer's save takes longer than the interval, so with the measured writer this interval is "
+                   "infeasible (saves would overlap or be skipped)", fact("write_bytes_per_s", "<", big / (m * 60), run=run))
+        else:
+            one = ("one writer's save fits in the interval, and then up to "
+                   + ev.derive(f"lost_one_writer_{m}_min", m + one_writer_s / 60, "interval + one_writer_save_min",
+                               {"interval": m, "one_writer_save_min": one_writer_s / 60}, " min")
+                   + " of work is lost", fact("write_bytes_per_s", ">=", big / (m * 60), run=run))
         rows.append(ev.s(
-            "Every " + ev.derive(f"interval_{m}_min", m, "configured (INTERVALS_MIN)", {}, " min") + ": "
-            + ev.derive(f"saves_per_day_{m}", 1440 / m, "1440 / interval_min", {"interval_min": m}) + " saves a day, "
-            + ev.derive(f"stored_tb_{m}", 1440 / m * RETENTION_DAYS * big / 1e12, "saves_per_day * retention * size / 1e12",
-                        {"size": big}, " TB") + " kept, "
-            + ev.derive(f"spend_{m}", cost, "saves_per_day * retention * size_gb * price", {"size": big}, " $ a month")
-            + "; at most " + ev.derive(f"rpo_{m}_min", m, "interval", {}, " min")
-            + " of work lost (the RPO), and a save at this disk's measured rate would take "
-            + ev.derive(f"save_share_{m}_percent", 100 * stall, "100 * size / write_rate / interval_s",
-                        {"size": big, "write_rate": rate}, " %") + " of the interval"
-            + (" (over the budget)." if cost > BUDGET_PER_MONTH else " (within the budget).")))
-    within = [m for m in INTERVALS_MIN if spend(big, m) <= BUDGET_PER_MONTH]
-    pick = ev.s(
-        "Under the assumed budget the shortest interval that fits is "
-        + ev.derive("picked_interval_min", within[0], "min(interval with spend <= budget)", {}, " min")
-        + ", so that is the RPO the budget buys; a tighter RPO needs a larger budget, a shorter retention or "
-          "cheaper storage. One writer at this disk's measured rate needs "
-        + ev.derive("one_writer_save_s", big / rate, "size / write_rate", {"size": big, "write_rate": rate}, " s")
-        + " for it, so to keep the save under "
-        + ev.derive("save_share_target_percent", 100 * SAVE_SHARE, "configured (SAVE_SHARE)", {}, " %")
-        + " (configured) of that interval it must be spread over at least "
-        + ev.derive("writers_needed", math.ceil(big / rate / (SAVE_SHARE * within[0] * 60)) if within else 0,
-                    "ceil(one_writer_save_s / (SAVE_SHARE * interval_s))", {"one_writer_save_s": big / rate})
-        + " writers (every rank writing its own shard, as FSDP's sharded checkpoint does) or taken off the step "
-          "(asynchronous checkpoints, chapter async)."
-        if within else "No configured interval fits the assumed budget: lengthen the interval or shorten retention.")
+            head + one[0] + "; spread over "
+            + ev.derive(f"writers_{m}", w, "ceil(one_writer_save_s / (SAVE_SHARE * interval_s))",
+                        {"one_writer_save_s": one_writer_s, "interval_s": m * 60})
+            + " writers the save stays under the configured share of the interval and up to "
+            + ev.derive(f"lost_{m}_min", lost_min(m), "interval + one_writer_save_min / writers",
+                        {"interval": m, "one_writer_save_min": one_writer_s / 60, "writers": w}, " min")
+            + " of work is lost.", one[1]))
+    feasible = [m for m in INTERVALS_MIN if lost_min(m) <= RPO_MIN]
+    share = ev.derive("save_share_target_percent", 100 * SAVE_SHARE, "configured (SAVE_SHARE)", {}, " %")
+    if feasible:
+        m = feasible[-1]
+        cost = spend(big, m)
+        pick = ev.s(
+            f"The RPO decides the interval, the budget only checks it: the longest configured interval whose "
+            f"interval + save time stays within the {rpo} RPO is "
+            + ev.derive("picked_interval_min", m, "max(interval with interval + save_min <= RPO_MIN)", {}, " min")
+            + ", with its save spread over "
+            + ev.derive("writers_needed", writers(m), "ceil(one_writer_save_s / (SAVE_SHARE * interval_s))",
+                        {"one_writer_save_s": one_writer_s, "interval_s": m * 60})
+            + f" writers to keep it under {share} (configured) of the interval (every rank writing its own shard, "
+              "as FSDP's sharded checkpoint does, assuming the storage takes each writer at this disk's rate: a "
+              "shared object store or parallel filesystem has its own ceiling) or taken off the step "
+              "(asynchronous checkpoints, chapter async); its spend, "
+            + ev.derive("picked_spend", cost, "spend at picked interval", {}, " $ a month")
+            + (", is within the assumed budget." if cost <= BUDGET_PER_MONTH else
+               ", is over the assumed budget: a larger budget, a shorter retention, cheaper storage or a looser RPO "
+               "is needed."))
+    else:
+        pick = ev.s(f"No configured interval keeps interval + save time within the {rpo} RPO with the save under "
+                    f"{share} of the interval: save faster (more writers, asynchronous saves) or accept a looser RPO.")
     return [intro, rows, [
         pick,
-        ev.s("The recovery point objective bounds the interval from above (work lost is at most one interval, "
-             "plus the restart), the budget and the save's stall bound it from below; chapter interval puts the "
-             "failure rate in with Young's and Daly's formulas."),
+        ev.s("Spend grows with checkpoint frequency only because every checkpoint is kept for the retention "
+             "window: recovery needs only the latest committed checkpoint, so keeping the last k (the keep_last of "
+             "trainer/checkpoint.py's CheckpointStore) stores k checkpoints whatever the interval."),
+        ev.s("Keep lost work and downtime apart: the interval plus the save time bounds the work lost (the RPO "
+             "side); the restart, reloading the checkpoint and rejoining, is downtime (the recovery time objective, "
+             "RTO) and adds nothing to the work lost; chapter interval puts the failure rate in with Young's and "
+             "Daly's formulas."),
     ]]
 
 

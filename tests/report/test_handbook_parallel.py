@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -149,16 +150,45 @@ def test_the_fsdp_wrong_chapter_names_step_time_against_headroom_and_turns_with_
     assert "this model should stay on DDP" not in _said(full) and "bought memory the job needed" in _said(full)
 
 
-def test_the_ckpt_spend_chapter_labels_price_and_budget_assumed_and_picks_the_shortest_interval_within_it(
+def test_the_ckpt_spend_chapter_labels_price_and_budget_assumed_and_picks_the_longest_interval_within_the_rpo(
         tmp_path: Path) -> None:
     reports = _reports(tmp_path)
     chapter = build_chapter(get_chapter("ckpt-spend"), reports)
     text, derived = _said(chapter), {d["label"]: d for d in chapter["derived"]}
     assert "Assumed, not measured: storage at 0.023 $ per GB-month" in text
-    size = reports["ckpt-size"]["save_bytes_per_param"] * 70e9
-    spend = {m: 1440 / m * 7 * size / 1e9 * 0.023 for m in (15, 30, 60, 120, 240)}
-    assert derived["picked_interval_min"]["value"] == min(m for m, s in spend.items() if s <= 5000)
+    ck = reports["ckpt-size"]
+    save_s = ck["save_bytes_per_param"] * 70e9 / ck["write_bytes_per_s"]
+    lost = {m: m + save_s / math.ceil(save_s / (0.1 * m * 60)) / 60 for m in (15, 30, 60, 120, 240)}
+    assert derived["picked_interval_min"]["value"] == max(m for m, x in lost.items() if x <= 120)
     assert derived["price_per_gb_month"]["formula"].startswith("assumed")
+    assert derived["rpo_min"]["formula"].startswith("assumed")
+
+
+def test_the_ckpt_spend_chapter_counts_the_save_in_the_work_lost_and_calls_an_interval_shorter_than_the_save_infeasible(
+        tmp_path: Path) -> None:
+    reports = _reports(tmp_path)
+    chapter = build_chapter(get_chapter("ckpt-spend"), reports)
+    text, derived = _said(chapter), {d["label"]: d for d in chapter["derived"]}
+    ck = reports["ckpt-size"]
+    save_min = ck["save_bytes_per_param"] * 70e9 / ck["write_bytes_per_s"] / 60
+    assert save_min > 120  # the recorded disk needs longer than two hours for one 70B checkpoint
+    assert "work lost at a failure is up to the interval plus the save time" in text
+    short = [m for m in (15, 30, 60, 120, 240) if m < save_min]
+    assert text.count("with the measured writer this interval is infeasible") == len(short)
+    assert derived["lost_one_writer_240_min"]["value"] == pytest.approx(240 + save_min)
+    for m in (15, 30, 60, 120, 240):
+        writers = math.ceil(save_min / (0.1 * m))
+        assert derived[f"lost_{m}_min"]["value"] == pytest.approx(m + save_min / writers)
+    # the RPO is given, not bought by the budget; lost work and downtime kept apart; spend tied to retention
+    assert "the RPO the budget buys" not in text and "plus the restart" not in text
+    assert "a recovery point objective (RPO, the most work the team accepts to lose at a failure" in text
+    assert "the budget only checks it" in text and "is within the assumed budget" in text
+    assert "adds nothing to the work lost" in text
+    assert "only because every checkpoint is kept for the retention window" in text
+    # a budget the picked interval exceeds is said to be exceeded, not quietly met
+    poor = build_chapter(get_chapter("ckpt-spend"), _reports(tmp_path / "b", {
+        "ckpt-size": lambda d: {**d, "save_bytes_per_param": 4 * d["save_bytes_per_param"]}}))
+    assert "is over the assumed budget" in _said(poor) or "No configured interval" in _said(poor)
 
 
 def test_the_judgement_chapter_says_it_is_judgement_and_every_file_it_names_exists(tmp_path: Path) -> None:
