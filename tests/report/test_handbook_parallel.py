@@ -118,13 +118,51 @@ def test_the_ring_tree_chapter_counts_bytes_per_rank_and_labels_the_oversubscrib
     text = _said(chapter)
     assert "1536 bytes sent by every rank (1.5 D)" in text
     assert "2 cores for 4 ranks" in text and "oversubscribed machine's, not the algorithms'" in text
-    assert "the model puts the crossing at" in text
+    assert "The crossover's formula is the algorithms'" in text
     # a doctored ring that sent a byte too many loses its row and the textbook sentence
     bad = build_chapter(get_chapter("ring-tree"), _reports(tmp_path / "b", {
         "ring-tree": lambda d: {**d, "ring": [{**d["ring"][0], "max_sent_bytes": d["ring"][0]["max_sent_bytes"] + 1,
                                                "sent_bytes_per_rank": [x + 1 for x in d["ring"][0]["sent_bytes_per_rank"]]},
                                               *d["ring"][1:]]}}))
     assert "1536 bytes sent by every rank" not in _said(bad) and "The counts are the textbook's" not in _said(bad)
+
+
+def test_the_ring_tree_chapter_calls_an_inconsistent_fit_scheduling_noise_and_names_no_winner_inside_the_noise(
+        tmp_path: Path) -> None:
+    reports = _reports(tmp_path)
+    rt = reports["ring-tree"]
+    chapter = build_chapter(get_chapter("ring-tree"), reports)
+    text, derived = _said(chapter), {d["label"]: d for d in chapter["derived"]}
+    ping = {p["bytes"]: p["one_way_s"] for p in rt["ping"]}
+    assert ping[4] > ping[65536]  # the recorded 4-byte message was slower than the 64 KiB one
+    assert "That fit is not a property of the link: a 4-byte message took" in text
+    assert "a 65536-byte one" in text
+    # the crossover is rounded and labelled the model's from an unsupported fit, not printed to half a byte
+    assert derived["model_crossover_mb"]["value"] == round(rt["model_crossover_bytes"] / 1e6, 1)
+    assert "about 2.9 MB (the model's, from a fit this machine cannot support" in text
+    assert "2,902,696.5" not in text and "the model's choice is the one to expect" not in text
+    # a winner only outside the noise (slower median >= 1.5x the faster, faster median below the slower's minimum)
+    won = {}
+    for r, t in zip(rt["ring"], rt["tree"]):
+        fast, slow = sorted((r, t), key=lambda x: x["seconds"])
+        won[r["bytes"]] = ("tree" if fast is t else "ring") if slow["seconds"] >= 1.5 * fast["seconds"] and \
+            fast["seconds"] < slow["seconds_min"] else None
+    assert won[1024] is None and won[4194304] == "tree"
+    rows = [s["text"] for s in chapter["sentences"] if s["text"] and re.match(r"\S*\d+\S* bytes: ring", _said({"sentences": [s]}))]
+    assert len(rows) == len(won)
+    for row, (size, w) in zip(rows, won.items()):
+        assert (f"faster here: {w}." if w else "within the noise here: no winner.") in _said({"sentences": [{"text": row}]})
+    assert "faster here: ring" not in text
+    # the explanation no longer contradicts itself: a per-round wait favours the tree, which has fewer rounds
+    assert "favours the tree" in text and "4 against the ring's 6" in text
+    # the tree's busiest ranks are counted as recorded: rank 2 sends 2 D as well as the root
+    assert "at most 2048 bytes (2.0 D, by ranks 0 and 2)" in text and "(the root, 2.0 D)" not in text
+    assert "unpipelined" in text
+    # a ping-pong that grows with size is not called noise
+    clean = build_chapter(get_chapter("ring-tree"), _reports(tmp_path / "b", {
+        "ring-tree": lambda d: {**d, "ping": [{**p, "one_way_s": 1e-5 + 1e-9 * p["bytes"]} for p in d["ping"]]}}))
+    assert "That fit is not a property of the link" not in _said(clean)
+    assert "from a fit this machine cannot support" not in _said(clean)
 
 
 def test_the_param_server_chapter_says_oversubscribed_rates_are_the_machines_not_the_servers(tmp_path: Path) -> None:
