@@ -188,6 +188,31 @@ def test_the_fsdp_wrong_chapter_names_step_time_against_headroom_and_turns_with_
     assert "this model should stay on DDP" not in _said(full) and "bought memory the job needed" in _said(full)
 
 
+def test_the_fsdp_wrong_chapter_shows_both_peaks_claims_no_freed_memory_and_needs_a_margin_for_a_slower_step(
+        tmp_path: Path) -> None:
+    reports = _reports(tmp_path)
+    ddp, fsdp = reports["bytes-ddp"], reports["bytes-fsdp"]
+    chapter = build_chapter(get_chapter("fsdp-wrong"), reports)
+    text, derived = _said(chapter), {d["label"]: d for d in chapter["derived"]}
+    assert fsdp["peak_rss_bytes"] >= ddp["peak_rss_bytes"]  # recorded: FSDP's process peaked higher
+    assert derived["ddp_peak_rss_mib"]["value"] == ddp["peak_rss_bytes"] / 2 ** 20
+    assert derived["fsdp_peak_rss_mib"]["value"] == fsdp["peak_rss_bytes"] / 2 ** 20
+    assert "FSDP freed no process memory measurable here" in text and "its process peaked no lower" in text
+    assert "the model state above is the figure FSDP changes" in text
+    assert "32.7 MiB" in text and "16.3 MiB" in text
+    assert f"measured with {ddp['world_size']} ranks on {ddp['cores']} cores (a rank on every core" in text
+    assert "beyond the 1.2× margin (configured)" in text and "only its direction is this run's finding" in text
+    # a 1.1× step, as another run on this machine measured, is within the margin: no verdict on step time
+    close = build_chapter(get_chapter("fsdp-wrong"), _reports(tmp_path / "b", {
+        "bytes-fsdp": lambda d: {**d, "step_s": 1.1 * ddp["step_s"]}}))
+    assert "this model should stay on DDP" not in _said(close)
+    assert "no difference this machine can show" in _said(close) and "gives no verdict on step time" in _said(close)
+    # an FSDP whose process peaked lower is not told it freed nothing
+    lower = build_chapter(get_chapter("fsdp-wrong"), _reports(tmp_path / "c", {
+        "bytes-fsdp": lambda d: {**d, "peak_rss_bytes": ddp["peak_rss_bytes"] - 1}}))
+    assert "FSDP freed no process memory" not in _said(lower) and "FSDP's was lower" in _said(lower)
+
+
 def test_the_ckpt_spend_chapter_labels_price_and_budget_assumed_and_picks_the_longest_interval_within_the_rpo(
         tmp_path: Path) -> None:
     reports = _reports(tmp_path)
