@@ -188,7 +188,7 @@ def test_the_fsdp_wrong_chapter_names_step_time_against_headroom_and_turns_with_
     assert "this model should stay on DDP" not in _said(full) and "bought memory the job needed" in _said(full)
 
 
-def test_the_fsdp_wrong_chapter_shows_both_peaks_claims_no_freed_memory_and_needs_a_margin_for_a_slower_step(
+def test_the_fsdp_wrong_chapter_shows_both_peaks_claims_no_freed_memory_and_needs_a_margin_before_calling_its_step_longer(
         tmp_path: Path) -> None:
     reports = _reports(tmp_path)
     ddp, fsdp = reports["bytes-ddp"], reports["bytes-fsdp"]
