@@ -30,7 +30,10 @@ ASSUMED_70B = {"layers": 80, "hidden": 8192, "seq": 4096, "micro_batch": 1, "byt
                "tp": 8, "pp": 8}
 """Not in the seed, assumed and said so on the page: 80 layers of hidden 8192 (the shape of published 70B
 transformers), sequences of 4096 tokens, one sequence per micro-batch, bf16 activations, tensor parallel
-over the 8 GPUs of a node, 8 pipeline stages."""
+over the 8 GPUs of a node times 8 pipeline stages (64 GPUs, 10 layers each)."""
+TRAIN_BYTES_PER_PARAM = 16
+"""Assumed: training state a parameter under mixed-precision Adam, bf16 weights (2) and gradients (2), fp32 master
+weights (4) and two fp32 moments (4 + 4)."""
 MEGATRON_ALLREDUCES_PER_LAYER = 4
 """Per transformer layer and micro-batch: the MLP's and the attention's row-parallel outputs in the forward,
 their conjugates in the backward (Megatron-LM's count; the run measures the MLP forward's one)."""
@@ -74,7 +77,11 @@ def tensor_parallel(ev: Evidence) -> list[Paragraph]:
     t = a["tp"]
     big_payload = a["seq"] * a["micro_batch"] * a["hidden"] * a["bytes_per_element"]
     tp_layer = MEGATRON_ALLREDUCES_PER_LAYER * 2 * (t - 1) / t * big_payload
-    tp_total = tp_layer * a["layers"]
+    pp = a["pp"]
+    per_gpu_layers = a["layers"] // pp
+    tp_gpu = tp_layer * per_gpu_layers
+    state_gb = SEED_PARAMS * TRAIN_BYTES_PER_PARAM / 1e9
+    node_gb = t * SEED_GPU_BYTES / 1e9
     pp_stage = 2 * big_payload  # the activation forward and its gradient back, per stage boundary
     return [[
         ev.s(f"Measured by benchmarks/tensor_parallel.py on {ev.q(run, 'world_size')} {ev.q(run, 'backend')} ranks: "
@@ -107,7 +114,24 @@ def tensor_parallel(ev: Evidence) -> list[Paragraph]:
              + ev.derive("seed_gpu_gb", SEED_GPU_BYTES / 1e9, "seed 003", {}, " GB") + " GPU. The seed gives no "
              f"shape, so these are assumed: {assume['layers']} layers of hidden {assume['hidden']}, sequences of "
              f"{assume['seq']} tokens, {assume['micro_batch']} sequence per micro-batch, tensor parallel over "
-             f"{assume['tp']} GPUs, {assume['pp']} pipeline stages."),
+             f"{assume['tp']} GPUs times {assume['pp']} pipeline stages, so "
+             + ev.derive("tp70_gpus", t * pp, "tp * pp", {"tp": t, "pp": pp}) + " GPUs, each running "
+             + ev.derive("tp70_layers_per_gpu", per_gpu_layers, "layers / pp", {"layers": a["layers"], "pp": pp})
+             + " layers."),
+        ev.s("Training state at "
+             + ev.derive("train_bytes_per_param", TRAIN_BYTES_PER_PARAM, "assumed (TRAIN_BYTES_PER_PARAM)", {}, " bytes")
+             + " a parameter (mixed-precision Adam, assumed: bf16 weights and gradients, fp32 master weights and two "
+               "fp32 moments) is "
+             + ev.derive("seed_train_state_gb", state_gb, "params * train_bytes_per_param / 1e9",
+                         {"params": SEED_PARAMS, "train_bytes_per_param": TRAIN_BYTES_PER_PARAM}, " GB")
+             + ", more than the "
+             + ev.derive("node_gb", node_gb, "tp * gpu_gb", {"tp": t, "gpu_gb": SEED_GPU_BYTES / 1e9}, " GB")
+             + f" of {assume['tp']} GPUs"
+             + (f", so neither tensor parallelism over {assume['tp']} GPUs alone nor {assume['pp']} pipeline stages "
+                "alone (one GPU a stage) fits it; over the layout's GPUs it is "
+                if state_gb > node_gb else ", and over the layout's GPUs it is ")
+             + ev.derive("tp70_state_gb_per_gpu", state_gb / (t * pp), "seed_train_state_gb / (tp * pp)", {}, " GB")
+             + " a GPU before activations."),
         ev.s("With the measured rule (one all-reduce of tokens × hidden × element bytes per row-parallel block) "
              "one all-reduce carries "
              + ev.derive("tp70_allreduce_mib", big_payload / MIB, "seq * micro_batch * hidden * bytes / 2^20",
@@ -115,22 +139,24 @@ def tensor_parallel(ev: Evidence) -> list[Paragraph]:
              + "; a transformer layer has "
              + ev.derive("megatron_allreduces_per_layer", MEGATRON_ALLREDUCES_PER_LAYER,
                          "assumed (Megatron-LM: 2 forward, 2 backward)", {})
-             + " of them per micro-batch (Megatron's count, assumed: the run measured the MLP forward's one), and a "
-               "ring all-reduce over t ranks sends 2(t − 1)/t of the payload from each, so tensor parallelism sends "
+             + " of them per micro-batch (Megatron's count, assumed, 6 with full activation recomputation: the run "
+               "measured the MLP forward's one), and a ring all-reduce over t ranks sends 2(t − 1)/t of the payload "
+               "from each, so tensor parallelism sends "
              + ev.derive("tp70_layer_mib", tp_layer / MIB, "4 * 2(t-1)/t * allreduce_bytes / 2^20",
                          {"t": t, "allreduce_bytes": big_payload}, " MiB")
              + " per GPU per layer per micro-batch, "
-             + ev.derive("tp70_model_gib", tp_total / GIB, "tp70_layer * layers / 2^30",
-                         {"tp70_layer": tp_layer, "layers": a["layers"]}, " GiB")
-             + " over the model's layers, all on the step's critical path."),
-        ev.s("Naive pipeline parallelism sends only at a stage boundary: the micro-batch's activation forward and "
-             "its gradient back, "
+             + ev.derive("tp70_gpu_gib", tp_gpu / GIB, "tp70_layer * layers_per_gpu / 2^30",
+                         {"tp70_layer": tp_layer, "layers_per_gpu": per_gpu_layers}, " GiB")
+             + " over a GPU's layers, on the step's critical path unless overlapped with compute."),
+        ev.s("Pipeline parallelism (GPipe's or 1F1B's schedule) sends only at a stage boundary: the micro-batch's "
+             "activation forward and its gradient back, "
              + ev.derive("pp70_boundary_mib", pp_stage / MIB, "2 * seq * micro_batch * hidden * bytes / 2^20",
                          {"allreduce_bytes": big_payload}, " MiB")
              + " per stage per micro-batch, point to point, "
-             + ev.derive("tp_over_pp_bytes", tp_total / pp_stage, "tp70_model / pp70_boundary",
-                         {"tp70_model": tp_total, "pp70_boundary": pp_stage}, "×")
-             + " less than tensor parallelism's; it pays in bubbles instead (chapter pipeline measures them)."),
+             + ev.derive("tp_over_pp_bytes", tp_gpu / pp_stage, "tp70_gpu / pp70_boundary",
+                         {"tp70_gpu": tp_gpu, "pp70_boundary": pp_stage}, "×")
+             + " less than a GPU's tensor-parallel traffic over the same layers; it pays in bubbles instead "
+               "(chapter pipeline measures them)."),
         ev.s("Hence the usual layout: tensor parallelism inside a node, where NVLink carries its per-layer "
              "all-reduces, pipeline stages across nodes, where only the boundary's activations cross the slower "
              "network."),
@@ -564,7 +590,7 @@ def judgement(ev: Evidence) -> list[Paragraph]:
 
 PARALLEL_CHAPTERS: tuple[Chapter, ...] = (
     Chapter("tensor-parallel", "How does Megatron-style tensor parallelism split an MLP, what does it communicate, "
-            "and how does that compare with naive pipeline parallelism for a 70B model?", (TP_RUN,),
+            "and how does that compare with pipeline parallelism for a 70B model?", (TP_RUN,),
             tensor_parallel, full=True),
     Chapter("ring-tree", "Ring or tree all-reduce: how many steps and bytes per rank, and where does each win "
             "against the α-β model?", (RING_RUN,), ring_tree, list_paragraphs=(1,), full=True),

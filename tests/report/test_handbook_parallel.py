@@ -106,10 +106,28 @@ def test_the_tensor_parallel_chapter_quotes_the_measured_payload_and_labels_the_
     assert "Its output equals the one-device MLP's" in text and "the split is wrong" not in text
     assert "these are assumed: 80 layers of hidden 8192" in text
     assert derived["tp70_allreduce_mib"]["value"] == 64.0  # 4096 tokens × 8192 × 2 bytes
-    assert derived["tp_over_pp_bytes"]["value"] == pytest.approx(4 * 1.75 * 80 / 2)
+    assert derived["tp_over_pp_bytes"]["value"] == pytest.approx(4 * 1.75 * 80 / 8 / 2)
     broken = build_chapter(get_chapter("tensor-parallel"), _reports(tmp_path / "b", {
         "tp-mlp": lambda d: {**d, "max_abs_diff": 0.5, "equal_within_tolerance": False}}))
     assert "the split is wrong" in _said(broken) and "Its output equals" not in _said(broken)
+
+
+def test_the_tensor_parallel_chapter_counts_a_gpus_traffic_over_the_layers_its_pipeline_stage_runs(
+        tmp_path: Path) -> None:
+    chapter = build_chapter(get_chapter("tensor-parallel"), _reports(tmp_path))
+    text, derived = _said(chapter), {d["label"]: d for d in chapter["derived"]}
+    layer_mib = 4 * 2 * 7 / 8 * 64  # 4 all-reduces of 64 MiB a layer, a ring over 8 ranks
+    assert derived["tp70_layers_per_gpu"]["value"] == 80 // 8
+    assert derived["tp70_gpu_gib"]["value"] == pytest.approx(layer_mib * 10 / 1024)  # 4.375 GiB, not 35
+    assert "4.4 GiB over a GPU's layers" in text and "35.0 GiB" not in text
+    assert derived["tp_over_pp_bytes"]["value"] == pytest.approx(layer_mib * 10 / 128)  # 35×, not 280×
+    assert "35.0× less than a GPU's tensor-parallel traffic over the same layers" in text and "280.0×" not in text
+    # 70B's mixed-precision Adam state at 16 bytes a parameter fits neither layout alone on 8 GPUs of 80 GB
+    assert derived["seed_train_state_gb"]["value"] == pytest.approx(70e9 * 16 / 1e9)
+    assert 70e9 * 16 > 8 * 80e9
+    assert "neither tensor parallelism over 8 GPUs alone nor 8 pipeline stages alone" in text
+    assert derived["tp70_state_gb_per_gpu"]["value"] == pytest.approx(70e9 * 16 / 1e9 / 64)
+    assert "Naive" not in text and "unless overlapped" in text
 
 
 def test_the_ring_tree_chapter_counts_bytes_per_rank_and_labels_the_oversubscribed_times(tmp_path: Path) -> None:
