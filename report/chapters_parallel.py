@@ -580,8 +580,9 @@ def judgement(ev: Evidence) -> list[Paragraph]:
              "that would justify redesigning it."),
         ev.s(f"What not to build in an interview: the trainer runs DDP and FSDP only (trainer/parallel.py); tensor "
              f"parallelism and a parameter server exist here as benchmarks of one file each, enough to measure "
-             f"their communication (one all-reduce of {ev.q(tp, 'allreduce_bytes_per_layer', unit=' bytes')} per "
-             f"layer; {ev.q(ps, 'rows', 'n4', 'server_inbound_bytes', unit=' bytes')} into a server of 4 workers) "
+             f"their communication (one all-reduce of {ev.q(tp, 'allreduce_bytes_per_layer', unit=' bytes')} in "
+             f"the MLP's forward, two a layer with the backward's, Megatron's four a transformer layer; "
+             f"{ev.q(ps, 'rows', 'n4', 'server_inbound_bytes', unit=' bytes')} into a server of 4 workers) "
              "without wiring them into the loop; no dashboards (report/metrics.py writes OpenMetrics text a "
              "Prometheus can scrape) and no cloud credentials anywhere.",
              fact("collectives_per_layer", "==", 1, run=tp)),

@@ -280,6 +280,15 @@ def test_the_judgement_chapter_says_it_is_judgement_and_every_file_it_names_exis
     assert [p for p in named if not (ROOT / p).is_file()] == []
 
 
+def test_the_judgement_chapter_counts_the_mlps_all_reduce_in_the_forward_and_the_backward(tmp_path: Path) -> None:
+    reports = _reports(tmp_path)
+    text = _said(build_chapter(get_chapter("judgement"), reports))
+    payload = reports["tp-mlp"]["allreduce_bytes_per_layer"]
+    assert f"one all-reduce of {payload} bytes per layer" not in text  # the benchmark runs the forward only
+    assert f"one all-reduce of {payload} bytes in the MLP's forward, two a layer with the backward's, " \
+           "Megatron's four a transformer layer" in text
+
+
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return make_handbook(tmp_path_factory, "parallel", [c.slug for c in PARALLEL_CHAPTERS])
