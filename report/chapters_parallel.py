@@ -318,8 +318,8 @@ def _ps_row(ev: Evidence, key: str) -> Claim:
         + f") in {ev.q(run, 'rows', key, 'server_recv_s', unit=' s')}, {rate}"
         + (f" (oversubscribed: {ev.q(run, 'rows', key, 'busy_processes_ps')} busy processes on "
            f"{ev.q(run, 'rows', key, 'cores')} cores, so this rate is the machine's, not the server's)" if over else
-           f" ({ev.q(run, 'rows', key, 'busy_processes_ps')} busy processes on {ev.q(run, 'rows', key, 'cores')} "
-           "cores: a core each)")
+           f" ({ev.q(run, 'rows', key, 'busy_processes_ps')} of the job's busy processes on "
+           f"{ev.q(run, 'rows', key, 'cores')} cores: no more than cores, the machine's other load not counted)")
         + f"; a ring worker sent {ev.q(run, 'rows', key, 'allreduce_sent_bytes_per_worker', 0, unit=' bytes')}.",
         fact(f"rows.{key}.server_inbound_bytes", "==", n * d, run=run),
         fact(f"rows.{key}.allreduce_sent_bytes_per_worker.0", "==", 2 * (n - 1) * d // n, run=run),
@@ -344,9 +344,12 @@ def param_server(ev: Evidence) -> list[Paragraph]:
              f"{ev.q(run, 'rows', keys[-1], 'workers')}, "
              + ev.derive("ps_inbound_growth", int(hi["server_inbound_bytes"]) / int(lo["server_inbound_bytes"]),
                          "inbound at most workers / inbound at one", {}, "×")
-             + ", all of it on one rank's link, while a ring worker's share stays under 2 D however many there are: "
-               "a parameter server's link, not its workers, sets the step time once that link is full, which is why "
-               "servers are sharded and why synchronous training moved to all-reduce.",
+             + ", all of it on one rank's link, which also sends the N·D of new parameters back out (2N·D a step), "
+               "while a ring worker's share stays under 2 D however many there are. That is the textbook argument "
+               "that one server's link, not its workers, sets the step time once that link is full; this run's "
+               "rates do not show the link filling, so it is the argument, not this run's finding. Sharding the "
+               "server over as many servers as workers matches all-reduce's bytes; synchronous training on GPU "
+               "interconnects moved to all-reduce largely to need no server bandwidth at all.",
              fact(f"rows.{keys[-1]}.server_inbound_bytes", "==",
                   int(lo["server_inbound_bytes"]) * int(hi["workers"]), run=run)),
         ev.s(f"The times are not a property of the server here: this machine has {ev.q(run, 'cores')} cores, and "

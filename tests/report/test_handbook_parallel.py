@@ -195,6 +195,18 @@ def test_the_param_server_chapter_says_oversubscribed_rates_are_the_machines_not
            f"{ps['rows']['n4']['server_inbound_bytes']} bytes" in text
 
 
+def test_the_param_server_chapter_counts_the_outbound_half_and_does_not_call_the_link_full_or_the_cores_its_own(
+        tmp_path: Path) -> None:
+    reports = _reports(tmp_path)
+    text = _said(build_chapter(get_chapter("param-server"), reports))
+    assert "a core each" not in text and "the machine's other load not counted" in text
+    assert "sends the N·D of new parameters back out (2N·D a step)" in text
+    rates = [r["server_inbound_bytes_per_s"] for r in reports["param-server"]["rows"].values()]
+    assert rates != sorted(rates, reverse=True)  # recorded rates are not monotonic: no plateau to read
+    assert "sets the step time once that link is full, which is why" not in text
+    assert "not this run's finding" in text
+
+
 def test_the_fsdp_wrong_chapter_names_step_time_against_headroom_and_turns_with_the_numbers(tmp_path: Path) -> None:
     reports = _reports(tmp_path)
     text = _said(build_chapter(get_chapter("fsdp-wrong"), reports))
