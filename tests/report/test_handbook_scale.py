@@ -37,7 +37,7 @@ def text(handbook: dict[str, Any], slug: str) -> str:
 
 
 def test_the_scale_chapters_are_behind_full_and_the_default_handbook_leaves_them_out() -> None:
-    assert all(c.full for c in SCALE_CHAPTERS) and [c.slug for c in CHAPTERS[-len(SLUGS):]] == SLUGS
+    assert all(c.full for c in SCALE_CHAPTERS) and [c.slug for c in CHAPTERS if c.slug in SLUGS] == SLUGS
     assert not {c.slug for c in default_chapters()} & set(SLUGS)
 
 
