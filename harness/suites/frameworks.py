@@ -59,6 +59,8 @@ class Job:
     faults: tuple[dict[str, Any], ...] = ()
     summary: str = ""
     hang_timeout_s: float = HANG_TIMEOUT_S
+    launcher: str | None = None
+    """None: `--cmd`'s (one process per rank); "ray-train": one driver whose Ray restarts its workers."""
 
     @property
     def command(self) -> str:
@@ -78,6 +80,7 @@ def job_spec(job: Job, run_dir: Path) -> JobSpec:
 
     return JobSpec(target=Command(job.command), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
                    hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, run_dir=run_dir, keep=True,
+                   launcher=job.launcher,
                    scenario={"name": f"{job.framework} {job.scenario}", "summary": job.summary})
 
 
@@ -127,6 +130,12 @@ class Framework:
     sweep_args: tuple[str, ...] = ()
     """The script's arguments when `trainwreck sweep --writer NAME` crashes inside its saves (every
     attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
+    launcher: str | None = None
+    """The job's launcher (harness/registry.py): None is `--cmd`'s; "ray-train" runs the script once, as
+    a Ray Train driver whose TorchTrainer restarts the worker group itself."""
+    scenarios: tuple[str, ...] | None = None
+    """The scenarios it runs (None: all); the others are rows saying why not (`not_run`)."""
+    not_run: str = ""
 
     @property
     def install(self) -> str:
@@ -142,6 +151,12 @@ class Framework:
                 str(GLOBAL_BATCH), *self.args)
 
 
+RAY_SCENARIOS = ("golden", "kill-mid-epoch", "kill-in-save", "corrupt-newest", "hang")
+"""Ray Train's rows: the table's scenarios but world-size and crash-every-op (RAY_NOT_RUN)."""
+RAY_NOT_RUN = ("Ray Train restarts a fixed-size worker group here (ScalingConfig(num_workers=2)); its elastic "
+               "num_workers=(min, max) (ray/train/v2/_internal/execution/scaling_policy/elastic.py) needs a "
+               "resource change to shrink, which these rows do not make yet")
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
               kill_in_save=KillInSave(1, "before", "the rename of the written temporary file to its sha256 name")),
@@ -156,6 +171,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               kill_in_save=KillInSave(3, "before", "torch.save(checkpoint_1/optimizer.bin)"),
               sweep_args=("--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH), "--save-every", "3",
                           "--resume")),
+    *(Framework(name, "ray", "ray-train", "ray_train.py", ("--save-every", "3", "--data", data),
+                kill_in_save=KillInSave(1, "torn", "the copy of state.pt into the persisted checkpoint_000006, "
+                                                   "inside ray.train.report (checkpoint_upload_fn)"),
+                launcher="ray-train", scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN)
+      for name, data in (("ray_train", "loader"), ("ray_train_data", "dataset"))),
 )}
 SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}
 """The frameworks whose own saves `trainwreck sweep --writer NAME` crashes inside."""
@@ -207,7 +227,7 @@ def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | Non
         f = faults[0]
         summary = f"rank 0 killed {f['when']} file operation {f['op_index']} of the save at update {f['step']}"
     return Job(fw.name, scenario, fw.command(), sizes, restarts, tuple(plan(fw) if faults is None else faults),
-               summary)
+               summary, launcher=fw.launcher)
 
 
 def recorded_ops(run_dir: Path, step: int) -> list[str]:
@@ -309,6 +329,10 @@ def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: lis
     if not fw.installed():
         return [_tell(progress, r) for r in uninstalled_rows(fw, wanted)]
     rows = []
+    if fw.scenarios is not None:
+        rows += [_tell(progress, Row(fw.name, s, UNKNOWN, reason=f"not run for {fw.name}: {fw.not_run}"))
+                 for s in wanted if s not in fw.scenarios]
+        wanted = [s for s in wanted if s in fw.scenarios]
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
         rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, runner)))
     if EVERY_OP in wanted:
