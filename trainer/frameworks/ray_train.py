@@ -22,6 +22,13 @@ The harness's environment (TRAINWRECK_RUN_DIR, TRAINWRECK_HOOKS: the plan's in-r
 the workers through the runtime environment's env_vars (`worker_env`): a Ray worker is a process
 the raylet starts, not a child of the driver's environment.
 
+The process group is set up by `LoopbackTorchConfig`, not Ray's `TorchConfig`: Ray's backend
+(ray/train/torch/config.py `_TorchBackend.on_start`, `_setup_torch_process_group`) calls
+`init_process_group(init_method="tcp://127.0.0.1:PORT")`, whose TCPStore server ignores the host
+and listens on every interface (`[::]:PORT`, seen on rank 0's worker with Ray 2.60 and torch
+2.13). The replacement does what Ray's does for gloo, but rank 0's store is trainwreck's
+`loopback_store` (a socket bound to 127.0.0.1, handed over) and the others connect to it.
+
 The checkpoint is persisted by a `checkpoint_upload_fn` (Ray's documented hook) that copies the
 files the way Ray's default does, but in Python: Ray's own copy is `pyarrow.fs.copy_files`
 (ray/train/v2/_internal/execution/storage.py `_pyarrow_fs_copy_files`), which writes from C++ and
@@ -75,6 +82,51 @@ def local_cluster(num_cpus: int = 4) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def loopback_process_group(rank: int, world_size: int, addr: str, port: int, timeout_s: float) -> None:
+    """On each Ray worker: gloo over a TCPStore that listens on loopback only (rank 0 hosts it)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from trainwreck.trainer.launch import loopback_store
+
+    timeout = timedelta(seconds=timeout_s)
+    store = (loopback_store(port, world_size, timeout, host=addr) if rank == 0 else
+             dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def loopback_torch_config(timeout_s: int = 1800) -> Any:
+    """A `TorchConfig` (gloo) whose process group listens on 127.0.0.1 only; timeout_s: Ray's default."""
+    import ray
+    from ray.train.torch import TorchConfig
+    from ray.train.torch.config import _set_torch_distributed_env_vars, _TorchBackend
+
+    class LoopbackTorchBackend(_TorchBackend):  # type: ignore[misc]
+        def on_start(self, worker_group: Any, backend_config: Any) -> None:
+            addr, port = worker_group.execute_single(0, _address_and_port)
+            worker_group.execute(_set_torch_distributed_env_vars)
+            n = len(worker_group)  # positional: execute_single_async's own first parameter is `rank`
+            ray.get([worker_group.execute_single_async(i, loopback_process_group, i, n, addr, port,
+                                                       backend_config.timeout_s) for i in range(n)])
+
+    class LoopbackTorchConfig(TorchConfig):  # type: ignore[misc]
+        @property
+        def backend_cls(self) -> Any:
+            return LoopbackTorchBackend
+
+    return LoopbackTorchConfig(backend="gloo", timeout_s=timeout_s)
+
+
+def _address_and_port() -> tuple[str, int]:
+    """Rank 0's node address (127.0.0.1 on the loopback cluster) and a port free on it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return LOOPBACK, sock.getsockname()[1]
 
 
 def group_attempt(run_dir: Path) -> int:

@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray.data
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchTrainer
 
-    from trainwreck.trainer.frameworks.ray_train import local_cluster
+    from trainwreck.trainer.frameworks.ray_train import local_cluster, loopback_torch_config
 
     with local_cluster():
         datasets = {}
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = TorchTrainer(
             train_loop, train_loop_config={"steps": args.steps, "global_batch": args.global_batch,
                                            "save_every": args.save_every, "data": args.data},
-            torch_config=TorchConfig(backend="gloo"),
+            torch_config=loopback_torch_config(),
             scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False),
             run_config=RunConfig(name="ray-train", storage_path=str(run_dir / "ray_storage"),
                                  failure_config=FailureConfig(max_failures=args.max_failures)),
