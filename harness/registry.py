@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from trainwreck.trainer.errors import InputError, UnknownName
 
-WARM, SPAWN, TORCHRUN, CMD, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "ray-train"
+WARM, SPAWN, TORCHRUN, CMD, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "ray-driver"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
 REFERENCE, COMMAND, REPLICA_GROUPS = "reference", "command", "replica_groups"
 """The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
+from trainwreck.harness.registry import RAY_TRAIN
 from trainwreck.harness.supervise.restarts import RunRecord
 from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.harness.supervise.spec import JobSpec
@@ -60,7 +61,7 @@ class Job:
     summary: str = ""
     hang_timeout_s: float = HANG_TIMEOUT_S
     launcher: str | None = None
-    """None: `--cmd`'s (one process per rank); "ray-train": one driver whose Ray restarts its workers."""
+    """None: `--cmd`'s (one process per rank); "ray-driver": one driver whose Ray restarts its workers."""
 
     @property
     def command(self) -> str:
@@ -131,7 +132,7 @@ class Framework:
     """The script's arguments when `trainwreck sweep --writer NAME` crashes inside its saves (every
     attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
     launcher: str | None = None
-    """The job's launcher (harness/registry.py): None is `--cmd`'s; "ray-train" runs the script once, as
+    """The job's launcher (harness/registry.py): None is `--cmd`'s; "ray-driver" runs the script once, as
     a Ray Train driver whose TorchTrainer restarts the worker group itself."""
     scenarios: tuple[str, ...] | None = None
     """The scenarios it runs (None: all); the others are rows saying why not (`not_run`)."""
@@ -181,7 +182,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     *(Framework(name, "ray", "ray-train", "ray_train.py", ("--save-every", "3", "--data", data),
                 kill_in_save=KillInSave(1, "torn", "the copy of state.pt into the persisted checkpoint_000006, "
                                                    "inside ray.train.report (checkpoint_upload_fn)"),
-                launcher="ray-train", scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN)
+                launcher=RAY_TRAIN, scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN)
       for name, data in (("ray_train", "loader"), ("ray_train_data", "dataset"))),
 )}
 SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}

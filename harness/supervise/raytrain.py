@@ -32,8 +32,8 @@ from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.torchrun import TorchrunSupervisor
 from trainwreck.trainer.rundir import RunDir
 
-STORAGE = "ray_storage/ray-train"
-"""Where the example job's checkpoints are, under the run directory (its RunConfig)."""
+STORAGE = "ray_storage/trainwreck"
+"""Where the example job's checkpoints are, under the run directory (its RunConfig's storage_path/name)."""
 DRIVER_LOG = "ray_driver.log"
 
 

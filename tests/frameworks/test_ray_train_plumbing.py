@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.commands import frameworks as command
+from trainwreck.harness.registry import RAY_TRAIN
 from trainwreck.harness.suites import frameworks
 from trainwreck.trainer.frameworks import ray_train
 from trainwreck.trainer.rundir import RunDir
@@ -47,7 +48,7 @@ def test_ray_train_jobs_run_under_the_ray_train_launcher_with_the_restart_budget
         fw = frameworks.FRAMEWORKS[name]
         job = frameworks.job_for(fw, "kill-mid-epoch")
         spec = frameworks.job_spec(job, tmp_path / name)
-        assert spec.launcher == "ray-train" and spec.max_restarts == 1 and spec.world_sizes == (2,)
+        assert spec.launcher == RAY_TRAIN and spec.max_restarts == 1 and spec.world_sizes == (2,)
         assert job.faults[0]["kind"] == "kill" and job.faults[0]["rank"] == 1
     assert "--data" in frameworks.FRAMEWORKS["ray_train_data"].command()
     assert frameworks.FRAMEWORKS["ray_train_data"].command()[-1] == "dataset"

@@ -15,7 +15,7 @@ Ray Train (not the harness) restarts the worker group: `FailureConfig(max_failur
 of the group replaced, the new group given the newest checkpoint the controller registered. So
 the attempt number is not the harness's: the first worker group is attempt 0 and each restarted
 group the next number, agreed by its ranks (rank 0 counts the attempts whose events are on disk
-and broadcasts it over the group's own gloo process group). The harness's ray-train supervisor
+and broadcasts it over the group's own gloo process group). The harness's ray-driver launcher
 (harness/supervise/raytrain.py) watches the boards the same numbers name, as it does torchrun's.
 
 The harness's environment (TRAINWRECK_RUN_DIR, TRAINWRECK_HOOKS: the plan's in-rank faults) reaches

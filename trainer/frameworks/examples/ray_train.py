@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "save_every": args.save_every, "data": args.data},
             torch_config=loopback_torch_config(),
             scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False),
-            run_config=RunConfig(name="ray-train", storage_path=str(run_dir / "ray_storage"),
+            run_config=RunConfig(name="trainwreck", storage_path=str(run_dir / "ray_storage"),
                                  failure_config=FailureConfig(max_failures=args.max_failures)),
             datasets=datasets)
         result = trainer.fit()
