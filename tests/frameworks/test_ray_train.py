@@ -9,6 +9,7 @@ agents: each inherits the row's TRAINWRECK_RUN_DIR) is left anywhere on the mach
 Skipped without the extra (pip install 'trainwreck[ray-train]')."""
 from __future__ import annotations
 
+import ipaddress
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,12 +19,22 @@ import pytest
 
 pytest.importorskip("ray.train")
 
-from tests.harness.test_loopback import non_loopback  # noqa: E402
 from trainwreck.harness.suites import frameworks  # noqa: E402
 from trainwreck.trainer.rundir import iter_events  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DATA_PATHS = ("ray_train", "ray_train_data")
+
+
+def off_loopback(addresses: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The addresses not on loopback; an IPv6 socket bound to the IPv4-mapped 127.0.0.1 (Ray's gRPC
+    servers: '::ffff:127.0.0.1') accepts loopback connections only, so it is loopback too."""
+    def loopback(ip: str) -> bool:
+        address = ipaddress.ip_address(ip)
+        mapped = getattr(address, "ipv4_mapped", None)
+        return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+    return {a for a in addresses if not loopback(a[0])}
 
 
 def row_processes(run_dir: Path) -> list[psutil.Process]:
@@ -79,7 +90,8 @@ def run_row(out: Path, name: str, scenario: str) -> tuple[frameworks.Row, Path]:
     assert after <= before, f"descendants left by the row: {sorted(after - before)}"
     assert row_processes(run_dir) == [], "Ray processes of the row still alive"
     assert watch.listening, "no listener seen while the row ran (Ray's gcs and raylet listen)"
-    assert not non_loopback(set(watch.listening)), f"listening beyond loopback: {watch.listening}"
+    off = off_loopback(set(watch.listening))
+    assert not off, f"listening beyond loopback (address: pid): { {a: watch.listening[a] for a in off} }"
     return row, run_dir
 
 
