@@ -136,8 +136,8 @@ class Framework:
     a Ray Train driver whose TorchTrainer restarts the worker group itself."""
     scenarios: tuple[str, ...] | None = None
     """The scenarios it runs (None: all); the others are rows saying why not (`not_run`)."""
-    not_run: dict[str, str] = field(default_factory=dict)
-    """Why a scenario outside `scenarios` is not run, by scenario."""
+    not_run: tuple[tuple[str, str], ...] = ()
+    """(scenario, why it is not run) for the scenarios outside `scenarios` (pairs: a Framework stays hashable)."""
 
     @property
     def install(self) -> str:
@@ -157,13 +157,13 @@ EVERY_OP = "crash-every-op"
 """A crash at every file operation of one save: rows come from the framework's recorded save."""
 RAY_SCENARIOS = ("golden", "kill-mid-epoch", "kill-in-save", "corrupt-newest", "hang")
 """Ray Train's rows: the table's scenarios but world-size and crash-every-op (RAY_NOT_RUN)."""
-RAY_NOT_RUN = {
-    "world-size": "Ray Train restarts a fixed-size worker group here (ScalingConfig(num_workers=2)); Ray 2.60 does "
-                  "scale elastically (num_workers=(min, max): ray/train/v2/_internal/execution/scaling_policy/"
-                  "elastic.py ElasticScalingPolicy), but only when the cluster's resources change, which these rows "
-                  "do not do yet (a node removed from a ray.cluster_utils.Cluster would)",
-    EVERY_OP: "one kill-in-save row crashes inside ray.train.report's persistence; its save has two file "
-              "operations (mkdir, the copy of state.pt)"}
+RAY_NOT_RUN = (
+    ("world-size", "Ray Train restarts a fixed-size worker group here (ScalingConfig(num_workers=2)); Ray 2.60 does "
+                   "scale elastically (num_workers=(min, max): ray/train/v2/_internal/execution/scaling_policy/"
+                   "elastic.py ElasticScalingPolicy), but only when the cluster's resources change, which these rows "
+                   "do not do yet (a node removed from a ray.cluster_utils.Cluster would)"),
+    (EVERY_OP, "one kill-in-save row crashes inside ray.train.report's persistence; its save has two file "
+               "operations (mkdir, the copy of state.pt)"))
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
@@ -336,7 +336,7 @@ def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: lis
         return [_tell(progress, r) for r in uninstalled_rows(fw, wanted)]
     rows = []
     if fw.scenarios is not None:
-        rows += [_tell(progress, Row(fw.name, s, UNKNOWN, reason=f"not run for {fw.name}: {fw.not_run.get(s, '')}"))
+        rows += [_tell(progress, Row(fw.name, s, UNKNOWN, reason=f"not run for {fw.name}: {dict(fw.not_run).get(s, '')}"))
                  for s in wanted if s not in fw.scenarios]
         wanted = [s for s in wanted if s in fw.scenarios]
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
