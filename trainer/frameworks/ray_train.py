@@ -54,6 +54,8 @@ PASSED_ENV = (ENV_RUN_DIR, ENV_HOOKS)
 """What the harness sets for a rank that a Ray worker must see (its attempt it works out itself)."""
 STATE_FILE = "state.pt"
 LOOPBACK = "127.0.0.1"
+SOCKET_ROOM = 24
+"""The longest temporary folder Ray's session goes under (its socket paths add ~80 bytes)."""
 
 
 def worker_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -73,15 +75,25 @@ def cluster_options(environ: dict[str, str] | None = None, num_cpus: int = 4) ->
 @contextmanager
 def local_cluster(num_cpus: int = 4) -> Iterator[None]:
     """A local Ray instance on 127.0.0.1 for the block (shut down after: its gcs, raylet and
-    workers end with it)."""
+    workers end with it), its session files in a temporary folder of its own, removed after
+    (Ray's default, $TMPDIR/ray, is shared by every Ray instance and never cleaned)."""
+    import tempfile
+
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray's single-machine switch
     import ray
 
-    ray.init(**cluster_options(num_cpus=num_cpus))
+    # Ray's unix sockets live under it (session_<date>_<pid>/sockets/plasma_store), and a socket path
+    # must fit in 107 bytes: a long $TMPDIR (a test's private one) made ray.init fail; /tmp is short.
+    base = tempfile.gettempdir()
+    session = tempfile.mkdtemp(prefix="tw-ray-", dir=base if len(base) <= SOCKET_ROOM else "/tmp")
     try:
-        yield
+        ray.init(**cluster_options(num_cpus=num_cpus), _temp_dir=session)
+        try:
+            yield
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
+        shutil.rmtree(session, ignore_errors=True)
 
 
 def loopback_process_group(rank: int, world_size: int, addr: str, port: int, timeout_s: float) -> None:

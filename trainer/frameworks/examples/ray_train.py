@@ -79,7 +79,7 @@ def train_loop(config: dict) -> None:  # type: ignore[type-arg]
     state = restore(probe, model, optimizer)
     ddp = ray.train.torch.prepare_model(model, move_to_device=False)
     step = state.get("step", 0)
-    scratch = Path(tempfile.mkdtemp(prefix="trainwreck-ray-"))
+    scratch = Path(probe.run_dir or tempfile.mkdtemp()) / "ray_scratch" / f"rank{probe.rank}"  # what report copies from
     while step < steps:
         epoch, done_in_epoch = divmod(step, per_epoch)
         for index, ids in enumerate(batches(config["data"], epoch, per_rank)):
