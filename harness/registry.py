@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from trainwreck.rundir.errors import InputError, UnknownName
 
-WARM, SPAWN, TORCHRUN, CMD = "warm", "spawn", "torchrun", "cmd"
+WARM, SPAWN, TORCHRUN, CMD, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "ray-driver"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
 REFERENCE, COMMAND, REPLICA_GROUPS = "reference", "command", "replica_groups"
 """The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""
@@ -96,6 +96,9 @@ SPAWN_STARTUP_S = 120.0
 REPLICA_STARTUP_S = 180.0
 """A replica rank imports torch and torchft before its first progress: over 20 s each on a loaded
 2-core machine, every group at once."""
+RAY_STARTUP_S = 240.0
+"""A Ray Train job starts a local Ray instance, then its worker actors import torch: a minute and
+more on a loaded 2-core machine before the first progress (measured 60-80 s)."""
 
 LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(WARM, "forked from a fork server that already imported torch (default; fast)",
@@ -108,6 +111,10 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
                  serves=(COMMAND,), factory="trainwreck.harness.launch.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),
+    LauncherKind(RAY_TRAIN, "a Ray Train driver whose TorchTrainer restarts its worker group itself (FailureConfig); "
+                 "the harness watches the workers' boards", serves=(COMMAND,),
+                 supervisor="trainwreck.harness.supervise.raytrain:RayTrainSupervisor", fixed_world_size=True,
+                 startup_floor_s=RAY_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
     LauncherKind("replica-groups", "torchft replica groups: a loopback lighthouse, a store per group; a failed "
                  "group restarts alone while the others train on", serves=(REPLICA_GROUPS,),
                  supervisor="trainwreck.harness.supervise.replicas:ReplicaSupervisor", fixed_world_size=True,

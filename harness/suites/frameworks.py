@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
+from trainwreck.harness.registry import RAY_TRAIN
 from trainwreck.harness.supervise.restarts import RunRecord
 from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.harness.supervise.spec import JobSpec
@@ -59,6 +60,8 @@ class Job:
     faults: tuple[dict[str, Any], ...] = ()
     summary: str = ""
     hang_timeout_s: float = HANG_TIMEOUT_S
+    launcher: str | None = None
+    """None: `--cmd`'s (one process per rank); "ray-driver": one driver whose Ray restarts its workers."""
 
     @property
     def command(self) -> str:
@@ -78,6 +81,7 @@ def job_spec(job: Job, run_dir: Path) -> JobSpec:
 
     return JobSpec(target=Command(job.command), world_sizes=job.world_sizes, plan=[dict(f) for f in job.faults],
                    hang_timeout_s=job.hang_timeout_s, max_restarts=job.max_restarts, run_dir=run_dir, keep=True,
+                   launcher=job.launcher,
                    scenario={"name": f"{job.framework} {job.scenario}", "summary": job.summary})
 
 
@@ -127,6 +131,13 @@ class Framework:
     sweep_args: tuple[str, ...] = ()
     """The script's arguments when `trainwreck sweep --writer NAME` crashes inside its saves (every
     attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
+    launcher: str | None = None
+    """The job's launcher (harness/registry.py): None is `--cmd`'s; "ray-driver" runs the script once, as
+    a Ray Train driver whose TorchTrainer restarts the worker group itself."""
+    scenarios: tuple[str, ...] | None = None
+    """The scenarios it runs (None: all); the others are rows saying why not (`not_run`)."""
+    not_run: tuple[tuple[str, str], ...] = ()
+    """(scenario, why it is not run) for the scenarios outside `scenarios` (pairs: a Framework stays hashable)."""
 
     @property
     def install(self) -> str:
@@ -142,6 +153,18 @@ class Framework:
                 str(GLOBAL_BATCH), *self.args)
 
 
+EVERY_OP = "crash-every-op"
+"""A crash at every file operation of one save: rows come from the framework's recorded save."""
+RAY_SCENARIOS = ("golden", "kill-mid-epoch", "kill-in-save", "corrupt-newest", "hang")
+"""Ray Train's rows: the table's scenarios but world-size and crash-every-op (RAY_NOT_RUN)."""
+RAY_NOT_RUN = (
+    ("world-size", "Ray Train restarts a fixed-size worker group here (ScalingConfig(num_workers=2)); Ray 2.60 does "
+                   "scale elastically (num_workers=(min, max): ray/train/v2/_internal/execution/scaling_policy/"
+                   "elastic.py ElasticScalingPolicy), but only when the cluster's resources change, which these rows "
+                   "do not do yet (a node removed from a ray.cluster_utils.Cluster would)"),
+    (EVERY_OP, "one kill-in-save row crashes inside ray.train.report's persistence; its save has two file "
+               "operations (mkdir, the copy of state.pt)"))
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
               kill_in_save=KillInSave(1, "before", "the rename of the written temporary file to its sha256 name")),
@@ -156,6 +179,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               kill_in_save=KillInSave(3, "before", "torch.save(checkpoint_1/optimizer.bin)"),
               sweep_args=("--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH), "--save-every", "3",
                           "--resume")),
+    *(Framework(name, "ray", "ray-train", "ray_train.py", ("--save-every", "3", "--data", data),
+                kill_in_save=KillInSave(1, "torn", "the copy of state.pt into the persisted checkpoint_000006, "
+                                                   "inside ray.train.report (checkpoint_upload_fn)"),
+                launcher=RAY_TRAIN, scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN)
+      for name, data in (("ray_train", "loader"), ("ray_train_data", "dataset"))),
 )}
 SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}
 """The frameworks whose own saves `trainwreck sweep --writer NAME` crashes inside."""
@@ -196,8 +224,6 @@ SCENARIOS: dict[str, FrameworkScenario] = declare("frameworks", (
     ("hang", FrameworkScenario("rank 1 hangs at update 5; the watchdog must see it and restart", (2,), 1,
                                lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}])),
 ))
-EVERY_OP = "crash-every-op"
-"""A crash at every file operation of one save: rows come from the framework's recorded save."""
 
 
 def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | None = None) -> Job:
@@ -207,7 +233,7 @@ def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | Non
         f = faults[0]
         summary = f"rank 0 killed {f['when']} file operation {f['op_index']} of the save at update {f['step']}"
     return Job(fw.name, scenario, fw.command(), sizes, restarts, tuple(plan(fw) if faults is None else faults),
-               summary)
+               summary, launcher=fw.launcher)
 
 
 def recorded_ops(run_dir: Path, step: int) -> list[str]:
@@ -309,6 +335,10 @@ def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: lis
     if not fw.installed():
         return [_tell(progress, r) for r in uninstalled_rows(fw, wanted)]
     rows = []
+    if fw.scenarios is not None:
+        rows += [_tell(progress, Row(fw.name, s, UNKNOWN, reason=f"not run for {fw.name}: {dict(fw.not_run).get(s, '')}"))
+                 for s in wanted if s not in fw.scenarios]
+        wanted = [s for s in wanted if s in fw.scenarios]
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
         rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, runner)))
     if EVERY_OP in wanted:

@@ -126,6 +126,8 @@ class TorchrunSupervisor(JobSupervisor):
                 for fault in self.faults.due(self.attempt, steps, time.monotonic() - started, self.world_size):
                     self.fire(self.attempt, fault, steps, pids, lambda rank, sig: signal_pid(pids[rank], sig))
             live = [r for r in range(self.world_size) if r not in pids or psutil.pid_exists(pids[r])]
+            if len(live) < self.world_size:
+                self.on_rank_lost(self.attempt)
             hang = watchdog.check(live)
             if hang is not None:
                 self.on_hang(self.attempt, hang, {r: pids[r] for r in live if r in pids})
@@ -141,6 +143,10 @@ class TorchrunSupervisor(JobSupervisor):
         self.events.emit("attempt", attempt=attempt, world_size=self.world_size, launcher=self.spec.launcher,
                          pids=[], agent_pid=self.agent.pid if self.agent else None)
         return Watchdog(self.watch_config, self.run_dir, attempt, self.world_size), time.time(), time.monotonic()
+
+    def on_rank_lost(self, attempt: int) -> None:
+        """A worker of `attempt` is gone and the agent is about to restart the group: the
+        last moment the harness can act between attempts (nothing to do under torchrun)."""
 
     def report_exits(self, attempt: int, code: int | None) -> None:
         for rank in range(self.world_size):
