@@ -30,7 +30,7 @@ from trainwreck.faults.cmdrank import HOOKS_FACTORY
 from trainwreck.harness.launch.procs import child_env, set_parent_death_signal
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.torchrun import TorchrunSupervisor
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 STORAGE = "ray_storage/trainwreck"
 """Where the example job's checkpoints are, under the run directory (its RunConfig's storage_path/name)."""

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ray.train")
 
 from trainwreck.harness.suites import frameworks  # noqa: E402
-from trainwreck.trainer.rundir import iter_events  # noqa: E402
+from trainwreck.rundir.layout import iter_events  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DATA_PATHS = ("ray_train", "ray_train_data")

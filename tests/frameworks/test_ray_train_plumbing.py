@@ -14,7 +14,7 @@ from trainwreck.harness.commands import frameworks as command
 from trainwreck.harness.registry import RAY_TRAIN
 from trainwreck.harness.suites import frameworks
 from trainwreck.trainer.frameworks import ray_train
-from trainwreck.trainer.rundir import RunDir
+from trainwreck.rundir.layout import RunDir
 
 RAY_ROWS = ("ray_train", "ray_train_data")
 

@@ -47,7 +47,7 @@ from typing import Any, Iterator
 import torch
 
 from trainwreck.trainer.probe import ENV_ATTEMPT, ENV_HOOKS, ENV_RUN_DIR, Probe, state_digest
-from trainwreck.trainer.rundir import RunDir, events_file_attempt
+from trainwreck.rundir.layout import RunDir, events_file_attempt
 
 INSTALL = "pip install 'trainwreck[ray-train]'"
 PASSED_ENV = (ENV_RUN_DIR, ENV_HOOKS)
