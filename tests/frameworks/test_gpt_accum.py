@@ -30,6 +30,7 @@ def killed_and_resumed(command: str, out: Path, golden_cache: Path, world_sizes:
     return judged, events
 
 
+@pytest.mark.slow  # nightly (30 s in the clean-clone run of 6040ce6): the zoo covers the pattern too
 def test_micro_batches_drawn_inside_the_update_are_judged_across_a_two_to_one_world_size_change(
         tmp_path: Path, golden_cache: Path) -> None:
     """Killed at update 6 on 2 ranks, resumed from update 4's checkpoint on 1: each update's
