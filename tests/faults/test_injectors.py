@@ -12,7 +12,7 @@ import pytest
 
 from trainwreck.faults.corrupt import CannotAct, apply_corruption, committed
 from trainwreck.faults.inrank import FaultHooks
-from trainwreck.faults.storage import FaultyStorage, RecordingStorage, StepClock
+from trainwreck.faults.storage import FaultyStorage, StepClock
 from trainwreck.faults.sweep import CRASH_STEP, crash_points, describe, record_save_ops
 from trainwreck.rundir.events import FORMAT, EventLog
 from trainwreck.rundir.layout import RunDir

@@ -7,7 +7,7 @@ import pytest
 
 from trainwreck.faults.plan import Plan
 from trainwreck.invariants import History
-from tests.faults.conftest import CFG, golden_history, run_plan
+from tests.faults.conftest import golden_history, run_plan
 from trainwreck.trainer.config import TrainConfig
 
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("lightning", reason="pip install 'trainwreck[lightning]'")
 
-from tests.frameworks.runs import (custom, events, exit_codes, fired, ids_used_twice_in_an_epoch,  # noqa: E402
+from tests.frameworks.runs import (custom, events, exit_codes, ids_used_twice_in_an_epoch,  # noqa: E402
                                     scenario, with_golden)
 
 STEPS = 12

@@ -1,7 +1,6 @@
 """No orphans: random kills across many attempts, and a SIGTERMed harness, leave nothing."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal

@@ -33,7 +33,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from trainwreck.trainer.frameworks import take_samples, track_samples
+from trainwreck.trainer.frameworks import take_samples, track_samples  # noqa: F401 - track_samples re-exported for the example trainer
 from trainwreck.trainer.probe import Probe, state_digest
 
 INSTALL = "pip install 'trainwreck[lightning]'"
