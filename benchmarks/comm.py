@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import SPEC, run_ranks
+from trainwreck.benchmarks.fsdp import SPEC, gloo_rank, run_ranks
 from trainwreck.trainer.model import MLP
 
 SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -65,17 +65,6 @@ def _measure(world: int) -> dict[str, Any]:
                       "bucketed_s": _timed(lambda: dist.all_reduce(flat))}}
 
 
-def _rank(rank: int, world: int, port: int, out: Path) -> None:
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    result = _measure(world)
-    if rank == 0:
-        out.write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def measure(world: int) -> dict[str, Any]:
     """One gloo job on 127.0.0.1, ranks as fresh interpreters (benchmarks/fsdp.py run_ranks); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.comm", world, [], "all-reduce")
@@ -95,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rank is None:
         print(json.dumps(measure(args.world), indent=1))
     else:
-        _rank(args.rank, args.world, args.port, args.out)
+        gloo_rank(args.rank, args.world, args.port, args.out, _measure)
 
 
 if __name__ == "__main__":

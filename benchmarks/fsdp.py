@@ -30,7 +30,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -113,6 +113,19 @@ def _rank(rank: int, world: int, port: int, parallelism: str, steps: int, out: P
     if rank == 0:
         out.write_text(json.dumps(result))
     dist.barrier()  # every rank done before any tears the group down (a gloo peer aborted at exit without it)
+    dist.destroy_process_group()
+
+
+def gloo_rank(rank: int, world: int, port: int, out: Path, measure: Callable[[int], dict[str, Any]]) -> None:
+    """One rank of a `run_ranks` job: join the loopback store, run `measure(world)` on every rank,
+    rank 0 writes its figures to `out`, and every rank leaves the group together."""
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    result = measure(world)
+    if rank == 0:
+        out.write_text(json.dumps(result))
+    dist.barrier()
     dist.destroy_process_group()
 
 

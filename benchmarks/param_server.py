@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import run_ranks
+from trainwreck.benchmarks.fsdp import gloo_rank, run_ranks
 from trainwreck.benchmarks.ring_tree import Sent, ring_allreduce
 
 GRAD_BYTES = 3 << 18
@@ -102,17 +102,6 @@ def _measure(world: int) -> dict[str, Any]:
             "grad_bytes": GRAD_BYTES, "workers": list(WORKERS), "rows": {f"n{r['workers']}": r for r in rows}}
 
 
-def _rank(rank: int, world: int, port: int, out: Path) -> None:
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    result = _measure(world)
-    if rank == 0:
-        out.write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def measure() -> dict[str, Any]:
     """One gloo job of a server and up to 4 workers on 127.0.0.1 (benchmarks/fsdp.py run_ranks)."""
     return run_ranks("trainwreck.benchmarks.param_server", max(WORKERS) + 1, [], "parameter server")
@@ -129,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rank is None:
         print(json.dumps(measure(), indent=1))
     else:
-        _rank(args.rank, args.world, args.port, args.out)
+        gloo_rank(args.rank, args.world, args.port, args.out, _measure)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import run_ranks
+from trainwreck.benchmarks.fsdp import gloo_rank, run_ranks
 
 SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 22)
 """fp32 messages of 1 KiB, 16 KiB, 256 KiB and 4 MiB: from latency-bound to bandwidth-bound on loopback."""
@@ -187,17 +187,6 @@ def _measure(world: int) -> dict[str, Any]:
             "ring": rows["ring"], "tree": rows["tree"]}
 
 
-def _rank(rank: int, world: int, port: int, out: Path) -> None:
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    result = _measure(world)
-    if rank == 0:
-        out.write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def measure(world: int = 4) -> dict[str, Any]:
     """One gloo job on 127.0.0.1 (benchmarks/fsdp.py run_ranks); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.ring_tree", world, [], "ring/tree all-reduce")
@@ -218,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rank is None:
         print(json.dumps(measure(args.world), indent=1))
     else:
-        _rank(args.rank, args.world, args.port, args.out)
+        gloo_rank(args.rank, args.world, args.port, args.out, _measure)
 
 
 if __name__ == "__main__":
