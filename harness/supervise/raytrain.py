@@ -21,13 +21,11 @@ FailureConfig). Ray's processes (gcs, raylet, workers, its agents) are the drive
 """
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.faults.cmdrank import HOOKS_FACTORY
-from trainwreck.harness.launch.procs import child_env, set_parent_death_signal
+from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.torchrun import TorchrunSupervisor
 from trainwreck.rundir.layout import RunDir
@@ -57,16 +55,8 @@ class RayTrainSupervisor(TorchrunSupervisor):
     def run_agent(self, rdzv_port: int) -> str:
         del rdzv_port  # Ray's workers rendezvous through Ray
         RunDir(self.run_dir).logs.mkdir(parents=True, exist_ok=True)
-        with open(RunDir(self.run_dir).logs / DRIVER_LOG, "ab") as log:
-            self.agent = subprocess.Popen(self.spec.target.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, env=driver_env(self.run_dir, self.spec.max_restarts),
-                                          start_new_session=True, preexec_fn=set_parent_death_signal)
-        pidfd = [os.pidfd_open(self.agent.pid)] if hasattr(os, "pidfd_open") else []
-        try:
-            return self.watch(pidfd)
-        finally:
-            for fd in pidfd:
-                os.close(fd)
+        return self.start_and_watch(list(self.spec.target.argv), RunDir(self.run_dir).logs / DRIVER_LOG,
+                                    driver_env(self.run_dir, self.spec.max_restarts))
 
     def on_rank_lost(self, attempt: int) -> None:
         if attempt + 1 not in self.corrupted:

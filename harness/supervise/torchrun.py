@@ -86,9 +86,13 @@ class TorchrunSupervisor(JobSupervisor):
     def run_agent(self, rdzv_port: int) -> str:
         cmd = torchrun_command(self.run_dir, self.world_size, self.spec.max_restarts, rdzv_port,
                                uuid.uuid4().hex[:12])
-        with open(RunDir(self.run_dir).torchrun_log, "ab") as log:
-            self.agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          env=torchrun_env(), start_new_session=True,
+        return self.start_and_watch(cmd, RunDir(self.run_dir).torchrun_log, torchrun_env())
+
+    def start_and_watch(self, argv: list[str], log_path: Path, env: dict[str, str]) -> str:
+        """Start the agent in its own session, its output appended to `log_path`, and watch it."""
+        with open(log_path, "ab") as log:
+            self.agent = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          env=env, start_new_session=True,
                                           # The death signal survives exec: a killed harness
                                           # takes the agent (and, through theirs, its workers).
                                           preexec_fn=set_parent_death_signal)
