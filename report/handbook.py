@@ -229,7 +229,7 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
     word = page_word(rows, chapters)
     caught = [r for r in rows if r.kind == "defect"]
     reference = [r for r in rows if r.kind != "defect"]
-    headline = _headline(rows, chapters, wall_s)
+    headline = _headline(caught, reference, chapters, wall_s)
     body = [f'<header><span class="badge {word}">{word}</span><h1>trainwreck handbook</h1>'
             f'<p class="headline {word}">{escape(headline)}</p></header>',
             "<h2>Questions</h2><ol>" + "".join(f'<li><a href="#{c["slug"]}">{escape(c["question"])}</a>'
@@ -255,10 +255,9 @@ def render_handbook(out: Path, rows: Sequence[RunRow], chapters: list[dict[str, 
     return html
 
 
-def _headline(rows: Sequence[RunRow], chapters: list[dict[str, Any]], wall_s: float) -> str:
-    caught = [r for r in rows if r.kind == "defect"]
-    reference = [r for r in rows if r.kind != "defect"]
-    return (f"{len(chapters)} questions answered by {len(rows)} runs made on the spot in {wall_s:.0f} s: "
+def _headline(caught: Sequence[RunRow], reference: Sequence[RunRow], chapters: list[dict[str, Any]],
+              wall_s: float) -> str:
+    return (f"{len(chapters)} questions answered by {len(caught) + len(reference)} runs made on the spot in {wall_s:.0f} s: "
             f"{sum(r.passed for r in reference)}/{len(reference)} reference-trainer runs judged as expected "
             f"({sum(r.status == 'VALID' for r in reference)} VALID, "
             f"{sum(r.status == 'INVALID' and r.passed for r in reference)} INVALID by design, "
