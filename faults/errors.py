@@ -1,7 +1,7 @@
 """The one error a fault plan raises, whichever part of faults/ checks it."""
 from __future__ import annotations
 
-from trainwreck.trainer.config import InputError
+from trainwreck.rundir.errors import InputError
 
 
 class PlanError(InputError):

@@ -22,7 +22,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from trainwreck.trainer import hooks as fp
 from trainwreck.faults.errors import PlanError
-from trainwreck.trainer.config import InputError, TrainConfig, loads_strict
+from trainwreck.rundir.arguments import loads_strict
+from trainwreck.rundir.errors import InputError
+from trainwreck.trainer.config import TrainConfig
 
 PLAN_EXAMPLE = '[{"id": "k1", "kind": "kill", "rank": 1, "step": 12}]'
 """What a plan looks like, for error messages."""

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 def dispatch(argv: list[str]) -> int:
     from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp  # stdlib-only
     from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
-    from trainwreck.trainer.config import OneLineParser
+    from trainwreck.rundir.arguments import OneLineParser
 
     keep_torch_cache_out_of_tmp()  # before any command imports torch; its ranks inherit it
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
-from trainwreck.trainer.config import ConfigError, InputError, OneLineParser, TrainConfig, load_json_arg, parse_set_items
+from trainwreck.rundir.arguments import OneLineParser, load_json_arg
+from trainwreck.rundir.errors import InputError
+from trainwreck.trainer.config import ConfigError, TrainConfig, parse_set_items
 from trainwreck.rundir.files import describe, is_environment_failure
 from trainwreck.trainer.launch import RankContext
 from trainwreck.rundir.layout import RunDirError, refuse_foreign

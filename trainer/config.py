@@ -1,15 +1,13 @@
 """The reference trainer's configuration: one frozen dataclass, checked on creation."""
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, NoReturn
+from typing import Any
 
-from trainwreck.rundir.errors import ConfigError, InputError  # re-exported: their old home
-from trainwreck.rundir.files import SMALL_LIMIT
+from trainwreck.rundir.errors import ConfigError  # re-exported: the error this module raises
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -40,80 +38,6 @@ def backend_fields(backend: str) -> dict[str, str]:
     if backend == "auto":
         return {}
     return {"backend": backend, "device": "cuda" if backend == "nccl" else "cpu"}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line (its default prints the whole usage first);
-    `shorten` trims a hostile value, the CLIs share this so both read alike."""
-
-    def __init__(self, shorten: Callable[[str], str] = str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.shorten = shorten
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {self.shorten(message)}; see {self.prog} --help\n")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise InputError(f"holds {name}, which is not a finite number; use a finite number")
-
-
-def load_json_arg(text: str, flag: str, example: str) -> Any:
-    """JSON from a command-line value or from @FILE, refusing what json.loads lets through.
-
-    NaN/Infinity would make a fault never fire or a timeout never expire, and deep
-    nesting raises RecursionError (not ValueError) inside the json module."""
-    if text.startswith("@"):
-        try:  # bounded: @/dev/zero must not be read until memory runs out (a pipe, @/dev/stdin, is fine)
-            with open(text[1:], "rb") as file:
-                raw = file.read(SMALL_LIMIT + 1)
-            if len(raw) > SMALL_LIMIT:
-                raise InputError(f"{flag} @{text[1:]}: longer than {SMALL_LIMIT} bytes (an endless device?); "
-                                 "give a JSON file")
-            text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise InputError(f"{flag} @{text[1:]}: cannot read the file ({reason}); give a readable JSON file") from None
-    return loads_strict(text, flag, example)
-
-
-MAX_JSON_DEPTH = 64
-"""Deeper than any plan or config can be (they are 3 levels); refused before parsing, because
-how deep Python's parser can go before a RecursionError differs between versions."""
-
-
-def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
-    """The nesting depth of JSON text (strings skipped), counting no further than limit + 1."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                break
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
-def loads_strict(text: str | bytes, what: str, example: str) -> Any:
-    """json.loads that refuses NaN/Infinity and deep nesting with an InputError naming `what`."""
-    if json_depth(text.decode(errors="replace") if isinstance(text, bytes) else text) > MAX_JSON_DEPTH:
-        raise InputError(f"{what} is nested too deeply to be a plausible value (over {MAX_JSON_DEPTH} "
-                         f"levels); e.g. {example}")
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except InputError as exc:
-        raise InputError(f"{what} {exc}; e.g. {example}") from None
-    except RecursionError:
-        raise InputError(f"{what} is nested too deeply to be a plausible value; e.g. {example}") from None
-    except ValueError as exc:
-        raise InputError(f"{what} is not valid JSON ({exc}); e.g. {example}") from None
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}

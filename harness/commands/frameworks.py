@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from trainwreck.invariants.verdict import exit_code, verdict_word
-from trainwreck.trainer.config import InputError
+from trainwreck.rundir.errors import InputError
 
 if TYPE_CHECKING:
     from trainwreck.harness.suites.frameworks import Row

@@ -14,7 +14,8 @@ from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, ver
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
-from trainwreck.trainer.config import BACKENDS, PARALLELISMS, backend_fields, load_json_arg, parse_set_items
+from trainwreck.rundir.arguments import load_json_arg
+from trainwreck.trainer.config import BACKENDS, PARALLELISMS, backend_fields, parse_set_items
 from trainwreck.rundir.errors import InputError
 
 

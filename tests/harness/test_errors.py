@@ -34,8 +34,8 @@ def test_the_exit_check_finds_a_hand_written_exit_it_is_shown(tmp_path: Path) ->
     assert hand_written_exits(tmp_path) == ['c.py:2: print("trainwreck c: error: bad")', "c.py:3: return 2"]
 
 
-def test_the_old_import_path_is_the_one_definition() -> None:
-    assert config.InputError is errors.InputError and config.ConfigError is errors.ConfigError
+def test_the_config_error_the_trainer_raises_is_the_one_definition() -> None:
+    assert config.ConfigError is errors.ConfigError and issubclass(config.ConfigError, InputError)
     assert issubclass(SpecError, InputError) and issubclass(UnknownName, InputError)
 
 
