@@ -6,14 +6,14 @@ Each crash point (before/after every mutating storage op of one checkpoint save,
 torn variant of every write) is its own job, restarted by the harness and judged by
 every invariant against one golden run.
 
-trainwreck sweep --power-loss [--writer NAME] [--limit N] [--seed S] [--json]: the power
+trainwreck sweep --power-loss [--writer NAME | --framework NAME] [--limit N] [--seed S] [--json]: the power
 is cut instead (faults/powerloss.py): every save of one clean run is recorded, each crash
 state a file system may leave is materialised, and the job resumes from it as its next
-attempt, judged by every invariant. `--writer lightning|accelerate|hf` records the
+attempt, judged by every invariant. `--framework lightning|accelerate|hf` records the
 framework's own saves in its ranks and resumes its example script instead (--limit defaults
 to 4 there).
 
-trainwreck sweep --writer lightning|accelerate|hf|torchrun: the framework's own save, a crash at
+trainwreck sweep --framework lightning|accelerate|hf|torchrun: the framework's own save, a crash at
 every file operation its golden run recorded (`trainwreck frameworks --frameworks NAME
 --scenarios crash-every-op`, the same rows); --cmd does the same for the user's own command.
 
@@ -41,10 +41,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--writer", default="reference",
                         help="trainer variant whose save is swept: reference (default), naive_writer, rename_no_fsync; "
                              "or dcp (torch.distributed.checkpoint's own commit, a new directory per save), and "
-                             "without --power-loss dcp_in_place (every DCP save into the same directory); with "
-                             "--power-loss also the framework writers lightning, accelerate, hf (their own saves, "
-                             "resumed by their example scripts); without --power-loss lightning, accelerate, hf, torchrun crash "
-                             "the framework's own save at every file operation (the frameworks table's crash-every-op rows)")
+                             "without --power-loss dcp_in_place (every DCP save into the same directory)")
+    parser.add_argument("--framework", metavar="NAME",
+                        help="sweep a framework's own save instead, run by its example script: torchrun, hf, "
+                             "lightning, accelerate crash it at every file operation (the frameworks table's "
+                             "crash-every-op rows); with --power-loss lightning, accelerate, hf")
     parser.add_argument("--out", type=Path, help="where the runs go (default ./trainwreck-out/sweep-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with a row per crash point")
     parser.add_argument("--points", help="only these crash points, e.g. 12:after,2:torn (OP_INDEX:before|after|torn); "
@@ -100,7 +101,8 @@ def request_from(args: argparse.Namespace) -> SweepRequest:
     parse = parse_rank_points if args.parallelism == "fsdp" else parse_points
     points = parse(args.points)
     request = SweepRequest(writer=args.writer, parallelism=args.parallelism, points=None if points is None else
-                           tuple(points), power_loss=args.power_loss, limit=args.limit, seed=args.seed, cmd=args.cmd)
+                           tuple(points), power_loss=args.power_loss, limit=args.limit, seed=args.seed, cmd=args.cmd,
+                           framework=args.framework)
     request.check()
     return request
 
@@ -131,8 +133,8 @@ def table_main(args: argparse.Namespace, request: SweepRequest) -> int:
 
     stamp = time.strftime('%Y%m%d-%H%M%S')
     if request.cmd is None:
-        out = args.out or Path("trainwreck-out") / f"sweep-{request.writer}-{stamp}"
-        return table(out, args.json, [request.writer], [EVERY_OP])
+        out = args.out or Path("trainwreck-out") / f"sweep-{request.framework}-{stamp}"
+        return table(out, args.json, [request.framework or ""], [EVERY_OP])
     command, out = request.cmd, args.out or Path("trainwreck-out") / f"sweep-cmd-{stamp}"
     return publish_rows(args.json, out, "trainwreck sweep --cmd",
                         lambda progress: run_command_sweep(command, out, progress=progress),

@@ -108,7 +108,8 @@ class KillInSave:
 @dataclass(frozen=True)
 class Framework:
     """One framework, declared once: the frameworks table runs its example trainer under each
-    scenario, and `trainwreck sweep --writer NAME` crashes inside its saves (when `sweep_args`)."""
+    scenario, `trainwreck sweep --framework NAME` crashes its save at every file operation, and with
+    `--power-loss` cuts the power inside its saves (when `sweep_args`)."""
 
     name: str
     module: str
@@ -129,8 +130,8 @@ class Framework:
     """A user's own command (`trainwreck sweep --cmd`), run as it is; save_step 0: the golden run's
     second recorded save (its first when it has one), as the user's save schedule is the script's."""
     sweep_args: tuple[str, ...] = ()
-    """The script's arguments when `trainwreck sweep --writer NAME` crashes inside its saves (every
-    attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
+    """The script's arguments when `trainwreck sweep --framework NAME --power-loss` cuts the power inside
+    its saves (every attempt the same: the script resumes from what it finds); empty: not a sweep writer."""
     launcher: str | None = None
     """The job's launcher (harness/registry.py): None is `--cmd`'s; "ray-driver" runs the script once, as
     a Ray Train driver whose TorchTrainer restarts the worker group itself."""
@@ -186,7 +187,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       for name, data in (("ray_train", "loader"), ("ray_train_data", "dataset"))),
 )}
 SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}
-"""The frameworks whose own saves `trainwreck sweep --writer NAME` crashes inside."""
+"""The frameworks whose own saves `trainwreck sweep --framework NAME --power-loss` cuts the power inside."""
 
 
 def _kill(step: int) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from trainwreck.faults.storage import Op
 from trainwreck.harness.errors import InputError
 from trainwreck.harness.supervise.restarts import RunRecord
 from trainwreck.harness.judge.runner import JudgedRun, publish, run_judged
-from trainwreck.harness.suites.frameworks import DATASET, GLOBAL_BATCH, SCRIPTS, STEPS, SWEEP_WRITERS, Framework
+from trainwreck.harness.suites.frameworks import (DATASET, FRAMEWORKS, GLOBAL_BATCH, SCRIPTS, STEPS, SWEEP_WRITERS,
+                                                  Framework)
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, compose, verdict_word
@@ -76,12 +77,17 @@ def writer_variants() -> list[str]:
 def writers_sentence() -> str:
     """Every --writer, by what it sweeps (the help and the refusal say the same)."""
     from trainwreck.faults.dcpcrash import DCP_LAYOUTS
-    from trainwreck.harness.suites.frameworks import FRAMEWORKS
 
     defects = [name for name in writer_variants() if name != "reference"]
     return (f"writers: reference (the default) and the planted defects of its writer {', '.join(defects)}; "
-            f"DCP's own save {', '.join(DCP_LAYOUTS)} ({DCP_WRITER} alone with --power-loss); a framework's own save {', '.join(FRAMEWORKS)} (with --power-loss: "
-            f"{', '.join(FOREIGN_WRITERS)})")
+            f"DCP's own save {', '.join(DCP_LAYOUTS)} ({DCP_WRITER} alone with --power-loss); a framework's own "
+            f"save is --framework {'|'.join(SWEEP_FRAMEWORKS)}")
+
+
+def frameworks_sentence() -> str:
+    """Every --framework, by what it sweeps (the help and the refusal say the same)."""
+    return (f"frameworks: {', '.join(SWEEP_FRAMEWORKS)} (their own save crashed at every file operation); "
+            f"with --power-loss {', '.join(FOREIGN_WRITERS)}")
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class SweepRequest:
     """One sweep, declared; `check` refuses what cannot run before anything starts."""
 
     writer: str = "reference"
-    """A trainer variant, dcp / dcp_in_place (DCP's own save), or a framework writer."""
+    """A trainer variant, or dcp / dcp_in_place (DCP's own save)."""
     parallelism: str = "ddp"
     """ddp: rank 0 writes the checkpoint; fsdp: every rank writes its own shards."""
     points: tuple[CrashPoint, ...] | None = None
@@ -101,6 +107,8 @@ class SweepRequest:
     cap: int = POWER_LOSS_CAP
     cmd: str | None = None
     """A user's own training command: its save crashed at every recorded file operation."""
+    framework: str | None = None
+    """A framework's own save (SWEEP_FRAMEWORKS), run by its example script, instead of the trainer's."""
     golden_cache: Path | None = None
     observed: dict[int, list[Op]] | None = field(default=None, compare=False, repr=False)
     """FSDP: each rank's ops already recorded by observe_sharded (else one observed job records them)."""
@@ -115,29 +123,39 @@ class SweepRequest:
     @property
     def table(self) -> bool:
         """A frameworks-table sweep: a user's --cmd, or a framework's own save crashed at every op."""
-        from trainwreck.harness.suites.frameworks import FRAMEWORKS
-
-        return self.cmd is not None or (self.writer in FRAMEWORKS and not self.power_loss)
+        return self.cmd is not None or (self.framework is not None and not self.power_loss)
 
     def check(self) -> None:
         """Raise InputError naming the fix when this request cannot run (nothing has started)."""
         if self.cmd is not None:
             return self._check_command()
-        if self.table:
-            return self._refuse(("--points", self.points is not None), ("--parallelism", self.parallelism != "ddp"),
-                                why=f"does not apply to --writer {self.writer}: a framework's save is crashed at "
-                                    "every file operation the golden run recorded; leave it out")
+        if self.framework is not None:
+            return self._check_framework()
         self._check_writer()
         if self.power_loss:
             self._check_power_loss()
 
     def _check_command(self) -> None:
-        self._refuse(("--writer", self.writer != "reference"), ("--power-loss", self.power_loss),
+        self._refuse(("--writer", self.writer != "reference"), ("--framework", self.framework is not None),
+                     ("--power-loss", self.power_loss),
                      ("--points", self.points is not None), ("--parallelism", self.parallelism != "ddp"),
                      why="does not apply to --cmd: the command's own save is crashed at every file operation "
                          "its golden run recorded; leave it out")
         if not (self.cmd or "").strip():
             raise InputError("--cmd is empty; give e.g. --cmd 'python train.py'")
+
+    def _check_framework(self) -> None:
+        names = FOREIGN_WRITERS if self.power_loss else SWEEP_FRAMEWORKS
+        if self.framework not in names:
+            sweep = "power-loss" if self.power_loss else "crash"
+            raise InputError(f"--framework {self.framework!r} is not a framework the {sweep} sweep takes; "
+                             f"{frameworks_sentence()}")
+        self._refuse(("--writer", self.writer != "reference"), ("--points", self.points is not None),
+                     ("--parallelism", self.parallelism != "ddp"),
+                     why=f"does not apply to --framework {self.framework}: the framework's own save is swept, "
+                         "by its own example script; leave it out")
+        if self.power_loss:
+            self._check_power_loss()
 
     @staticmethod
     def _refuse(*flags: tuple[str, bool], why: str) -> None:
@@ -146,8 +164,10 @@ class SweepRequest:
             raise InputError(f"{given[0]} {why}")
 
     def _check_writer(self) -> None:
-        if not (self.dcp_own or (self.power_loss and self.writer in FOREIGN_WRITERS)):
-            # DCP's own commit and the framework writers' saves are no trainer variants
+        if not self.dcp_own:  # DCP's own commit is no trainer variant
+            if self.writer in SWEEP_FRAMEWORKS:
+                raise InputError(f"--writer {self.writer} names a framework, not a writer of the reference trainer; "
+                                 f"use --framework {self.writer}")
             if self.writer not in writer_variants():
                 sweep = "power-loss" if self.power_loss else "crash"
                 raise InputError(f"--writer {self.writer!r} is not a writer the {sweep} sweep takes; {writers_sentence()}")
@@ -163,9 +183,9 @@ class SweepRequest:
             raise InputError("--points names process-crash points; with --power-loss use --limit N")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit} judges nothing; give --limit 1 or more")
-        writer = FOREIGN_WRITERS.get(self.writer)
+        writer = FOREIGN_WRITERS.get(self.framework or "")
         if writer is not None and not writer.installed():
-            raise FrameworkMissing(f"--writer {self.writer}: {writer.module} is not installed; {writer.install}")
+            raise FrameworkMissing(f"--framework {self.framework}: {writer.module} is not installed; {writer.install}")
 
 
 @dataclass(frozen=True)
@@ -302,7 +322,7 @@ def run_sweep(request: SweepRequest = SweepRequest(), out: Path | None = None,
 def sweep_for(request: SweepRequest) -> Sweep:
     """The one place a request picks its kind of sweep."""
     if request.power_loss:
-        if request.writer in FOREIGN_WRITERS:
+        if request.framework is not None:
             return ForeignPowerLoss()
         return DcpPowerLoss() if request.writer == DCP_WRITER else PowerLoss()
     if request.dcp_own:
@@ -648,9 +668,12 @@ class DcpPowerLoss:
 # ----- the framework writers: their own saves, judged by resuming their own scripts ----------
 
 
+SWEEP_FRAMEWORKS = tuple(FRAMEWORKS)
+"""`--framework NAME`: a framework's own save crashed at every file operation (the frameworks table's
+crash-every-op rows)."""
 FOREIGN_WRITERS = SWEEP_WRITERS
-"""The frameworks whose own saves `--writer NAME` crashes inside (declared with each framework in
-harness/suites/frameworks.py)."""
+"""`--framework NAME --power-loss`: the frameworks whose own saves are recorded and cut (declared with
+each framework in harness/suites/frameworks.py)."""
 FOREIGN_LIMIT = 4
 """Default --limit of a framework writer: each state is a 2-rank resume that imports the
 framework (5-10 s a rank on 2 shared cores)."""
@@ -708,16 +731,17 @@ class ForeignPowerLoss:
     as the job's next attempt, judged by every invariant."""
 
     def folder(self, request: SweepRequest) -> str:
-        return request.writer
+        return request.framework or ""
 
     def run(self, request: SweepRequest, base: Path, say: Say) -> SweepResult:
-        name, writer = request.writer, FOREIGN_WRITERS[request.writer]
+        name = request.framework or ""
+        writer = FOREIGN_WRITERS[name]
         observed, log = observe_foreign(writer, base / "observed")
 
         def judge(n: int, state: CrashState) -> JudgedRun:
             spec = foreign_spec(writer, crash_run_dir(observed, log, state, base / f"state{n:03d}"))
-            return judge_resumed_cmd(spec, request.golden_cache,
-                                     f"trainwreck sweep --power-loss --writer {name} (state {n}, seed {request.seed})")
+            reproduce = f"trainwreck sweep --power-loss --framework {name} (state {n}, seed {request.seed})"
+            return judge_resumed_cmd(spec, request.golden_cache, reproduce)
 
         limit = FOREIGN_LIMIT if request.limit is None else request.limit
         return judge_power_cuts(name, log, events_seen(log, observed), observed, judge, request, say,

@@ -104,7 +104,7 @@ def test_an_unknown_sweep_writer_lists_the_writers_and_no_defect_that_writes_lik
             cls.shard_manifest_files is not Trainer.shard_manifest_files
         assert bool(re.search(rf"\b{name}\b", err)) == (own or name == "reference"), (name, err)
     assert {"naive_writer", "rename_no_fsync"} <= set(writer_variants())
-    for other in ("dcp", "dcp_in_place", "lightning", "torchrun"):
+    for other in ("dcp", "dcp_in_place", "--framework", "lightning", "torchrun"):
         assert other in err, err
 
 

@@ -23,7 +23,7 @@ def test_a_framework_writer_that_is_not_installed_exits_2_naming_the_extra(
     from trainwreck.harness.cli import main
 
     # Through the real parser (every option's default), then the one exit path: the command raises.
-    assert main(["sweep", "--power-loss", "--writer", "lightning", "--out", str(tmp_path / "out")]) == 2
+    assert main(["sweep", "--power-loss", "--framework", "lightning", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'trainwreck[lightning]'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists(), "nothing may start before the check"
