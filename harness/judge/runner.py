@@ -16,7 +16,7 @@ from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.report.crash_cause import RootCause, root_cause
 from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.harness.supervise.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement

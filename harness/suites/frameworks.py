@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from trainwreck.faults.foreign import WRITE_OPS
 from trainwreck.harness.registry import RAY_TRAIN
-from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.invariants.verdict import UNKNOWN, Validity, compose

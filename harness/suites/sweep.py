@@ -31,7 +31,7 @@ from trainwreck.faults.powerloss import (OPS_DIR, CrashState, LowOp, OpLog, cras
                                         materialise, record_dcp_save)
 from trainwreck.faults.storage import Op
 from trainwreck.harness.errors import InputError
-from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.judge.runner import JudgedRun, publish, run_judged
 from trainwreck.harness.suites.frameworks import (DATASET, FRAMEWORKS, GLOBAL_BATCH, SCRIPTS, STEPS, SWEEP_WRITERS,
                                                   Framework)

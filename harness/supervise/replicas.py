@@ -49,7 +49,7 @@ from trainwreck.harness.errors import INPUT_ERRORS
 from trainwreck.harness.launch.procs import child_env, process_group_kwargs, set_parent_death_signal, signal_group
 from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.harness.supervise.interrupts import raise_if_received
-from trainwreck.harness.supervise.restarts import JobSupervisor, final_step
+from trainwreck.harness.supervise.supervisor import JobSupervisor, final_step
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
 from trainwreck.trainer.progress import read_progress

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from trainwreck.harness.launch.procs import child_env, set_parent_death_signal, signal_group, signal_pid
-from trainwreck.harness.supervise.restarts import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
+from trainwreck.harness.supervise.supervisor import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.harness.supervise.watchdog import Watchdog

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.invariants import History, Judgement, judge, load_history
 from tests.harness.conftest import assert_no_leftover_processes, read_events

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwreck.harness.supervise.restarts import RunRecord
+from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.judge.runner import JudgedRun
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import Verdict
