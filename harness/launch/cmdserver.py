@@ -22,8 +22,8 @@ What differs from a fresh interpreter (docs/HARNESS.md): modules imported at the
 start read the harness's child environment, not the rank's (the two differ only in the
 torchrun and TRAINWRECK_ variables, which torch reads when a process group starts, not at
 import); every rank shares the server's str hash seed (PYTHONHASHSEED); sys.flags and
-sys.orig_argv are the server's; numpy's global generator is reseeded from the OS, as a fresh
-import would seed it; a process a rank forks without exec shows the server's initial
+sys.orig_argv are the server's; torch's CPU generator and numpy's global one are reseeded from
+the OS, as a fresh import seeds them; a process a rank forks without exec shows the server's initial
 environment in /proc, so only its parent link (not the attempt's environment marker) finds it.
 
 Protocol (as the fork server's, over the socket the harness passes):
@@ -145,7 +145,7 @@ def prepare(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[types.Modul
     os.environ.clear()
     os.environ.update(env)
     fresh_stdio(env)
-    reseed_numpy()
+    reseed_generators()
     main = types.ModuleType("__main__")
     if argv[1] == "-m":
         sys.path[0] = os.getcwd()
@@ -177,8 +177,14 @@ def fresh_stdio(env: dict[str, str]) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def reseed_numpy() -> None:
-    """numpy's global generator was seeded once, in the server; a fresh interpreter seeds its own."""
+def reseed_generators() -> None:
+    """torch's CPU generator and numpy's global one were seeded once, from the OS, in the server;
+    a fresh interpreter seeds its own, so an unseeded script draws other numbers in every rank and
+    every attempt (its golden run's repeat then finds it nondeterministic, as it should). Python's
+    `random` reseeds itself after a fork."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()

@@ -114,6 +114,26 @@ def test_a_forked_rank_sees_the_environment_argv_and_main_a_fresh_interpreter_se
         assert {k: warm["env"][k] for k in same} == {k: cold["env"][k] for k in same}
 
 
+# Draws from every global generator, unseeded, and writes what it drew.
+DRAWS = textwrap.dedent("""
+    import json, os, random, sys
+    import numpy, torch
+    draws = [torch.initial_seed(), torch.rand(1).item(), float(numpy.random.rand()), random.random()]
+    with open(os.path.join(sys.argv[1], sys.argv[2] + "-" + os.environ["RANK"] + ".json"), "w") as f:
+        json.dump(draws, f)
+""")
+
+
+def test_an_unseeded_forked_rank_draws_other_numbers_than_every_other_rank_and_attempt(tmp_path: Path) -> None:
+    script = tmp_path / "draws.py"
+    script.write_text(DRAWS)
+    for job in ("a", "b"):
+        assert attempt_event(run(f"{sys.executable} {script} {tmp_path} {job}", tmp_path / job))["ranks"] == "forked"
+    draws = [json.loads((tmp_path / f"{job}-{rank}.json").read_text()) for job in "ab" for rank in range(2)]
+    for generator in range(4):  # torch's seed, torch, numpy, random: each as a fresh interpreter seeds it
+        assert len({d[generator] for d in draws}) == 4, draws
+
+
 @pytest.mark.parametrize("how, code", [("3", 3), ("kill", -9), ("raise", 1), ("interrupt", -2)])
 def test_a_forked_rank_ends_with_the_code_or_signal_of_its_own_death(tmp_path: Path, how: str, code: int) -> None:
     script = tmp_path / "ends.py"
