@@ -20,6 +20,8 @@ from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.command.warm import unservable, warm_modules
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.report.markdown import render_markdown
+from trainwreck.report.model import build_report
 from trainwreck.rundir.layout import iter_events
 
 # What a rank sees of its own process, written where argv[1] says.
@@ -155,6 +157,12 @@ def test_a_command_that_is_not_python_starts_cold_and_says_why(tmp_path: Path, c
     assert attempt["ranks"] == "cold" and "not the harness's own interpreter" in attempt["cold_reason"]
     assert exit_codes(events) == {0: 0, 1: 0}
     assert f"--cmd ranks start cold (fresh interpreters), not forked warm: {attempt['cold_reason']}" in capsys.readouterr().err
+    # The report's timeline cites it from the attempt event (the dataset fields are what a probe would add).
+    spec = json.loads((tmp_path / "run" / "run.json").read_text())
+    spec.update(dataset_size=8, global_batch=2, drop_last=True, total_steps=1)
+    (tmp_path / "run" / "run.json").write_text(json.dumps(spec))
+    timeline = render_markdown(build_report(tmp_path / "run"))
+    assert f"attempt 0 started (ranks started cold, not forked warm: {attempt['cold_reason']})" in timeline
 
 
 def test_a_script_that_cannot_be_prepared_in_the_fork_starts_cold_where_the_interpreter_reports_it(
