@@ -105,6 +105,9 @@ def bench_watchdog_cpu(world_size: int = 16, total_steps: int = 40) -> dict[str,
 
 KILL_AT_8 = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
 """The --cmd kill-and-resume: rank 1 dies at update 8 of 60, both ranks restart from the step-6 checkpoint."""
+CMD_HANG_S = 120.0
+"""The watchdog of those jobs: at load 9 on 2 cores a cold attempt went 30 s (--cmd's default) without
+progress and was declared hung; the benchmark times starts, not the watchdog."""
 
 
 def cmd_kill_resume_s(launcher: str, out: Path) -> float:
@@ -113,7 +116,7 @@ def cmd_kill_resume_s(launcher: str, out: Path) -> float:
     from trainwreck.trainer.frameworks import EXAMPLES
 
     spec = JobSpec(target=Command(f"{sys.executable} {EXAMPLES / 'plain_ddp.py'} --total-steps 60"), world_sizes=(2,),
-                   plan=[dict(f) for f in KILL_AT_8], hang_timeout_s=30.0, launcher=launcher, run_dir=out, keep=True)
+                   plan=[dict(f) for f in KILL_AT_8], hang_timeout_s=CMD_HANG_S, launcher=launcher, run_dir=out, keep=True)
     started = time.perf_counter()
     record = run_job(spec)
     wall = time.perf_counter() - started
