@@ -65,7 +65,7 @@ def sections(quick: bool) -> list[Section]:
     return [
         ("launch", lambda: bench_launch(ranks=(4, 16), repeats=1 if quick else 3,
                                         skip=frozenset({(SPAWN, 16)}) if quick else frozenset())),
-        ("cmd", lambda: bench_cmd(repeats=1 if quick else 3)),
+        ("cmd_launch", lambda: bench_cmd(repeats=1 if quick else 3)),
         ("watchdog", lambda: bench_watchdog_cpu(world_size=16)),
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),
