@@ -28,7 +28,8 @@ from trainwreck.rundir.layout import iter_events
 WHOAMI = textwrap.dedent("""
     import json, os, sys
     facts = {"name": __name__, "argv": sys.argv, "file": __file__, "path0": sys.path[0], "cwd": os.getcwd(),
-             "env": dict(os.environ), "main": sys.modules["__main__"].__dict__.get("WHOAMI")}
+             "env": dict(os.environ), "main": sys.modules["__main__"].__dict__.get("WHOAMI"),
+             "pid": os.getpid(), "pgid": os.getpgrp()}
     WHOAMI = 1
     with open(os.path.join(sys.argv[1], "rank" + os.environ["RANK"] + "-" + sys.argv[2] + ".json"), "w") as f:
         json.dump(facts, f)
@@ -102,6 +103,8 @@ def test_a_forked_rank_sees_the_environment_argv_and_main_a_fresh_interpreter_se
         assert exit_codes(events) == {0: 0, 1: 0}
         facts[launcher] = [json.loads((tmp_path / f"rank{r}-{launcher}.json").read_text()) for r in range(2)]
     assert attempt_event(run(f"{sys.executable} {script} {tmp_path} again", tmp_path / "again"))["ranks"] == "forked"
+    for ranks in facts.values():  # one process group per attempt, led by rank 0, as the supervisor kills it
+        assert ranks[0]["pgid"] == ranks[1]["pgid"] == ranks[0]["pid"] != ranks[1]["pid"]
     for rank, (warm, cold) in enumerate(zip(facts[CMD_WARM], facts[CMD])):
         assert warm["name"] == "__main__" and warm["main"] is None  # a fresh __main__, not the server's
         assert warm["argv"] == [str(script), str(tmp_path), CMD_WARM] and cold["argv"][0] == str(script)
