@@ -150,7 +150,6 @@ def prepare(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[types.Modul
     if argv[1] == "-m":
         sys.path[0] = os.getcwd()
         name, spec, code = runpy._get_module_details(argv[2])  # what `python -m` calls
-        runpy._run_code  # noqa: B018 - the runner below; fail here, not after the gate, if runpy changed
         main.__dict__.update(__name__="__main__", __file__=spec.origin, __cached__=spec.cached,
                              __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
         return main, code, [spec.origin or argv[2], *argv[3:]]

@@ -129,13 +129,19 @@ class ForkServer:
             except (EOFError, OSError, RuntimeError):
                 return  # the server is gone; alive() says so
 
-    def start(self, ctxs: list[RankContext], logs: list[Path]) -> tuple[list[int], int]:
-        self.conn.send({"op": "start", "ctxs": [ctx_to_json(c) for c in ctxs],
-                        "logs": [str(p) for p in logs]})
+    def request(self, msg: dict[str, Any], replies: tuple[str, ...]) -> dict[str, Any]:
+        """Send `msg` and wait for the server's reply whose op is in `replies` (exit reports on the
+        way are recorded as they come)."""
+        self.conn.send(msg)
         while True:
-            msg = self._recv()
-            if msg["op"] == "started":
-                return msg["pids"], msg["pgid"]
+            reply = self._recv()
+            if reply["op"] in replies:
+                return reply
+
+    def start(self, ctxs: list[RankContext], logs: list[Path]) -> tuple[list[int], int]:
+        msg = self.request({"op": "start", "ctxs": [ctx_to_json(c) for c in ctxs], "logs": [str(p) for p in logs]},
+                           ("started",))
+        return msg["pids"], msg["pgid"]
 
     def close(self) -> None:
         try:
@@ -334,7 +340,7 @@ class CmdLauncher:
                 proc.wait()
             store.close()
             raise
-        return CmdAttempt(attempt, world_size, procs, store, _attempt_marker(run_dir, attempt))
+        return CmdAttempt(attempt, world_size, procs, store, attempt_marker(run_dir, attempt))
 
     def close(self) -> None:
         pass
@@ -404,7 +410,7 @@ class CmdAttempt(SpawnAttempt):
         return codes
 
 
-def _attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
+def attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
     """The environment variables that mark every process of one --cmd attempt (see CmdAttempt)."""
     return {"TRAINWRECK_RUN_DIR": str(Path(run_dir).absolute()), "TRAINWRECK_ATTEMPT": str(attempt)}
 

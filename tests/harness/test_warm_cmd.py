@@ -5,7 +5,6 @@ and a command it cannot serve starts cold and says so."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import textwrap
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from trainwreck.harness.launch.procs import child_env
-from trainwreck.harness.registry import CMD, CMD_WARM, default_launcher, COMMAND
+from trainwreck.harness.registry import CMD, CMD_WARM, COMMAND, default_launcher
 from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.command.warm import unservable, warm_modules
 from trainwreck.harness.supervise.spec import JobSpec

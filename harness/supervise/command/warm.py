@@ -17,6 +17,7 @@ loads transformers' lazy Trainer module in the server).
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import os
 import shutil
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.harness.launch.launchers import CmdLauncher, ForkServer, WarmAttempt, AttemptChildren, \
-    _attempt_marker, cmd_env
+from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, WarmAttempt, \
+    attempt_marker, cmd_env
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.launch.rank import WARM_MODULES
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
@@ -125,9 +126,7 @@ def shutdown_command_server() -> None:
     _server = None
 
 
-import atexit  # noqa: E402 - beside the server it shuts down
-
-atexit.register(shutdown_command_server)
+atexit.register(shutdown_command_server)  # a clean EOF at exit, as the fork server gets
 
 
 class WarmCmdLauncher:
@@ -167,15 +166,13 @@ class WarmCmdLauncher:
             rdzv = store.rendezvous(attempt)
             envs = [cmd_env(run_dir, attempt, rank, world_size, rdzv) for rank in range(world_size)]
             logs = [str(RunDir(run_dir).rank_log(attempt, rank)) for rank in range(world_size)]
-            server.conn.send({"op": "start", "argv": self.argv, "cwd": str(cwd), "envs": envs, "logs": logs})
-            while True:
-                msg = server._recv()
-                if msg["op"] == "started":
-                    return WarmCmdAttempt(server, attempt, world_size, msg["pids"], msg["pgid"], store,
-                                          _attempt_marker(run_dir, attempt))
-                if msg["op"] == "refused":
-                    store.close()
-                    return f"a rank could not prepare in the fork ({msg['reason']})"
+            msg = server.request({"op": "start", "argv": self.argv, "cwd": str(cwd), "envs": envs, "logs": logs},
+                                 ("started", "refused"))
+            if msg["op"] == "started":
+                return WarmCmdAttempt(server, attempt, world_size, msg["pids"], msg["pgid"], store,
+                                      attempt_marker(run_dir, attempt))
+            store.close()
+            return f"a rank could not prepare in the fork ({msg['reason']})"
         except BaseException:
             store.close()
             raise
