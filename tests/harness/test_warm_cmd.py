@@ -118,6 +118,32 @@ def test_a_forked_rank_sees_the_environment_argv_and_main_a_fresh_interpreter_se
         assert {k: warm["env"][k] for k in same} == {k: cold["env"][k] for k in same}
 
 
+# `python -m pkg.whoami OUT LABEL`: what a module run as __main__ sees of itself.
+MODULE = textwrap.dedent("""
+    import json, os, sys
+    facts = {"name": __name__, "argv": sys.argv, "path0": sys.path[0], "package": __package__,
+             "spec": __spec__.name, "file": __file__}
+    with open(os.path.join(sys.argv[1], "module" + os.environ["RANK"] + "-" + sys.argv[2] + ".json"), "w") as f:
+        json.dump(facts, f)
+""")
+
+
+def test_a_forked_python_m_rank_sees_the_module_argv_and_path_a_fresh_interpreter_sees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "whoami.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)  # `-m` finds the package in the working directory, as the interpreter does
+    starts = {launcher: attempt_event(run(f"{sys.executable} -m pkg.whoami {tmp_path} {launcher}",
+                                          tmp_path / launcher, launcher, world_sizes=(1,)))
+              for launcher in (CMD_WARM, CMD)}
+    assert starts[CMD_WARM]["ranks"] == "forked", starts
+    warm, cold = (json.loads((tmp_path / f"module0-{launcher}.json").read_text()) for launcher in (CMD_WARM, CMD))
+    assert warm["name"] == "__main__" and warm["spec"] == "pkg.whoami" and warm["package"] == "pkg"
+    assert warm["argv"][0] == str(tmp_path / "pkg" / "whoami.py") == warm["file"]
+    assert {**warm, "argv": warm["argv"][:2]} == {**cold, "argv": cold["argv"][:2]}
+
+
 # Draws from every global generator, unseeded, and writes what it drew.
 DRAWS = textwrap.dedent("""
     import json, os, random, sys
