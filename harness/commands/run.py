@@ -36,7 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run directory (default: ./trainwreck-out/run-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
-                                      "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+                                      "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment "
+                                      "(`python SCRIPT.py`/`python -m MOD` forked from a server that imported torch "
+                                      "once; --launcher cmd: a fresh interpreter per rank)")
     parser.add_argument("--fresh-golden", action="store_true",
                         help="--cmd: rebuild the command's golden run even when a cached one matches its key "
                              "(the command, the files it names and imports, torch and trainwreck versions)")
