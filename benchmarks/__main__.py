@@ -29,7 +29,7 @@ from trainwreck.benchmarks.checkpoint import bench_checkpoint
 from trainwreck.benchmarks.fsdp import bench_fsdp
 from trainwreck.benchmarks.gpu import bench_gpu
 from trainwreck.benchmarks.instrumentation import bench_instrumentation
-from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
+from trainwreck.benchmarks.launch import bench_cmd, bench_launch, bench_watchdog_cpu
 from trainwreck.benchmarks.scenarios import bench_hang, bench_hang_16, bench_throughput
 
 TARGETS = {
@@ -48,6 +48,7 @@ TARGETS = {
     "launch_warm_s_16": ("<=", 1.0),
     "hang_latency_max_s_16": ("<=", 1.2),  # timeout 1.0 s + 0.2 s
     "scenarios_per_min": (">=", 150),
+    "cmd_warm_speedup": (">=", 5.0),  # issue 38: --cmd kill-and-resume, cold over forked-warm ranks
 }
 
 
@@ -64,6 +65,7 @@ def sections(quick: bool) -> list[Section]:
     return [
         ("launch", lambda: bench_launch(ranks=(4, 16), repeats=1 if quick else 3,
                                         skip=frozenset({(SPAWN, 16)}) if quick else frozenset())),
+        ("cmd_launch", lambda: bench_cmd(repeats=1 if quick else 3)),
         ("watchdog", lambda: bench_watchdog_cpu(world_size=16)),
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Iterable
 from unittest import mock
 
@@ -21,7 +25,11 @@ from trainwreck.harness.supervise import supervisor
 from trainwreck.harness.supervise.watchdog import Hang, Watchdog
 
 from trainwreck.harness.launch.launchers import fork_server
-from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, TORCHRUN, WARM, get_launcher, launcher_names
+from trainwreck.harness.launch.procs import child_env
+from trainwreck.harness.registry import CMD, CMD_WARM, DEFAULT_LAUNCHER, REFERENCE, TORCHRUN, WARM, get_launcher, \
+    launcher_names
+from trainwreck.harness.supervise.command.target import Command
+from trainwreck.rundir.layout import iter_events
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.trainer.config import TrainConfig, backend_fields
@@ -93,6 +101,54 @@ def bench_watchdog_cpu(world_size: int = 16, total_steps: int = 40) -> dict[str,
         raise RuntimeError(f"the watchdog CPU run did not complete: {record}")
     return {"watchdog_cpu_pct_per_rank": round(100.0 * _TimedWatchdog.cpu_s / wall / world_size, 3),
             f"watchdog_cpu_s_{world_size}": round(_TimedWatchdog.cpu_s, 3)}
+
+
+KILL_AT_8 = [{"id": "k1", "kind": "signal", "signal": "SIGKILL", "rank": 1, "step": 8}]
+"""The --cmd kill-and-resume: rank 1 dies at update 8 of 60, both ranks restart from the step-6 checkpoint."""
+CMD_HANG_S = 120.0
+"""The watchdog of those jobs: at load 9 on 2 cores a cold attempt went 30 s (--cmd's default) without
+progress and was declared hung; the benchmark times starts, not the watchdog."""
+
+
+def cmd_kill_resume_s(launcher: str, out: Path) -> float:
+    """Wall seconds of one 2-rank `--cmd` kill-and-resume of plain_ddp.py (two attempts of two ranks),
+    the job alone (its golden run is cached in practice); checked to have run as `launcher` starts ranks."""
+    from trainwreck.trainer.frameworks import EXAMPLES
+
+    spec = JobSpec(target=Command(f"{sys.executable} {EXAMPLES / 'plain_ddp.py'} --total-steps 60"), world_sizes=(2,),
+                   plan=[dict(f) for f in KILL_AT_8], hang_timeout_s=CMD_HANG_S, launcher=launcher, run_dir=out, keep=True)
+    started = time.perf_counter()
+    record = run_job(spec)
+    wall = time.perf_counter() - started
+    starts = [e.get("ranks") for e in iter_events(out, batches=False) if e["kind"] == "attempt"]
+    shutil.rmtree(out, ignore_errors=True)
+    if record.outcome != "completed" or record.attempts != 2 or (launcher == CMD_WARM and starts != ["forked"] * 2):
+        raise RuntimeError(f"--cmd kill-and-resume with {launcher} did not run as planned ({starts}): {record}")
+    return wall
+
+
+def bench_cmd(repeats: int = 1) -> dict[str, float]:
+    """`--cmd` kill-and-resume, cold (launcher cmd: fresh interpreters) against warm (cmd-warm, its
+    command server already up, as the reference's fork server is measured above: one server per
+    harness process, reused by every attempt and every job with the same imports; its start is
+    cmd_server_ready_s, paid once)."""
+    from trainwreck.harness.supervise.command.warm import WarmPlan, command_server, warm_modules
+    from trainwreck.trainer.frameworks import EXAMPLES
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-cmd-") as tmp:
+        env = child_env()
+        plan = WarmPlan(warm_modules(f"{sys.executable} {EXAMPLES / 'plain_ddp.py'}", Path.cwd(), env), env)
+        started = time.perf_counter()
+        out["cmd_server_ready_s"] = round(command_server(plan).import_s, 3)
+        # The first job also faults in the server's pages: what one lone `trainwreck run --cmd` pays.
+        cmd_kill_resume_s(CMD_WARM, Path(tmp) / "first")
+        out["cmd_kill_resume_first_warm_s"] = round(time.perf_counter() - started, 3)
+        for launcher in (CMD_WARM, CMD):
+            walls = [cmd_kill_resume_s(launcher, Path(tmp) / f"{launcher}-{i}") for i in range(repeats)]
+            out[f"cmd_kill_resume_{launcher.replace('-', '_')}_s"] = round(statistics.median(walls), 3)
+    out["cmd_warm_speedup"] = round(out[f"cmd_kill_resume_{CMD}_s"] / out["cmd_kill_resume_cmd_warm_s"], 1)
+    return out
 
 
 def main() -> None:

@@ -271,6 +271,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     launchers = sys.modules.get("trainwreck.harness.launch.launchers")
     if launchers is not None:
         launchers.shutdown_fork_server()
+    command = sys.modules.get("trainwreck.harness.supervise.command.warm")
+    if command is not None:
+        command.shutdown_command_server()  # --cmd's, the same way
 
 
 # ----- fixtures ----------------------------------------------------------------------------------

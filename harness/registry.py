@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from trainwreck.rundir.errors import InputError, UnknownName
 
-WARM, SPAWN, TORCHRUN, CMD, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "ray-driver"
+WARM, SPAWN, TORCHRUN, CMD, CMD_WARM, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "cmd-warm", "ray-driver"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
 REFERENCE, COMMAND, REPLICA_GROUPS = "reference", "command", "replica_groups"
 """The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""
@@ -108,7 +108,12 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(TORCHRUN, "the real elastic agent; it owns restarts, the world size is fixed",
                  supervisor="trainwreck.harness.supervise.torchrun:TorchrunSupervisor", fixed_world_size=True,
                  startup_floor_s=SPAWN_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
-    LauncherKind(CMD, "a user's own command per rank with torchrun's environment (trainwreck run --cmd)",
+    # Before CMD: the first launcher serving commands is --cmd's default (default_launcher).
+    LauncherKind(CMD_WARM, "a user's `python SCRIPT.py`/`python -m MOD` per rank, forked from a server that "
+                 "imported torch and the script's frameworks once, torchrun's environment (--cmd's default; "
+                 "any other command starts cold as `cmd` does, saying why)", serves=(COMMAND,),
+                 factory="trainwreck.harness.supervise.command.warm:WarmCmdLauncher", startup_floor_s=SPAWN_STARTUP_S),
+    LauncherKind(CMD, "a user's own command per rank with torchrun's environment, a fresh process each (--cmd's cold start)",
                  serves=(COMMAND,), factory="trainwreck.harness.launch.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),
     LauncherKind(RAY_TRAIN, "a Ray Train driver whose TorchTrainer restarts its worker group itself (FailureConfig); "

@@ -75,7 +75,9 @@ def _timeline(report: dict[str, Any]) -> list[str]:
     events += [(h["t_s"], f"hang declared: suspects {h['ranks']}, waiting {h['waiting']}, "
                           f"{h['detected_after_s']} s without progress") for h in report["hangs"]]
     events += [(s["t_s"], f"save {s['checkpoint']} committed by attempt {s['attempt']}") for s in report["saves"]]
-    events += [(a["start_s"], f"attempt {a['attempt']} started") for a in report["attempts"]]
+    events += [(a["start_s"], f"attempt {a['attempt']} started"
+                + (f" (ranks started cold, not forked warm: {a['cold_reason']})" if a.get("cold_reason") else ""))
+               for a in report["attempts"]]
     events = sorted((t, e) for t, e in events if t is not None)
     if events:
         out += ["", "| +seconds | event |", "|---:|---|"] + [f"| {t:.3f} | {_cell(e)} |" for t, e in events[:60]]

@@ -205,6 +205,8 @@ def _attempt(raw: RawRun, a: int, lineage: Lineage | None) -> dict[str, Any]:
         "last_step": max((lane.steps[-1] for lane in lanes if lane.steps), default=None),
         "rank_batch": _rank_batch(raw, a),
         "lanes": [_lane(lane, segments, exits.get(lane.rank), raw) for lane in lanes],
+        # --cmd's warm launcher fell back to fresh interpreters, and why (absent in older runs and elsewhere).
+        "cold_reason": (header or {}).get("cold_reason"),
     }
 
 

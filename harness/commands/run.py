@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.harness.launch import gpus
-from trainwreck.harness.registry import DEFAULT_LAUNCHER, REFERENCE, launcher_help, launcher_names
+from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, launcher_help, launcher_names, default_launcher
 from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, verdict_lines
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
@@ -25,9 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-sizes", help="world size per attempt, e.g. 4,2 (the last repeats)")
     parser.add_argument("--total-steps", type=int, help="optimizer updates in the job")
     parser.add_argument("--hang-timeout", type=float, help="seconds without progress before a hang is declared")
-    parser.add_argument("--launcher", choices=launcher_names(REFERENCE),
-                        help=f"how ranks start (default {DEFAULT_LAUNCHER}; --cmd picks its own): "
-                             f"{launcher_help(launcher_names(REFERENCE))}")
+    parser.add_argument("--launcher", choices=launcher_names(),
+                        help=f"how ranks start (default {DEFAULT_LAUNCHER}; with --cmd {default_launcher(COMMAND)}): "
+                             f"{launcher_help(launcher_names())}")
     parser.add_argument("--backend", choices=BACKENDS,
                         help="process-group backend (default auto: nccl when every rank has a GPU, else gloo)")
     parser.add_argument("--parallelism", choices=PARALLELISMS,
@@ -37,7 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run directory (default: ./trainwreck-out/run-TIMESTAMP)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     parser.add_argument("--cmd", help="judge your own trainer: the command that runs one rank (it calls the "
-                                      "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment")
+                                      "probe; docs/FRAMEWORKS.md), started per rank with torchrun's environment "
+                                      "(`python SCRIPT.py`/`python -m MOD` forked from a server that imported torch "
+                                      "once; --launcher cmd: a fresh interpreter per rank)")
     parser.add_argument("--fresh-golden", action="store_true",
                         help="--cmd: rebuild the command's golden run even when a cached one matches its key "
                              "(the command, the files it names and imports, torch and trainwreck versions)")
@@ -122,16 +124,18 @@ def main_cmd(args: argparse.Namespace) -> int:
 
     given = [flag for flag, value in (("SCENARIO", args.scenario), ("--total-steps", args.total_steps),
                                       ("--backend", args.backend), ("--set", args.set),
-                                      ("--parallelism", args.parallelism), ("--launcher", args.launcher))
+                                      ("--parallelism", args.parallelism),
+                                      # A command's own launchers are its choice: forked warm (default) or cold.
+                                      ("--launcher", None if args.launcher in launcher_names(COMMAND) else args.launcher))
              if value not in (None, [])]
     if given:  # each would be silently ignored: the command is the user's, not the reference trainer's
-        raise InputError(f"--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir and --out only, not "
-                         f"{', '.join(given)}: the command itself sets the steps, the backend, the parallelism and "
-                         "the rest, and --cmd picks its own launcher (one process per rank with torchrun's "
-                         "environment); drop them, or pass them to your command")
+        raise InputError(f"--cmd takes --plan, --world-sizes, --hang-timeout, --ckpt-dir, --out and --launcher "
+                         f"{' or '.join(launcher_names(COMMAND))} only, not {', '.join(given)}: the command itself "
+                         "sets the steps, the backend, the parallelism and the rest, and its ranks start with "
+                         "torchrun's environment; drop them, or pass them to your command")
     scenario = build_scenario(args)
     out = check_out_dir(args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
-    spec = JobSpec(target=Command(args.cmd, args.ckpt_dir), world_sizes=scenario.world_sizes,
+    spec = JobSpec(target=Command(args.cmd, args.ckpt_dir), world_sizes=scenario.world_sizes, launcher=args.launcher,
                    plan=list(scenario.plan),
                    # A foreign trainer imports its framework after its first progress
                    # record; the built-in scenarios' few seconds are for the warm reference.

@@ -58,7 +58,11 @@ class Server:
                     self.shutdown()
                     return
                 if msg["op"] == "start":
-                    self.start(msg["ctxs"], msg["logs"])
+                    self.on_start(msg)
+
+    def on_start(self, msg: dict) -> None:
+        """One attempt's request (harness/launch/cmdserver.py serves a user's command instead)."""
+        self.start(msg["ctxs"], msg["logs"])
 
     def reap(self) -> None:
         while self.children:
@@ -88,24 +92,30 @@ class Server:
             pids.append(pid)
         self.conn.send({"op": "started", "pids": pids, "pgid": pgid})
 
+    def leave_server(self, pgid: int, log: str) -> int:
+        """A forked child's first steps: join the attempt's group, drop the server's signal
+        handling, socket and pipes, write to the rank's log. Returns the server's pid."""
+        try:
+            os.setpgid(0, pgid)  # pgid 0: the first rank leads the attempt's group
+        except OSError:
+            pass
+        server = os.getppid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        self.conn.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return server
+
     def child(self, ctx_json: str, pgid: int, log: str) -> None:
         code = 1
         try:
-            try:
-                os.setpgid(0, pgid)  # pgid 0: the first rank leads the attempt's group
-            except OSError:
-                pass
-            server = os.getppid()
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_DFL)
-            self.conn.close()
-            os.close(self.wake_r)
-            os.close(self.wake_w)
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.close(fd)
+            server = self.leave_server(pgid, log)
             from trainwreck.harness.launch import rank
 
             set_parent_death_signal(server)

@@ -2,7 +2,8 @@
 
 ``WarmLauncher``  forks ranks from a fork server that already imported torch (default; fast)
 ``SpawnLauncher`` fresh interpreters ``python -m harness.launch.rank`` (slow, nothing shared)
-``CmdLauncher``   a user's own command per rank, torchrun's environment contract
+``CmdLauncher``   a user's own command per rank, torchrun's environment contract (fresh interpreters;
+                  harness/supervise/command/warm.py forks them from a server instead, --cmd's default)
 
 Which name starts which, and the launcher that owns restarts itself (the torchrun agent,
 harness/supervise/torchrun.py), are declared once in harness/registry.py; each class here is built
@@ -82,15 +83,18 @@ class Launcher(Protocol):
 class ForkServer:
     """The harness side of harness.launch.forkserver: one per harness process, reused across runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: str = "trainwreck.harness.launch.forkserver", args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        """`module`: the server's main (harness/launch/cmdserver.py serves a user's command), given
+        the socket's fd, this pid and `args`; `env`: its environment (default child_env())."""
         ours, theirs = socket.socketpair()
         self.owner = os.getpid()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainwreck.harness.launch.forkserver", str(theirs.fileno()), str(os.getpid())],
+            [sys.executable, "-m", module, str(theirs.fileno()), str(os.getpid()), *args],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             # Its own session: a Ctrl-C in the terminal reaches only the harness, which
             # then kills the attempts in order instead of racing them.
-            start_new_session=True, env=child_env(),
+            start_new_session=True, env=child_env() if env is None else env,
         )
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -101,6 +105,7 @@ class ForkServer:
         ready = self._recv()
         self.pid: int = ready["pid"]
         self.import_s: float = ready["import_s"]
+        self.ready: dict[str, Any] = ready
 
     def alive(self) -> bool:
         return self.proc.poll() is None and os.getpid() == self.owner
@@ -124,13 +129,19 @@ class ForkServer:
             except (EOFError, OSError, RuntimeError):
                 return  # the server is gone; alive() says so
 
-    def start(self, ctxs: list[RankContext], logs: list[Path]) -> tuple[list[int], int]:
-        self.conn.send({"op": "start", "ctxs": [ctx_to_json(c) for c in ctxs],
-                        "logs": [str(p) for p in logs]})
+    def request(self, msg: dict[str, Any], replies: tuple[str, ...]) -> dict[str, Any]:
+        """Send `msg` and wait for the server's reply whose op is in `replies` (exit reports on the
+        way are recorded as they come)."""
+        self.conn.send(msg)
         while True:
-            msg = self._recv()
-            if msg["op"] == "started":
-                return msg["pids"], msg["pgid"]
+            reply = self._recv()
+            if reply["op"] in replies:
+                return reply
+
+    def start(self, ctxs: list[RankContext], logs: list[Path]) -> tuple[list[int], int]:
+        msg = self.request({"op": "start", "ctxs": [ctx_to_json(c) for c in ctxs], "logs": [str(p) for p in logs]},
+                           ("started",))
+        return msg["pids"], msg["pgid"]
 
     def close(self) -> None:
         try:
@@ -307,6 +318,10 @@ class CmdLauncher:
 
     def start(self, run_dir: Path, attempt: int, world_size: int, rdzv: Rendezvous) -> SpawnAttempt:
         corrupt_before(run_dir, self.ckpt_dir, self.plan, attempt)  # the previous attempt is reaped by now
+        return self.start_ranks(run_dir, attempt, world_size)
+
+    def start_ranks(self, run_dir: Path, attempt: int, world_size: int) -> CmdAttempt:
+        """The attempt's ranks, once its between-attempt faults are applied."""
         store = HarnessStore()
         rdzv = store.rendezvous(attempt)
         procs: list[subprocess.Popen[bytes]] = []
@@ -325,7 +340,7 @@ class CmdLauncher:
                 proc.wait()
             store.close()
             raise
-        return CmdAttempt(attempt, world_size, procs, store, _attempt_marker(run_dir, attempt))
+        return CmdAttempt(attempt, world_size, procs, store, attempt_marker(run_dir, attempt))
 
     def close(self) -> None:
         pass
@@ -335,9 +350,9 @@ CHILD_SCAN_S = 0.5
 """Seconds between two looks for a --cmd attempt's child processes."""
 
 
-class CmdAttempt(SpawnAttempt):
-    """A --cmd attempt: its ranks, the store they rendezvous on (closed once they are reaped),
-    and whatever the ranks started, which dies with the attempt.
+class AttemptChildren:
+    """Whatever the ranks of one --cmd attempt started, which dies with the attempt, and the
+    store they rendezvous on (closed once they are reaped).
 
     A user's command may start children (data loaders, a server, a `setsid` daemon). Killing
     the ranks' process group misses a `setsid` child always, and misses every child once the
@@ -347,39 +362,55 @@ class CmdAttempt(SpawnAttempt):
     TRAINWRECK_ATTEMPT, inherited whatever session or parent a child ends up with). What was
     ended is kept in `leftovers`, and the supervisor logs it."""
 
-    def __init__(self, attempt: int, world_size: int, procs: list[subprocess.Popen[bytes]],
-                 store: HarnessStore, marker: dict[str, str] | None = None) -> None:
-        super().__init__(attempt, world_size, procs)
-        self.store = store
-        self.marker = marker
+    def __init__(self, store: HarnessStore, marker: dict[str, str] | None) -> None:
+        self.store, self.marker = store, marker
         self.children: list[int] = []
         self.leftovers: list[dict[str, object]] = []
         self._scanned = 0.0
 
-    def exited(self) -> dict[int, int | None]:
-        # While ranks live, remember their descendants (twice a second: a /proc scan each):
-        # once a rank exits, a child it left behind is reparented and only the marker is left.
-        if time.monotonic() - self._scanned >= CHILD_SCAN_S:
+    def scan(self, live: list[int], now: bool = False) -> None:
+        """Remember the descendants of the `live` ranks (at most twice a second unless `now`: a
+        /proc scan each): once a rank exits, a child it left is reparented and only the marker is left."""
+        if now or time.monotonic() - self._scanned >= CHILD_SCAN_S:
             self._scanned = time.monotonic()
-            self.children = list(dict.fromkeys(self.children + descendants(
-                [p.pid for p in self.procs if p.returncode is None])))
+            self.children = list(dict.fromkeys(self.children + descendants(live)))
+
+    def end(self, ranks: set[int]) -> None:
+        """After the ranks (pids `ranks`) are reaped: end what they left, close the store."""
+        marked = marked_processes(self.marker, ranks) if self.marker else []
+        self.leftovers = end_processes([pid for pid in self.children + marked if pid not in ranks])
+        self.store.close()
+
+
+class CmdAttempt(SpawnAttempt):
+    """A --cmd attempt of fresh interpreters: its ranks and what they started (AttemptChildren)."""
+
+    def __init__(self, attempt: int, world_size: int, procs: list[subprocess.Popen[bytes]],
+                 store: HarnessStore, marker: dict[str, str] | None = None) -> None:
+        super().__init__(attempt, world_size, procs)
+        self.started = AttemptChildren(store, marker)
+        self.start_facts: dict[str, Any] = {}
+        """What the attempt event says of how its ranks started (a fallback from warm ranks says why)."""
+
+    @property
+    def leftovers(self) -> list[dict[str, object]]:
+        return self.started.leftovers
+
+    def exited(self) -> dict[int, int | None]:
+        self.started.scan([p.pid for p in self.procs if p.returncode is None])
         return super().exited()
 
     def kill(self) -> None:
-        self.children = list(dict.fromkeys(self.children + descendants(
-            [p.pid for p in self.procs if p.poll() is None])))
+        self.started.scan([p.pid for p in self.procs if p.poll() is None], now=True)
         super().kill()
 
     def reap(self, timeout_s: float) -> dict[int, int | None]:
         codes = super().reap(timeout_s)
-        ranks = {p.pid for p in self.procs}
-        marked = marked_processes(self.marker, ranks) if self.marker else []
-        self.leftovers = end_processes([pid for pid in self.children + marked if pid not in ranks])
-        self.store.close()
+        self.started.end({p.pid for p in self.procs})
         return codes
 
 
-def _attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
+def attempt_marker(run_dir: Path, attempt: int) -> dict[str, str]:
     """The environment variables that mark every process of one --cmd attempt (see CmdAttempt)."""
     return {"TRAINWRECK_RUN_DIR": str(Path(run_dir).absolute()), "TRAINWRECK_ATTEMPT": str(attempt)}
 

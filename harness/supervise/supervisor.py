@@ -223,7 +223,9 @@ class Supervisor(JobSupervisor):
         handle = launcher.start(self.run_dir, attempt, world_size, store.rendezvous(attempt))
         self.live.append(handle)
         self.events.emit("attempt", attempt=attempt, world_size=world_size,
-                         launcher=self.spec.launcher, pids=[handle.pids[r] for r in range(world_size)])
+                         launcher=self.spec.launcher, pids=[handle.pids[r] for r in range(world_size)],
+                         # --cmd's warm launcher: whether these ranks were forked or started cold, and why
+                         **getattr(handle, "start_facts", {}))
         watchdog = watchdog_class(self.spec.watchdog)(self.watch_config, self.run_dir, attempt, world_size)
         result = AttemptResult(ok=False)
         reported: set[int] = set()

@@ -51,6 +51,8 @@ def test_a_plain_ddp_script_killed_mid_run_resumes_from_its_checkpoint_and_is_ju
     assert fault["fault_id"] == "k1" and "(ranks were at steps {1: 8})" in fault["detail"], fault
     assert {"attempt": 0, "rank": 1, "code": -9}.items() <= next(
         e for e in events if e["kind"] == "exit" and e["rank"] == 1 and e["attempt"] == 0).items()
+    # Both attempts' ranks were forked warm (--cmd's default): the harness's SIGKILL is a real process death.
+    assert [e.get("ranks") for e in events if e["kind"] == "attempt"] == ["forked", "forked"]
     assert max(e["step"] for e in events if e["kind"] == "step" and e["attempt"] == 0) == 7
     restores = [e for e in events if e["kind"] == "restore"]
     newest = max(e["step"] for e in events if e["kind"] == "save" and e["attempt"] == 0)

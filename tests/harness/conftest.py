@@ -11,14 +11,20 @@ import psutil
 import pytest
 
 from trainwreck.harness.launch import launchers
+from trainwreck.harness.supervise.command import warm
 from trainwreck.trainer.progress import read_progress
 from trainwreck.rundir.layout import RunDir
 
 
+def reused_servers() -> list[launchers.ForkServer]:
+    """The live servers this process keeps between jobs: the fork server and --cmd's command server."""
+    command = warm._server[1] if warm._server is not None else None
+    return [s for s in (launchers._server, command) if s is not None and s.alive()]
+
+
 def live_descendants() -> list[psutil.Process]:
-    """Processes below this test process, except the (reused) fork server itself."""
-    server = launchers._server
-    keep = {server.pid} if server is not None and server.alive() else set()
+    """Processes below this test process, except the (reused) servers themselves."""
+    keep = {server.pid for server in reused_servers()}
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
@@ -30,13 +36,14 @@ def live_descendants() -> list[psutil.Process]:
 
 
 def fork_server_children() -> list[psutil.Process]:
-    server = launchers._server
-    if server is None or not server.alive():
-        return []
-    try:
-        return psutil.Process(server.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+    """Live children of the reused servers: ranks they forked that outlived their attempt."""
+    found = []
+    for server in reused_servers():
+        try:
+            found += psutil.Process(server.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 def assert_no_leftover_processes() -> None:

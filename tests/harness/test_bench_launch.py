@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainwreck.benchmarks.launch import bench_launch, bench_watchdog_cpu
+import pytest
+
+from trainwreck.benchmarks.launch import bench_cmd, bench_launch, bench_watchdog_cpu
 from trainwreck.benchmarks.scenarios import hang_latencies
 from trainwreck.rundir.layout import iter_events
 
@@ -12,6 +14,14 @@ def test_the_launch_benchmark_reports_warm_launch_time_per_world_size() -> None:
     result = bench_launch(ranks=(2,), launchers=("warm",))
     assert set(result) == {"warm_server_ready_s", "launch_warm_s_2"}
     assert result["launch_warm_s_2"] > 0
+
+
+@pytest.mark.slow  # nightly: the cold kill-and-resume alone is 15-40 s on 2 cores
+def test_the_cmd_benchmark_times_cold_and_forked_kill_and_resume_jobs_and_their_ratio() -> None:
+    result = bench_cmd(repeats=1)  # raises unless each job completed in 2 attempts, the warm ones forked
+    assert set(result) == {"cmd_server_ready_s", "cmd_kill_resume_first_warm_s", "cmd_kill_resume_cmd_warm_s",
+                           "cmd_kill_resume_cmd_s", "cmd_warm_speedup"}
+    assert result["cmd_warm_speedup"] == round(result["cmd_kill_resume_cmd_s"] / result["cmd_kill_resume_cmd_warm_s"], 1)
 
 
 def test_the_launch_benchmark_leaves_out_the_pairs_it_is_told_to_skip() -> None:

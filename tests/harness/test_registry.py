@@ -83,7 +83,7 @@ def test_the_commands_offer_only_launchers_that_serve_their_targets() -> None:
         return next(a.choices for a in parser._actions if a.dest == "launcher")  # type: ignore[return-value]
 
     assert "cmd" not in choices(chaos) and list(choices(chaos)) == list(launcher_names(REFERENCE))
-    assert list(choices(run)) == list(launcher_names(REFERENCE))
+    assert list(choices(run)) == list(launcher_names())  # the reference's, and --cmd's (warm or cold)
     assert list(choices(defects)) == [n for n in launcher_names(REFERENCE) if LAUNCHERS[n].planted_watchdogs]
     assert "torchrun" not in choices(defects)
 
@@ -96,7 +96,7 @@ def test_the_pytest_plugin_option_lists_the_registry() -> None:
 
 def test_a_job_gets_the_default_launcher_of_its_target() -> None:
     assert JobSpec(config=TrainConfig.tiny()).launcher == "warm"
-    assert JobSpec(target=Command("python t.py")).launcher == "cmd"
+    assert JobSpec(target=Command("python t.py")).launcher == "cmd-warm"  # --cmd forks warm ranks by default; "cmd" is the cold start
     assert JobSpec(target=ReplicaGroups("python t.py")).launcher == "replica-groups"
 
 
@@ -109,7 +109,7 @@ def test_every_target_kind_is_served_by_a_registered_launcher() -> None:
 def test_a_launcher_that_does_not_serve_the_target_is_refused_naming_one_that_does() -> None:
     with pytest.raises(SpecError, match="launcher 'cmd' does not run a reference target; use 'warm'"):
         JobSpec(config=TrainConfig.tiny(), launcher="cmd")
-    with pytest.raises(SpecError, match="launcher 'spawn' does not run a command target; use 'cmd'"):
+    with pytest.raises(SpecError, match="launcher 'spawn' does not run a command target; use 'cmd-warm' or 'cmd'"):
         JobSpec(target=Command("python t.py"), launcher="spawn")
 
 
