@@ -115,8 +115,7 @@ class RayTrainSupervisor(TorchrunSupervisor):
         remove_session(self.run_dir)
 
     def begin_attempt(self, attempt: int) -> tuple[Watchdog, float, float]:
-        sizes = self.spec.world_sizes
-        self.world_size = sizes[min(attempt, len(sizes) - 1)]  # an elastic group restarts smaller
+        self.world_size = self.spec.world_size_for(attempt)  # an elastic group restarts smaller
         return super().begin_attempt(attempt)
 
     def fire(self, attempt: int, fault: ExternalFault, steps: dict[int, int], pids: dict[int, int],
@@ -126,14 +125,15 @@ class RayTrainSupervisor(TorchrunSupervisor):
         removed). Signals go to the ranks, as for torchrun."""
         if not fault.group:
             return super().fire(attempt, fault, steps, pids, send)
-        # Every rank held still (SIGSTOP) while the driver removes the node: the steps a 10 ms
-        # update makes meanwhile would otherwise carry the job past the planned step, or to its end.
-        for rank in pids:
+        # The fault's ranks held still (SIGSTOP) while the driver removes the node: the updates
+        # (10 ms each) made meanwhile would carry the job past the planned step, or to its end; the
+        # others then wait in the next collective, their actors still answering Ray's polls.
+        for rank in fault.ranks:
             send(rank, signal.SIGSTOP)
         answer = request_node_removal(self.run_dir, REMOVAL_TIMEOUT_S)
-        for rank, pid in pids.items():
-            if pid not in answer.get("pids", []):
-                send(rank, signal.SIGCONT)
+        for rank in fault.ranks:
+            if pids[rank] not in answer.get("pids", []):
+                send(rank, signal.SIGCONT)  # not on the removed node (or nothing removed): let it go on
         if "error" in answer:
             self.events.emit("fault_skip", attempt=attempt, fault_id=fault.id,
                              reason=f"the node was not removed: {answer['error']}")
@@ -143,8 +143,8 @@ class RayTrainSupervisor(TorchrunSupervisor):
         self.events.emit("fault", attempt=attempt, fault_id=fault.id, rank=None, ranks=on_node,
                          fault_kind="remove_node", node_id=answer.get("node_id"), pids=[pids[r] for r in on_node],
                          detail=f"cluster.remove_node of Ray node {str(answer.get('node_id'))[:12]} (raylet pid "
-                                f"{answer.get('raylet_pid')}) at ranks' steps {steps}: ranks {on_node} ran there"
-                                f"{replaced}")
+                                f"{answer.get('raylet_pid')}) at ranks' steps {steps}, ranks {list(fault.ranks)} held "
+                                f"by SIGSTOP meanwhile: ranks {on_node} ran there{replaced}")
 
     def on_rank_lost(self, attempt: int) -> None:
         if attempt + 1 in self.corrupted:
