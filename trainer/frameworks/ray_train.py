@@ -1,13 +1,14 @@
 """Ray Train adapter: a `TorchTrainer` job writes the run format from inside its workers; Ray unchanged.
 
-    with local_cluster():                                  # ray.init on 127.0.0.1, no dashboard; shut down after
-        trainer = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+    with simulated_cluster(run_dir):                       # 2 Ray nodes on 127.0.0.1 (head + worker), one SLOT each
+        trainer = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                                                  resources_per_worker={"CPU": 1, SLOT: 1}),
                                run_config=run_config(max_failures), datasets=...)
-        trainer.fit()
+        trainer.fit()                                      # the harness may remove the worker node meanwhile
 
     def loop(config):                                      # train_loop_per_worker
         probe = worker_probe()                             # rank, world size, attempt from Ray; faults from the plan
-        step, state = restore(probe, model, optimizer)     # ray.train.get_checkpoint(), then `restore`
+        step, state = restore(probe, model, optimizer)     # ray.train.get_checkpoint() (`reject` if it does not load)
         ... probe.batch / probe.step per update ...
         report(probe, step, state, digest)                 # ray.train.report(checkpoint=...), then `save`
 
