@@ -169,3 +169,12 @@ def test_the_ray_folder_of_a_driver_the_harness_had_to_kill_is_removed_and_nothi
     assert ray_train.remove_session(run) is None  # no note: nothing to do
     (run / ray_train.SESSION_NOTE).write_text(str(run))  # a note naming another folder is not followed
     assert ray_train.remove_session(run) is None and run.is_dir()
+
+
+def test_a_shrinking_schedule_reaches_the_driver_as_its_elastic_minimum(tmp_path: Path) -> None:
+    from trainwreck.harness.supervise.raytrain import driver_env
+
+    assert driver_env(tmp_path, 1, (2, 1))["TRAINWRECK_MIN_WORKERS"] == "1"
+    assert driver_env(tmp_path, 1, (2,))["TRAINWRECK_MIN_WORKERS"] == "2"  # the script's --workers: fixed size
+    spec = frameworks.job_spec(frameworks.job_for(frameworks.FRAMEWORKS["ray_train"], "world-size"), tmp_path)
+    assert [spec.world_size_for(a) for a in (0, 1, 2)] == [2, 1, 1]  # what the launcher watches per attempt
