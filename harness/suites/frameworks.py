@@ -203,7 +203,7 @@ def _remove_node(step: int) -> dict[str, Any]:
     return {"id": "remove-node", "kind": "node_loss", "ranks": [1], "step": step}
 
 
-def _lose_rank_1(fw: "Framework") -> list[dict[str, Any]]:
+def _lose_rank_1(fw: Framework) -> list[dict[str, Any]]:
     return [_remove_node(fw.kill_step) if fw.nodes else _kill(fw.kill_step)]
 
 
