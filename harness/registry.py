@@ -117,8 +117,8 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
                  serves=(COMMAND,), factory="trainwreck.harness.launch.launchers:CmdLauncher",
                  startup_floor_s=SPAWN_STARTUP_S),
     LauncherKind(RAY_TRAIN, "a Ray Train driver whose TorchTrainer restarts its worker group itself (FailureConfig); "
-                 "the harness watches the workers' boards", serves=(COMMAND,),
-                 supervisor="trainwreck.harness.supervise.raytrain:RayTrainSupervisor", fixed_world_size=True,
+                 "the harness watches the workers' boards; a shrinking world-size schedule makes the group elastic",
+                 serves=(COMMAND,), supervisor="trainwreck.harness.supervise.raytrain:RayTrainSupervisor",
                  startup_floor_s=RAY_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
     LauncherKind("replica-groups", "torchft replica groups: a loopback lighthouse, a store per group; a failed "
                  "group restarts alone while the others train on", serves=(REPLICA_GROUPS,),

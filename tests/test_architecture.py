@@ -53,7 +53,7 @@ THIRD_PARTY_MODULES: dict[str, set[str]] = {
     "trainer.frameworks.accelerate": {"accelerate"},
     "trainer.frameworks.torchft_adapter": {"torchft"},
     "trainer.frameworks.torchft_train": {"torchft"},
-    "trainer.frameworks.ray_train": {"ray"},  # the [ray-train] extra: Ray Train's rows only
+    "trainer.frameworks.ray_train": {"ray", "psutil"},  # the [ray-train] extra; psutil is a dependency of the package: Ray Train's rows only
     "faults.foreign": {"safetensors"},
     "faults.foreign_record": {"safetensors"},
     "report.metrics": {"prometheus_client"},  # the [metrics] extra: report --metrics only

@@ -139,6 +139,13 @@ class Framework:
     """The scenarios it runs (None: all); the others are rows saying why not (`not_run`)."""
     not_run: tuple[tuple[str, str], ...] = ()
     """(scenario, why it is not run) for the scenarios outside `scenarios` (pairs: a Framework stays hashable)."""
+    nodes: bool = False
+    """Its job runs on simulated nodes it can lose (Ray's `cluster.remove_node`): world-size loses
+    the node of rank 1 instead of killing it, and the NODE_SCENARIOS run."""
+
+    def runs(self, scenario: str) -> bool:
+        """Whether the table runs `scenario` for it (a node scenario only where there are nodes to lose)."""
+        return scenario in self.scenarios if self.scenarios is not None else scenario not in NODE_SCENARIOS
 
     @property
     def install(self) -> str:
@@ -156,15 +163,13 @@ class Framework:
 
 EVERY_OP = "crash-every-op"
 """A crash at every file operation of one save: rows come from the framework's recorded save."""
-RAY_SCENARIOS = ("golden", "kill-mid-epoch", "kill-in-save", "corrupt-newest", "hang")
-"""Ray Train's rows: the table's scenarios but world-size and crash-every-op (RAY_NOT_RUN)."""
+NODE_SCENARIOS = ("remove-node",)
+"""Scenarios that remove a simulated node: run only by frameworks with `nodes`."""
+RAY_SCENARIOS = ("golden", "kill-mid-epoch", "kill-in-save", "corrupt-newest", "hang", "remove-node", "world-size")
+"""Ray Train's rows: the table's scenarios but crash-every-op (RAY_NOT_RUN), on two simulated nodes."""
 RAY_NOT_RUN = (
-    ("world-size", "Ray Train restarts a fixed-size worker group here (ScalingConfig(num_workers=2)); Ray 2.60 does "
-                   "scale elastically (num_workers=(min, max): ray/train/v2/_internal/execution/scaling_policy/"
-                   "elastic.py ElasticScalingPolicy), but only when the cluster's resources change, which these rows "
-                   "do not do yet (a node removed from a ray.cluster_utils.Cluster would)"),
     (EVERY_OP, "one kill-in-save row crashes inside ray.train.report's persistence; its save has two file "
-               "operations (mkdir, the copy of state.pt)"))
+               "operations (mkdir, the copy of state.pt)"),)
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchrun", "torch", None, "plain_ddp.py", ("--save-every", "3"),
@@ -183,7 +188,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     *(Framework(name, "ray", "ray-train", "ray_train.py", ("--save-every", "3", "--data", data),
                 kill_in_save=KillInSave(1, "torn", "the copy of state.pt into the persisted checkpoint_000006, "
                                                    "inside ray.train.report (checkpoint_upload_fn)"),
-                launcher=RAY_TRAIN, scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN)
+                launcher=RAY_TRAIN, scenarios=RAY_SCENARIOS, not_run=RAY_NOT_RUN, nodes=True)
       for name, data in (("ray_train", "loader"), ("ray_train_data", "dataset"))),
 )}
 SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items() if fw.sweep_args}
@@ -192,6 +197,15 @@ SWEEP_WRITERS: dict[str, Framework] = {name: fw for name, fw in FRAMEWORKS.items
 
 def _kill(step: int) -> dict[str, Any]:
     return {"id": "kill-mid-epoch", "kind": "kill", "rank": 1, "step": step}
+
+
+def _remove_node(step: int) -> dict[str, Any]:
+    """The harness's node loss; under the ray-driver launcher, the driver's `cluster.remove_node`."""
+    return {"id": "remove-node", "kind": "node_loss", "ranks": [1], "step": step}
+
+
+def _lose_rank_1(fw: Framework) -> list[dict[str, Any]]:
+    return [_remove_node(fw.kill_step) if fw.nodes else _kill(fw.kill_step)]
 
 
 Plan = Callable[[Framework], list[dict[str, Any]]]
@@ -220,10 +234,13 @@ SCENARIOS: dict[str, FrameworkScenario] = declare("frameworks", (
         lambda fw: [_kill(8), {"id": "cut-newest", "kind": "corrupt", "how": "truncate", "target": fw.newest,
                                "attempt": 1}])),
     ("world-size", FrameworkScenario(
-        "rank 1 killed mid-epoch after a save, resumed on 1 rank with the same global batch", (2, 1), 1,
-        lambda fw: [_kill(fw.kill_step)])),
+        "rank 1 lost mid-epoch after a save (killed, or its node removed), resumed on 1 rank with the same "
+        "global batch", (2, 1), 1, _lose_rank_1)),
     ("hang", FrameworkScenario("rank 1 hangs at update 5; the watchdog must see it and restart", (2,), 1,
                                lambda fw: [{"id": "hang", "kind": "hang", "rank": 1, "step": 5, "expect": "hang"}])),
+    ("remove-node", FrameworkScenario(
+        "the simulated node of a rank removed mid-epoch after a save, a new node added, resumed on 2 ranks", (2,), 1,
+        lambda fw: [_remove_node(fw.kill_step)])),
 ))
 
 
@@ -339,7 +356,7 @@ def _framework_rows(fw: Framework, out_dir: Path, runner: RowRunner, wanted: lis
     if fw.scenarios is not None:
         rows += [_tell(progress, Row(fw.name, s, UNKNOWN, reason=f"not run for {fw.name}: {dict(fw.not_run).get(s, '')}"))
                  for s in wanted if s not in fw.scenarios]
-        wanted = [s for s in wanted if s in fw.scenarios]
+    wanted = [s for s in wanted if fw.runs(s)]
     for scenario in ["golden", *(s for s in wanted if s in SCENARIOS and s != "golden")]:
         rows.append(_tell(progress, run_one(job_for(fw, scenario), out_dir, runner)))
     if EVERY_OP in wanted:

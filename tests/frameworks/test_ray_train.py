@@ -1,15 +1,19 @@
 """Ray Train's rows of `trainwreck frameworks`, run for real (nightly: a row is 1.5-3 minutes on 2 cores).
 
 Each row is the table's own job (harness/suites/frameworks.py, the ray-driver launcher) of the
-example trainer trainer/frameworks/examples/ray_train.py, with both data paths. Every assertion
-reads the run's own events: the fault fired, what the restarted group restored, and from those
-which invariant must have failed; no verdict is remembered. While a row runs, nothing in this
-process's tree listens off loopback; after it, no process of it (Ray's gcs, raylet, workers,
-agents: each inherits the row's TRAINWRECK_RUN_DIR) is left anywhere on the machine.
-Skipped without the extra (pip install 'trainwreck[ray-train]')."""
+example trainer trainer/frameworks/examples/ray_train.py, with both data paths, on two simulated
+Ray nodes (two raylets seen alive at once in every row). Every assertion reads the run's own
+events: the fault fired, what the restarted group restored, and from those which invariant must
+have failed; no verdict is remembered. While a row runs, nothing in this process's tree listens
+off loopback; after it, no process of it (Ray's gcs, raylets, workers, agents: each inherits the
+row's TRAINWRECK_RUN_DIR) is left anywhere on the machine, and Ray left nothing in $HOME (its
+auth token) or the temporary root (its session folder). Skipped without the extra (pip install
+'trainwreck[ray-train]')."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -49,6 +53,18 @@ def row_processes(run_dir: Path) -> list[psutil.Process]:
     return mine
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
+def ray_folders() -> set[str]:
+    """The Ray folders (`simulated_cluster`'s tw-ray-*) under the temporary roots a driver may use."""
+    return {str(p) for root in {tempfile.gettempdir(), "/tmp"} for p in Path(root).glob("tw-ray-*")}
+
+
 class RowWatch(threading.Thread):
     """Every 0.5 s while a row runs: the listening sockets of this process's tree, and the most
     processes of the row alive at once."""
@@ -58,6 +74,7 @@ class RowWatch(threading.Thread):
         self.run_dir = run_dir
         self.listening: dict[tuple[str, int], int] = {}
         self.most = 0
+        self.raylets = 0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -71,13 +88,16 @@ class RowWatch(threading.Thread):
                             self.listening.setdefault((c.laddr.ip, c.laddr.port), proc.pid)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
-            self.most = max(self.most, len(row_processes(self.run_dir)))
+            procs = row_processes(self.run_dir)
+            self.most = max(self.most, len(procs))
+            self.raylets = max(self.raylets, sum(1 for p in procs if _name(p) == "raylet"))
             self.done.wait(0.5)
 
 
 def run_row(out: Path, name: str, scenario: str) -> tuple[frameworks.Row, Path]:
     run_dir = out / f"{name}-{scenario}"
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    folders = ray_folders()
     watch = RowWatch(run_dir)
     watch.start()
     try:
@@ -89,6 +109,9 @@ def run_row(out: Path, name: str, scenario: str) -> tuple[frameworks.Row, Path]:
     assert watch.most >= 3, f"saw at most {watch.most} process(es) of the row: the check saw nothing"
     assert after <= before, f"descendants left by the row: {sorted(after - before)}"
     assert row_processes(run_dir) == [], "Ray processes of the row still alive"
+    assert watch.raylets == 2, f"saw {watch.raylets} raylet(s) alive at once: the row ran on two simulated nodes"
+    assert ray_folders() <= folders, f"Ray's folder left behind: {ray_folders() - folders}"
+    assert not (Path(os.environ["HOME"]) / ".ray").exists(), "Ray wrote its auth token into $HOME"
     assert watch.listening, "no listener seen while the row ran (Ray's gcs and raylet listen)"
     off = off_loopback(set(watch.listening))
     assert not off, f"listening beyond loopback (address: pid): { {a: watch.listening[a] for a in off} }"
@@ -101,7 +124,17 @@ def events(run_dir: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield tmp_path_factory.mktemp("ray-train-rows")
+    # A $HOME of the module's own, inherited by every driver: Ray's default token file would be
+    # $HOME/.ray/auth_token, which run_row asserts never appears.
+    home, saved = tmp_path_factory.mktemp("home"), os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        yield tmp_path_factory.mktemp("ray-train-rows")
+    finally:
+        if saved is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = saved
 
 
 @pytest.fixture(scope="module", params=DATA_PATHS)
@@ -125,9 +158,10 @@ def restarted(run_dir: Path) -> list[dict[str, Any]]:
 
 def lost_an_announced_save(run_dir: Path, restores: list[dict[str, Any]]) -> bool:
     """Attempt 0 announced a save that attempt 1 neither restored (nor a newer one) nor rejected."""
-    saves = [e["step"] for e in events(run_dir, "save", attempt=0)]
+    saves = {e["checkpoint"]: e["step"] for e in events(run_dir, "save", attempt=0)}
+    rejected = {e["checkpoint"] for e in events(run_dir, "reject", attempt=1)}
     newest_restored = max((e["step"] for e in restores), default=0)
-    return bool(saves) and max(saves) > newest_restored and not events(run_dir, "reject", attempt=1)
+    return any(step > newest_restored and name not in rejected for name, step in saves.items())
 
 
 def test_a_worker_sigkilled_mid_epoch_is_restarted_by_ray_and_judged_from_what_it_restored(
@@ -166,16 +200,65 @@ def test_a_hung_worker_is_found_by_the_watchdog_not_by_ray(golden: tuple[str, Pa
     assert ("hang" in row.invalid) is False, row
 
 
-def test_a_corrupted_newest_checkpoint_is_judged_by_what_rays_restarted_group_restored_instead(
+def test_corrupt_newest_damages_the_checkpoint_ray_registered_and_the_restarted_group_rejects_it(
         golden: tuple[str, Path], out: Path) -> None:
     name, _ = golden
     row, run_dir = run_row(out, name, "corrupt-newest")
     corrupt = events(run_dir, "fault", fault_id="cut-newest")
-    assert corrupt, "the corruption found nothing to damage"
+    if not corrupt:  # Ray had registered nothing when its old group was gone: nothing to damage, and said so
+        assert "cut-newest" not in row.fired and "no checkpoint registered by Ray" in row.reason, row
+        return
     damaged = corrupt[0]["checkpoint"]
-    damaged_step = next(e["step"] for e in events(run_dir, "save", attempt=0) if e["checkpoint"] == damaged)
+    rejects = events(run_dir, "reject", attempt=1)
+    # Ray handed the new group exactly what the harness damaged: its registered newest, every rank refusing it
+    assert {e["checkpoint"] for e in rejects} == {damaged} and {e["rank"] for e in rejects} == {0, 1}, rejects
     restores = restarted(run_dir)
-    skipped = not events(run_dir, "reject", attempt=1) and all(e["step"] < damaged_step for e in restores)
-    assert ("atomicity" in row.invalid) == skipped, (row, restores)  # passed over without a reject
-    if not restores:  # Ray offered nothing: a fresh start, which atomicity also objects to
-        assert "atomicity" in row.invalid, row
+    assert all(e["checkpoint"] < damaged for e in restores), restores  # an older registered one, or none
+    assert max(e["step"] for e in events(run_dir, "step", attempt=1)) == 12
+    assert ("atomicity" in row.invalid) == lost_an_announced_save(run_dir, restores), (row, restores)
+
+
+def removed_node(run_dir: Path) -> dict[str, Any]:
+    """The node-loss fault: the harness recorded it once the driver's cluster.remove_node had returned."""
+    (fired,) = events(run_dir, "fault", fault_id="remove-node")
+    assert fired["fault_kind"] == "remove_node" and fired["attempt"] == 0 and fired["node_id"], fired
+    assert fired["ranks"] and len(fired["pids"]) == len(fired["ranks"]), "the node took no rank with it"
+    return fired
+
+
+def test_a_simulated_node_removed_mid_epoch_takes_its_worker_and_ray_restarts_the_group_on_a_new_node(
+        golden: tuple[str, Path], out: Path) -> None:
+    name, _ = golden
+    row, run_dir = run_row(out, name, "remove-node")
+    fired = removed_node(run_dir)
+    assert "a new node to replace it" in fired["detail"]
+    restores = restarted(run_dir)
+    assert {e["world_size"] for e in events(run_dir, "step", attempt=1)} == {2}
+    assert max(e["step"] for e in events(run_dir, "step", attempt=1)) == 12
+    assert ("atomicity" in row.invalid) == lost_an_announced_save(run_dir, restores), (row, restores)
+
+
+def test_a_node_lost_for_good_shrinks_the_elastic_group_to_one_worker_with_the_same_global_batch(
+        golden: tuple[str, Path], out: Path) -> None:
+    name, _ = golden
+    row, run_dir = run_row(out, name, "world-size")
+    fired = removed_node(run_dir)
+    assert "not replaced" in fired["detail"]
+    restores = restarted(run_dir)
+    assert {e["world_size"] for e in events(run_dir, "step", attempt=1)} == {1}  # Ray's ElasticScalingPolicy
+    assert {e["rank"] for e in events(run_dir, "start", attempt=1)} == {0}
+    assert max(e["step"] for e in events(run_dir, "step", attempt=1)) == 12
+    assert ("atomicity" in row.invalid) == lost_an_announced_save(run_dir, restores), (row, restores)
+    # One worker draws another order than two (the loader: prepare_data_loader adds its DistributedSampler
+    # only above one worker; the dataset: one shard instead of two), so its batches differ from golden's.
+    resumed, before = global_batches(run_dir, attempt=1), global_batches(golden[1], attempt=0)
+    differs = any(resumed[step] != before[step] for step in resumed)
+    assert ("coverage" in row.invalid) == differs, (row, differs)
+
+
+def global_batches(run_dir: Path, attempt: int) -> dict[int, frozenset[int]]:
+    """Each update's global batch (every rank's sample ids) in `attempt`."""
+    batches: dict[int, set[int]] = {}
+    for e in events(run_dir, "batch", attempt=attempt):
+        batches.setdefault(e["step"], set()).update(e["samples"])
+    return {step: frozenset(ids) for step, ids in batches.items()}

@@ -1,13 +1,14 @@
 """Ray Train adapter: a `TorchTrainer` job writes the run format from inside its workers; Ray unchanged.
 
-    with local_cluster():                                  # ray.init on 127.0.0.1, no dashboard; shut down after
-        trainer = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+    with simulated_cluster(run_dir):                       # 2 Ray nodes on 127.0.0.1 (head + worker), one SLOT each
+        trainer = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                                                  resources_per_worker={"CPU": 1, SLOT: 1}),
                                run_config=run_config(max_failures), datasets=...)
-        trainer.fit()
+        trainer.fit()                                      # the harness may remove the worker node meanwhile
 
     def loop(config):                                      # train_loop_per_worker
         probe = worker_probe()                             # rank, world size, attempt from Ray; faults from the plan
-        step, state = restore(probe, model, optimizer)     # ray.train.get_checkpoint(), then `restore`
+        step, state = restore(probe, model, optimizer)     # ray.train.get_checkpoint() (`reject` if it does not load)
         ... probe.batch / probe.step per update ...
         report(probe, step, state, digest)                 # ray.train.report(checkpoint=...), then `save`
 
@@ -39,6 +40,7 @@ inside the probe's `saving`, so kill-in-save lands between the persisted files, 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +48,7 @@ from typing import Any, Iterator
 
 import torch
 
+from trainwreck.trainer.frameworks.ray_nodes import serve_node_control
 from trainwreck.trainer.probe import ENV_ATTEMPT, ENV_HOOKS, ENV_RUN_DIR, Probe, state_digest
 from trainwreck.rundir.layout import RunDir, events_file_attempt
 
@@ -54,6 +57,10 @@ PASSED_ENV = (ENV_RUN_DIR, ENV_HOOKS)
 """What the harness sets for a rank that a Ray worker must see (its attempt it works out itself)."""
 STATE_FILE = "state.pt"
 LOOPBACK = "127.0.0.1"
+SESSION_NOTE = "ray_session"
+"""RUN/ray_session: the path of the driver's Ray folder (outside the run directory: socket paths)."""
+SLOT = "trainwreck_worker_slot"
+"""A custom resource each simulated node has one of and each worker needs one of: one worker a node."""
 SOCKET_ROOM = 24
 """The longest temporary folder Ray's session goes under (its socket paths add ~80 bytes)."""
 
@@ -64,36 +71,155 @@ def worker_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k in PASSED_ENV if env.get(k)}
 
 
-def cluster_options(environ: dict[str, str] | None = None, num_cpus: int = 4) -> dict[str, Any]:
-    """ray.init's arguments for a local cluster that listens on loopback only and dies with the
-    driver: no dashboard, the node's address 127.0.0.1, more logical CPUs than workers (Ray Data's
-    read tasks need a CPU beside the two the workers reserve)."""
-    return {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "num_cpus": num_cpus,
-            "log_to_driver": False, "runtime_env": {"env_vars": worker_env(environ)}}
+def cluster_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """ray.init's arguments for the driver: its own address 127.0.0.1 (else Ray resolves the
+    cluster's 127.0.0.1 to the machine's outward address and waits for a gcs there), the
+    harness's rank environment for every worker, the workers' output kept off the driver's log
+    (each rank writes its own run-directory files)."""
+    return {"_node_ip_address": LOOPBACK, "log_to_driver": False, "runtime_env": {"env_vars": worker_env(environ)}}
+
+
+def node_options(session: Path, num_cpus: int, head: bool) -> dict[str, Any]:
+    """One simulated node (`Cluster.add_node`): it listens on 127.0.0.1 only, no dashboard, its
+    files under `session`, `num_cpus` logical CPUs and one SLOT (a worker needs one: SLOT puts
+    the two workers on two nodes, so removing a node takes exactly one worker)."""
+    options = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, "temp_dir": str(session / "ray"),
+               "resources": {SLOT: 1}}
+    # The head's: the dashboard process (off) and a lost node noticed within seconds, not ~30 s.
+    return {**options, "include_dashboard": False,
+            "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}} if head else options
+
+
+def ray_state_env(session: Path) -> dict[str, str]:
+    """Where Ray keeps state outside a node's temp_dir, moved into the cluster's own folder: the
+    address file ($RAY_TMPDIR/ray/ray_current_cluster, else /tmp/ray) and the token that token
+    authentication (on by default in 2.60) writes to ~/.ray/auth_token when none exists
+    (ray/_private/authentication/authentication_token_setup.py `generate_and_save_token`): a
+    token of its own per cluster in RAY_AUTH_TOKEN, which Ray's C++ token loader reads first."""
+    return {"RAY_TMPDIR": str(session), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's single-machine switch
+
+
+class SimulatedNodes:
+    """The driver's `ray.cluster_utils.Cluster`: a head node (the driver's, where the controller
+    runs) and one worker node; `remove_worker_node` is the node loss the harness asks for."""
+
+    def __init__(self, cluster: Any, session: Path, node_cpus: int, replace: bool) -> None:
+        self.cluster, self.session, self.node_cpus, self.replace = cluster, session, node_cpus, replace
+
+    def add_worker_node(self) -> Any:
+        import threading
+
+        # A node started with exit hooks installs a SIGTERM handler, which only the main thread may
+        # (ray/_private/node.py `_register_shutdown_hooks`); a replacement is started by the
+        # node-control thread, so without them: `cluster.shutdown()` still removes it at the end.
+        hooks = self.cluster._shutdown_at_exit
+        self.cluster._shutdown_at_exit = hooks and threading.current_thread() is threading.main_thread()
+        try:
+            node = self.cluster.add_node(**node_options(self.session, self.node_cpus, head=False))
+        finally:
+            self.cluster._shutdown_at_exit = hooks
+        self.cluster.wait_for_nodes()
+        return node
+
+    def remove_worker_node(self) -> dict[str, Any]:
+        """`cluster.remove_node` of the worker node (the head holds the driver: Ray refuses to
+        remove it), then SIGKILL to whatever ran on it and outlived its raylet (a worker the
+        harness froze cannot exit by itself): a lost node takes every process on it. The answer
+        lists those pids, so the harness can tell which ranks the node took."""
+        import psutil
+        from ray._private import ray_constants
+
+        node = next(iter(self.cluster.worker_nodes))
+        raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+        procs = psutil.Process(raylet).children(recursive=True)
+        self.cluster.remove_node(node)
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=30)
+        return {"node_id": node.node_id, "raylet_pid": raylet, "pids": [p.pid for p in procs],
+                "left": [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
+                "nodes_alive": len(self.cluster.list_all_nodes()), "replaced": self.replace}
+
+    def after_removal(self) -> None:
+        """With `replace`, a fresh worker node takes the lost one's place (a fixed-size group needs
+        two slots to restart, as an autoscaler would provide); else the cluster stays a node short."""
+        if self.replace:
+            self.add_worker_node()
 
 
 @contextmanager
-def local_cluster(num_cpus: int = 4) -> Iterator[None]:
-    """A local Ray instance on 127.0.0.1 for the block (shut down after: its gcs, raylet and
-    workers end with it), its session files in a temporary folder of its own, removed after
-    (Ray's default, $TMPDIR/ray, is shared by every Ray instance and never cleaned)."""
+def simulated_cluster(run_dir: Path | None, head_cpus: int = 2, node_cpus: int = 1,
+                      replace: bool = True) -> Iterator[SimulatedNodes]:
+    """Two simulated Ray nodes on this machine (`ray.cluster_utils.Cluster`: head + one worker
+    node, each a raylet of its own), the driver connected, for the block; then Ray is shut down
+    (every node's processes end) and its folder removed. Everything Ray keeps goes in a temporary
+    folder of the block's own (`ray_state_env`), never $TMPDIR/ray or ~/.ray. With `run_dir`,
+    the driver serves RUN/ray_node_control: the harness's node-loss fault removes the worker node.
+    head_cpus: one for a worker and one for Ray Data's read tasks (the dataset path)."""
     import tempfile
-
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray's single-machine switch
-    import ray
 
     # Ray's unix sockets live under it (session_<date>_<pid>/sockets/plasma_store), and a socket path
     # must fit in 107 bytes: a long $TMPDIR (a test's private one) made ray.init fail; /tmp is short.
     base = tempfile.gettempdir()
-    session = tempfile.mkdtemp(prefix="tw-ray-", dir=base if len(base) <= SOCKET_ROOM else "/tmp")
+    session = Path(tempfile.mkdtemp(prefix="tw-ray-", dir=base if len(base) <= SOCKET_ROOM else "/tmp"))
+    (session / "ray").mkdir()
+    if run_dir is not None:  # the harness removes the folder should it have to SIGKILL this driver
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / SESSION_NOTE).write_text(str(session))
+    saved = {k: os.environ.get(k) for k in ray_state_env(session)}
+    os.environ.update(ray_state_env(session))  # read by Ray in this process and inherited by every node
+    control: Path | None = None
+    cluster = None
     try:
-        ray.init(**cluster_options(num_cpus=num_cpus), _temp_dir=session)
-        try:
-            yield
-        finally:
-            ray.shutdown()
+        import ray
+        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray.cluster_utils import Cluster
+
+        # Ray reads RAY_AUTH_MODE into its config once, when imported (the example imports ray.train
+        # first): refresh it as Ray's own `_enable_token_auth` does (ray/_private/authentication/
+        # authentication_token_setup.py), and the token loader's cache, or this process would
+        # speak to the token-checking gcs without a token.
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+        cluster = Cluster(initialize_head=True, head_node_args=node_options(session, head_cpus, head=True))
+        nodes = SimulatedNodes(cluster, session, node_cpus, replace)
+        nodes.add_worker_node()
+        ray.init(address=cluster.address, **cluster_options())
+        if run_dir is not None:
+            control = serve_node_control(Path(run_dir), nodes.remove_worker_node, nodes.after_removal)
+        yield nodes
     finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()  # first: Cluster refuses to remove the node a connected driver uses
+            cluster.shutdown()
+        if control is not None:
+            control.unlink(missing_ok=True)
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
         shutil.rmtree(session, ignore_errors=True)
+        if run_dir is not None:
+            (Path(run_dir) / SESSION_NOTE).unlink(missing_ok=True)
+
+
+def remove_session(run_dir: Path) -> Path | None:
+    """After the driver is gone: remove the Ray folder it named in RUN/ray_session (only a
+    `tw-ray-` folder directly under a temporary root, as `simulated_cluster` makes) and the note."""
+    note = Path(run_dir) / SESSION_NOTE
+    try:
+        session = Path(note.read_text().strip())
+    except OSError:
+        return None
+    note.unlink(missing_ok=True)
+    if not session.name.startswith("tw-ray-") or not session.is_dir() or session.is_symlink():
+        return None
+    shutil.rmtree(session, ignore_errors=True)
+    return session
 
 
 def loopback_process_group(rank: int, world_size: int, addr: str, port: int, timeout_s: float) -> None:
@@ -167,19 +293,39 @@ def worker_probe() -> Probe:
 
 def restore(probe: Probe, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Load the checkpoint Ray hands this group (ray.train.get_checkpoint(): the newest the
-    controller registered), then `restore`; {} when Ray has none."""
+    controller registered), then `restore`; {} when Ray has none. One that does not load is
+    rejected (`reject`, with its bytes' content) and the next older one Ray registered is tried
+    (ray.train.get_all_reported_checkpoints): Ray itself never checks what it hands out."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return {}
-    folder = Path(checkpoint.path)
-    state = torch.load(folder / STATE_FILE, weights_only=False)
-    getattr(model, "module", model).load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"])
-    probe.restore(state["step"], folder.name, state_digest(model, optimizer), path=folder)
-    return state
+    for folder in _newest_first(Path(checkpoint.path)):
+        try:
+            state = torch.load(folder / STATE_FILE, weights_only=False)
+        except Exception as exc:  # torch.load's errors for torn bytes vary (EOFError, RuntimeError, ...)
+            probe.reject(folder.name, f"{type(exc).__name__}: {exc}", path=folder)
+            continue
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        probe.restore(state["step"], folder.name, state_digest(model, optimizer), path=folder)
+        return state
+    return {}
+
+
+def _newest_first(handed: Path) -> Iterator[Path]:
+    """The folder Ray handed, then the older registered ones, newest first (asked only when the
+    handed one failed to load: every rank fails on the same bytes, so every rank asks)."""
+    import ray.train
+
+    yield handed
+    reported = ray.train.get_all_reported_checkpoints(
+        consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED)
+    older = sorted((Path(r.checkpoint.path) for r in reported if Path(r.checkpoint.path).name < handed.name),
+                   key=lambda p: p.name, reverse=True)
+    yield from older
 
 
 def report(probe: Probe, step: int, state: dict[str, Any], metrics: dict[str, Any], scratch: Path) -> Path | None:

@@ -1,9 +1,13 @@
 """A tiny Ray Train job for trainwreck: `TorchTrainer`, 2 CPU workers on gloo, Ray's own restarts.
 
-    python ray_train.py [--data loader|dataset] [--steps 12] [--save-every 3] [--max-failures 1] [--run-dir DIR]
+    python ray_train.py [--data loader|dataset] [--steps 12] [--save-every 3] [--max-failures 1]
+                        [--min-workers 1] [--run-dir DIR]
 
-The driver starts a local Ray instance on 127.0.0.1 (trainer/frameworks/ray_train.py
-`local_cluster`), runs the trainer and shuts Ray down. Each worker resumes from
+The driver starts two simulated Ray nodes on 127.0.0.1 (trainer/frameworks/ray_train.py
+`simulated_cluster`: a head and a worker node, one worker each), runs the trainer and shuts Ray
+down. With --min-workers below --workers the group is elastic (ScalingConfig(num_workers=(min,
+max))): a node lost is not replaced and Ray restarts the group on what is left; else a lost
+node is replaced, as a cluster's autoscaler would, and the group restarts at full size. Each worker resumes from
 `ray.train.get_checkpoint()` (model, optimizer, RNG, update), skips the batches of the epoch it
 already trained, and reports a checkpoint through `ray.train.report` every --save-every updates.
 
@@ -114,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-failures", type=int, default=int(os.environ.get("TRAINWRECK_MAX_RESTARTS", "0")))
+    p.add_argument("--min-workers", type=int, default=int(os.environ.get("TRAINWRECK_MIN_WORKERS", "0")),
+                   help="the fewest workers an elastic group may restart with (0: --workers, a fixed size)")
     p.add_argument("--run-dir", help="where the run directory goes without the harness")
     args = p.parse_args(argv)
     if args.run_dir and not os.environ.get("TRAINWRECK_RUN_DIR"):
@@ -124,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from trainwreck.trainer.frameworks.ray_train import local_cluster, loopback_torch_config
+    from trainwreck.trainer.frameworks.ray_train import SLOT, loopback_torch_config, simulated_cluster
 
-    with local_cluster():
+    elastic = 0 < args.min_workers < args.workers
+    with simulated_cluster(run_dir, replace=not elastic):
         datasets = {}
         if args.data == "dataset":
             ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -135,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             train_loop, train_loop_config={"steps": args.steps, "global_batch": args.global_batch,
                                            "save_every": args.save_every, "data": args.data},
             torch_config=loopback_torch_config(),
-            scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=False),
+            scaling_config=ScalingConfig(num_workers=(args.min_workers, args.workers) if elastic else args.workers,
+                                         use_gpu=False, resources_per_worker={"CPU": 1, SLOT: 1}),
             run_config=RunConfig(name="trainwreck", storage_path=str(run_dir / "ray_storage"),
                                  failure_config=FailureConfig(max_failures=args.max_failures)),
             datasets=datasets)
