@@ -67,6 +67,9 @@ class LauncherKind:
     fixed_world_size: bool = False
     """True: every attempt has the same world size (torchrun's agent restarts with a fixed
     --nproc-per-node; replica groups restart one group at a time, each the same size)."""
+    shrink_only: bool = False
+    """True: a world-size schedule may only shrink (Ray Train's elastic group restarts smaller when a
+    node is lost; nothing here adds a node back for it to grow)."""
     startup_floor_s: float = 0.0
     """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
     planted_watchdogs: bool = True
@@ -119,7 +122,7 @@ LAUNCHERS: dict[str, LauncherKind] = {k.name: k for k in (
     LauncherKind(RAY_TRAIN, "a Ray Train driver whose TorchTrainer restarts its worker group itself (FailureConfig); "
                  "the harness watches the workers' boards; a shrinking world-size schedule makes the group elastic",
                  serves=(COMMAND,), supervisor="trainwreck.harness.supervise.raytrain:RayTrainSupervisor",
-                 startup_floor_s=RAY_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
+                 shrink_only=True, startup_floor_s=RAY_STARTUP_S, planted_watchdogs=False, agent_reaps_ranks=True),
     LauncherKind("replica-groups", "torchft replica groups: a loopback lighthouse, a store per group; a failed "
                  "group restarts alone while the others train on", serves=(REPLICA_GROUPS,),
                  supervisor="trainwreck.harness.supervise.replicas:ReplicaSupervisor", fixed_world_size=True,

@@ -31,7 +31,6 @@ FailureConfig). Ray's processes (gcs, raylet, workers, its agents) are the drive
 """
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +44,7 @@ from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.torchrun import TorchrunSupervisor
 from trainwreck.harness.supervise.watchdog import Watchdog
+from trainwreck.rundir.files import SMALL_LIMIT, read_json
 from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.frameworks.ray_nodes import request_node_removal
 from trainwreck.trainer.frameworks.ray_train import remove_session
@@ -61,11 +61,11 @@ GROUP_GONE_TIMEOUT_S = 60.0
 """How long Ray may take to tear down a failed group (its health check polls every 2 s)."""
 
 
-def registered_newest(storage: Path) -> str | None:
+def registered_newest(run_dir: Path) -> str | None:
     """The checkpoint folder Ray's controller registered last (the one `ray.train.get_checkpoint()`
-    hands the next group), from its snapshot; None before it registered any."""
-    try:
-        state = json.loads((Path(storage) / SNAPSHOT).read_text())
+    hands the next group), from its snapshot in the job's storage; None before it registered any."""
+    try:  # Ray writes it inside the run directory: read bounded, and never through a link out of it
+        state = read_json(Path(run_dir) / STORAGE / SNAPSHOT, SMALL_LIMIT, root=run_dir)
     except (OSError, ValueError):
         return None
     latest = state.get("latest_checkpoint_result") if isinstance(state, dict) else None
@@ -153,7 +153,7 @@ class RayTrainSupervisor(TorchrunSupervisor):
         if not any(f.get("kind") == "corrupt" and f.get("attempt", 1) == attempt + 1 for f in self.spec.plan):
             return
         self.wait_group_gone(attempt)
-        newest = registered_newest(Path(self.run_dir) / STORAGE)
+        newest = registered_newest(self.run_dir)
         corrupt_before(self.run_dir, STORAGE, on_registered(self.spec.plan, attempt + 1, newest), attempt + 1)
 
     def wait_group_gone(self, attempt: int) -> None:

@@ -176,6 +176,11 @@ class JobSpec:
                    else f"give one world size, e.g. world_sizes=({self.world_sizes[0]},)")
             raise SpecError(f"world_sizes={list(self.world_sizes)}: the {kind.name} launcher keeps the world size "
                             f"of its first attempt, so it cannot change between attempts; {fix}")
+        growing = [b for a, b in zip(self.world_sizes, self.world_sizes[1:]) if b > a]
+        if kind.shrink_only and growing:
+            raise SpecError(f"world_sizes={list(self.world_sizes)} grows to {growing[0]}: the {kind.name} launcher's "
+                            "group only shrinks (a lost node is not given back); give a schedule that never grows, "
+                            f"e.g. world_sizes=({max(self.world_sizes)}, {min(self.world_sizes)})")
 
     def world_size_for(self, attempt: int) -> int:
         return self.world_sizes[min(attempt, len(self.world_sizes) - 1)]

@@ -21,6 +21,7 @@ import time
 import uuid
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -73,6 +74,7 @@ class TorchrunSupervisor(JobSupervisor):
         self.world_size = spec.world_sizes[0]
         self.agent: subprocess.Popen[bytes] | None = None
         self.pids: dict[int, dict[int, int]] = {}  # attempt -> rank -> pid, from the boards
+        self.stop_reason: str | None = None
 
     def supervise(self) -> str:
         # The agent's rendezvous store lives here, on loopback, for the whole job; it is
@@ -107,6 +109,7 @@ class TorchrunSupervisor(JobSupervisor):
         assert self.agent is not None
         watchdog, started_wall, started = self.begin_attempt(0)
         watching = True  # False after we killed a hung attempt, until torchrun restarts it
+        gone_since: float | None = None  # since when the attempt has no worker left
         while True:
             wait(pidfd, timeout=self.spec.poll_interval_s)
             code = self.agent.poll()
@@ -116,10 +119,14 @@ class TorchrunSupervisor(JobSupervisor):
             if any(RunDir(self.run_dir).rank_progress(self.attempt + 1, r).exists() for r in range(self.world_size)):
                 self.report_exits(self.attempt, None)  # torchrun restarted the worker group
                 watchdog, started_wall, started = self.begin_attempt(self.attempt + 1)
-                watching = True
+                watching, gone_since = True, None
             board = watchdog.observe()
             pids = {r: p.pid for r, p in board.items() if p is not None}
             self.pids[self.attempt] = pids
+            gone = not watching or (len(pids) == self.world_size and not any(map(psutil.pid_exists, pids.values())))
+            gone_since = (gone_since or time.monotonic()) if gone else None
+            if gone_since is not None and time.monotonic() - gone_since > self.spec.startup_budget_s:
+                return self.never_restarted(gone_since)
             if self.launch_s[-1] is None and len(pids) == self.world_size and all(
                     p is not None and p.step >= 1 for p in board.values()):
                 self.launch_s[-1] = max(p.t for p in board.values() if p) - started_wall
@@ -138,6 +145,19 @@ class TorchrunSupervisor(JobSupervisor):
                 for pid in pids.values():
                     signal_pid(pid, signal.SIGKILL)  # torchrun sees failed workers and restarts the group
                 watching = False
+
+    def never_restarted(self, since: float) -> str:
+        """The agent keeps running but started no new group within the startup budget after the
+        last one ended (Ray waiting for a node that will not come back): end the job, saying so,
+        rather than wait forever."""
+        self.stop_reason = (f"no worker group followed attempt {self.attempt} within "
+                            f"{time.monotonic() - since:.0f} s (the startup budget, "
+                            f"{self.spec.startup_budget_s:.0f} s): the agent did not restart it")
+        self.report_exits(self.attempt, None)
+        return "no_progress"
+
+    def end_fields(self) -> dict[str, Any]:
+        return {"reason": self.stop_reason} if self.stop_reason else {}
 
     def begin_attempt(self, attempt: int) -> tuple[Watchdog, float, float]:
         if attempt > 0:

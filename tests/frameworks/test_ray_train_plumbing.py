@@ -144,12 +144,18 @@ def test_a_node_removal_nobody_serves_or_that_fails_is_an_error_not_a_wait(tmp_p
 
 
 def test_corrupt_newest_aims_at_the_checkpoint_ray_registered_last_not_the_newest_announced(tmp_path: Path) -> None:
-    from trainwreck.harness.supervise.raytrain import on_registered, registered_newest
+    from trainwreck.harness.supervise.raytrain import SNAPSHOT, STORAGE, on_registered, registered_newest
 
     assert registered_newest(tmp_path) is None
-    (tmp_path / "checkpoint_manager_snapshot.json").write_text(json.dumps({
-        "checkpoint_results": [{"checkpoint_dir_name": "checkpoint_000003"}],
-        "latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_000003", "metrics": {}}}))
+    (tmp_path / STORAGE).mkdir(parents=True)
+    snapshot = {"checkpoint_results": [{"checkpoint_dir_name": "checkpoint_000003"}],
+                "latest_checkpoint_result": {"checkpoint_dir_name": "checkpoint_000003", "metrics": {}}}
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.json"
+    outside.write_text(json.dumps(snapshot))
+    (tmp_path / STORAGE / SNAPSHOT).symlink_to(outside)
+    assert registered_newest(tmp_path) is None, "a snapshot that is a link out of the run directory is not read"
+    (tmp_path / STORAGE / SNAPSHOT).unlink()
+    (tmp_path / STORAGE / SNAPSHOT).write_text(json.dumps(snapshot))
     assert registered_newest(tmp_path) == "checkpoint_000003"
     plan = [{"id": "k", "kind": "kill", "rank": 1, "step": 8},
             {"id": "cut", "kind": "corrupt", "how": "truncate", "target": "newest", "attempt": 1}]
@@ -178,3 +184,15 @@ def test_a_shrinking_schedule_reaches_the_driver_as_its_elastic_minimum(tmp_path
     assert driver_env(tmp_path, 1, (2,))["TRAINWRECK_MIN_WORKERS"] == "2"  # the script's --workers: fixed size
     spec = frameworks.job_spec(frameworks.job_for(frameworks.FRAMEWORKS["ray_train"], "world-size"), tmp_path)
     assert [spec.world_size_for(a) for a in (0, 1, 2)] == [2, 1, 1]  # what the launcher watches per attempt
+
+
+def test_a_growing_schedule_under_the_ray_driver_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from trainwreck.harness.errors import SpecError
+    from trainwreck.harness.supervise.command.target import Command
+    from trainwreck.harness.supervise.spec import JobSpec
+
+    with pytest.raises(SpecError, match=r"world_sizes=\[1, 2\] grows to 2: the ray-driver launcher's group only "
+                                        r"shrinks .* e\.g\. world_sizes=\(2, 1\)"):
+        JobSpec(target=Command("python ray_train.py"), world_sizes=(1, 2), launcher=RAY_TRAIN, run_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    JobSpec(target=Command("python ray_train.py"), world_sizes=(2, 1), launcher=RAY_TRAIN)  # shrinking is fine

@@ -1,13 +1,14 @@
 """The supervisor against the real trainer (TrainConfig.tiny) under the warm launcher."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events, silent_since
+from tests.harness.conftest import assert_no_leftover_processes, harness_events, rank_events, read_events, silent_since
 from trainwreck.trainer.config import TrainConfig
 
 
@@ -126,4 +127,26 @@ def test_the_spawn_launcher_runs_and_restarts_the_same_job(tmp_path: Path) -> No
                              launcher="spawn", run_dir=run))
     assert (record.outcome, record.attempts, record.final_step) == ("completed", 2, 10)
     fired(run, "k1")
+    assert_no_leftover_processes()
+
+
+def test_an_agent_that_never_restarts_its_group_ends_the_job_as_no_progress_saying_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray Train waits forever for a node that is not coming back: the harness must not wait with it."""
+    import threading
+
+    from trainwreck.harness.registry import RAY_TRAIN, LauncherKind
+    from trainwreck.harness.supervise.command.target import Command
+
+    monkeypatch.setattr(LauncherKind, "startup_budget_s", lambda self, hang_timeout_s: hang_timeout_s)
+    agent = f"{sys.executable} -c 'import time; time.sleep(600)'"  # runs, and starts no worker ever
+    spec = JobSpec(target=Command(agent), launcher=RAY_TRAIN, hang_timeout_s=2.0, run_dir=tmp_path / "run")
+    records = []
+    job = threading.Thread(target=lambda: records.append(run_job(spec)), daemon=True)
+    job.start()
+    job.join(timeout=120)
+    assert not job.is_alive(), "the harness waited on an agent that never restarted its group"
+    assert records[0].outcome == "no_progress"
+    end = [e for e in read_events(tmp_path / "run") if e["kind"] == "end"]
+    assert end and "no worker group followed attempt 0 within" in end[0]["reason"]
     assert_no_leftover_processes()
