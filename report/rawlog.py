@@ -168,6 +168,8 @@ def _numbers(losses: Sequence[Any]) -> Sequence[float | None]:
     """A lane's losses: the column itself when every loss is a float, else floats and None."""
     if isinstance(losses, array):
         return losses
+    if getattr(losses, "typecode", None) == "d":  # on disk (invariants/spill.py): every loss a float
+        return array("d", losses)
     values = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in losses]
     return array("d", values) if None not in values else values
 
