@@ -437,8 +437,10 @@ def _loss(raw: RawRun) -> dict[str, Any]:
     what a comparison across parallelisms quotes, where digests cannot match bit for bit."""
     best: dict[int, tuple[int, float]] = {}
     for (attempt, rank), lane in raw.lanes.items():
+        if rank != 0:
+            continue
         for step, loss in zip(lane.steps, lane.losses):
-            if rank == 0 and loss is not None and (step not in best or attempt >= best[step][0]):
+            if loss is not None and (step not in best or attempt >= best[step][0]):
                 best[step] = (attempt, loss)
     steps = sorted(best)
     return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}

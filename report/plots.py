@@ -424,9 +424,11 @@ def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int],
     """(uses of an id already seen in its epoch, ids a finished epoch never used) over the columns
     from `shown` on, as coverage_svg's loop counts them, a stretch of one epoch at a time: every use
     that adds no new id to the epoch's Counter is a repeat, and an epoch can only end where the
-    next column's epoch differs, or at the last column."""
+    next column's epoch differs, or at the last column. An epoch's counts are let go after its
+    last column: a long run's epochs would otherwise hold a count per id each."""
     twice = never = 0
     last_epoch = max(epochs, default=0)
+    last_col = dict(zip(epochs, range(len(epochs))))  # epoch -> its last column
     col = shown
     for epoch, group in groupby(epochs[shown:]):
         end = col + sum(1 for _ in group)
@@ -438,6 +440,8 @@ def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int],
         twice += used - (len(counts) - before)
         if epoch < last_epoch and epoch_ends(grid, end - 1, size, counts):
             never += _unused(counts, size)
+        if last_col[epoch] < end:
+            del seen[epoch]
         col = end
     return twice, never
 
@@ -452,8 +456,9 @@ def _unused(counts: Counter[int], size: int) -> int:
 def progress_svg(run_dir: Path, data: RunEvents | None = None) -> str:
     ev = data or RunEvents.read(run_dir)
     lanes = ev.lanes()
-    t_end = max([t for pts in lanes.values() for t, _ in pts] + [h["t"] - ev.t0 for h in ev.hangs] + [0.001])
-    top = max([k for pts in lanes.values() for _, k in pts] + [1])
+    t_end = max([max(map(itemgetter(0), pts)) for pts in lanes.values() if pts] + [h["t"] - ev.t0 for h in ev.hangs]
+                + [0.001])
+    top = max([max(map(itemgetter(1), pts)) for pts in lanes.values() if pts] + [1])
     frame = Frame("forward progress: the newest update each rank applied, over time", (0, t_end), (0, top),
                   "seconds since the run started", "update")
     for (attempt, rank), pts in sorted(lanes.items()):

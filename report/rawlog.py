@@ -9,6 +9,8 @@ this reader skips what it cannot parse and says so instead of raising.
 from __future__ import annotations
 
 from array import array
+from itertools import islice
+from operator import gt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -118,7 +120,7 @@ def read_raw(run_dir: Path, batches: bool = True, history: History | None = None
         raw.columns = True
     raw.events.sort(key=lambda ev: ev["t"])
     for lane in raw.lanes.values():
-        if any(a > b for a, b in zip(lane.steps, lane.steps[1:])):  # hand-written logs may be out of order
+        if any(map(gt, lane.steps, islice(lane.steps, 1, None))):  # hand-written logs may be out of order
             order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
             lane.steps = [lane.steps[i] for i in order]
             lane.times = [lane.times[i] for i in order]
@@ -156,9 +158,10 @@ def lanes_from_history(raw: RawRun, history: History) -> None:
         lane.steps, lane.times = log.steps if isinstance(log.steps, array) else array("q", log.steps), times
         lane.losses = _numbers(log.losses)
         lane.world_size = log.world_size
-        for step, t, phases in zip(log.steps, times, log.phases or ()):
-            if phases is not None:
-                _add_phases(lane, step, t, phases)
+        if log.phases and log.phases.count(None) < len(log.phases):  # a run that times its phases
+            for step, t, phases in zip(log.steps, times, log.phases):
+                if phases is not None:
+                    _add_phases(lane, step, t, phases)
         _span(raw, min(times))
         _span(raw, max(times))
     raw.lanes = dict(sorted(raw.lanes.items()))
