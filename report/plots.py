@@ -186,12 +186,27 @@ class Columns(RunEvents):
     def grid(self) -> ColumnGrid:
         return ColumnGrid(self.history)
 
-    def lanes(self) -> dict[tuple[int, int], list[tuple[float, int]]]:
-        return {(log.attempt, log.rank): list(zip(map(sub, log.times, repeat(self.t0)), log.steps))
+    def lanes(self) -> dict[tuple[int, int], Any]:
+        """Each lane's points made as they are read (`_LanePoints`): a long run's lanes are not all
+        held as tuples at once; the progress plot sorts and thins one lane at a time."""
+        return {(log.attempt, log.rank): _LanePoints(log.times, log.steps, self.t0)
                 for log in self._logs() if len(log.steps)}
 
     def step_times(self) -> Iterable[float]:
         return chain.from_iterable(log.times for log in self._logs())
+
+
+class _LanePoints:
+    """(seconds since t0, step) of each step event of one rank log, made on iteration."""
+
+    def __init__(self, times: Sequence[float], steps: Sequence[int], t0: float) -> None:
+        self.times, self.steps, self.t0 = times, steps, t0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        return zip(map(sub, self.times, repeat(self.t0)), self.steps)
 
 
 def lineage_losses(run_dir: Path, data: RunEvents | None = None) -> dict[int, float]:
