@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from trainwreck.harness.registry import SPAWN
-from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded
+from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded, bench_report
 from trainwreck.benchmarks.checkpoint import bench_checkpoint
 from trainwreck.benchmarks.fsdp import bench_fsdp
 from trainwreck.benchmarks.gpu import bench_gpu
@@ -43,6 +43,9 @@ TARGETS = {
     "verified_load_ratio_100mb": ("<=", 1.2),
     "async_stall_ratio_100mb": ("<=", 0.05),
     "checker_events_per_s": (">=", 1_000_000),
+    "report_s_1_6m": ("<=", 5.0),  # `trainwreck report` of the checker's 1.6 M-event run, start-up included
+    "report_s_16m": ("<=", 60.0),
+    "report_peak_rss_mb_16m": ("<=", 512),
     "checker_peak_rss_mb_16m": ("<=", 512),
     "checker_rss_growth_doubled": ("<=", 1.1),  # twice the events, columns on disk: memory bounded
     "launch_warm_s_16": ("<=", 1.0),
@@ -70,6 +73,8 @@ def sections(quick: bool) -> list[Section]:
         # The full 1.6 M-event history in --quick too: the target is stated at that size.
         ("checker", lambda: bench_checker(steps=100_000)),
         ("checker_16m", bench_checker_16m),  # ten times that, for memory: about 2.3 GB of events on disk
+        ("report", lambda: bench_report(steps=100_000)),  # `trainwreck report` of the 1.6 M-event run
+        ("report_16m", lambda: bench_report(steps=1_000_000, suffix="16m")),  # and of ten times that
         ("instrumentation", lambda: bench_instrumentation(pairs=120)),
         # 1 GB in --quick too (about a minute: three rotating rounds of three saves and two
         # loads), so that every target in TARGETS is measured by every run.

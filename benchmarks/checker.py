@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -194,14 +195,57 @@ def bench_checker_bounded(steps: int = 1_000_000, ranks: int = 8, batch_per_rank
             "checker_bounded_events_per_s": [small["checker_events_per_s"], large["checker_events_per_s"]]}
 
 
+def report_dir(run_dir: str) -> dict[str, Any]:
+    """`trainwreck report RUN_DIR` in this process (a fresh one, from `bench_report`), its own peak
+    memory and its parsing workers' with it."""
+    from trainwreck.harness.cli import main as cli
+
+    started = time.perf_counter()
+    code = cli(["report", run_dir])
+    if code != 0:
+        raise RuntimeError(f"trainwreck report exited {code}")
+    return {"seconds_in_process": round(time.perf_counter() - started, 3), "peak_rss_mb": peak_rss_mb(),
+            "worker_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+            "html_mb": round(os.path.getsize(os.path.join(run_dir, "report", "report.html")) / 2**20, 2)}
+
+
+def bench_report(steps: int = 100_000, ranks: int = 8, batch_per_rank: int = 4, suffix: str = "1_6m") -> dict[str, Any]:
+    """Write the checker benchmark's run and time `trainwreck report` of it in a fresh process, start-up
+    and imports included (what a user waits for), with its peak memory and the HTML's size."""
+    with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
+        write_run(tmp, steps, ranks, batch_per_rank)
+        started, cpu = time.perf_counter(), _children_cpu()
+        done = subprocess.run([sys.executable, "-m", "trainwreck.benchmarks.checker", "--report", tmp],
+                              capture_output=True, text=True, check=False)
+        seconds, cpu = time.perf_counter() - started, _children_cpu() - cpu
+        events = sum(1 for name in os.listdir(os.path.join(tmp, "events"))
+                     for _ in open(os.path.join(tmp, "events", name), "rb"))
+    if done.returncode != 0:
+        raise RuntimeError(f"the report benchmark failed: {done.stderr.strip()[-2000:]}")
+    inner = json.loads(done.stdout.strip().splitlines()[-1])
+    return {f"report_events_{suffix}": events, f"report_s_{suffix}": round(seconds, 3),
+            f"report_cpu_s_{suffix}": round(cpu, 3), f"report_peak_rss_mb_{suffix}": inner["peak_rss_mb"],
+            f"report_worker_peak_rss_mb_{suffix}": inner["worker_peak_rss_mb"],
+            f"report_html_mb_{suffix}": inner["html_mb"]}
+
+
+def _children_cpu() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.checker", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--batch-per-rank", type=int, default=4)
     parser.add_argument("--judge", metavar="RUN_DIR", help="judge this run directory only (used by bench_checker)")
+    parser.add_argument("--report", metavar="RUN_DIR", help="report this run directory only (used by bench_report)")
     args = parser.parse_args(argv)
-    result = judge_dir(args.judge) if args.judge else bench_checker(args.steps, args.ranks, args.batch_per_rank)
+    if args.report:
+        result = report_dir(args.report)
+    else:
+        result = judge_dir(args.judge) if args.judge else bench_checker(args.steps, args.ranks, args.batch_per_rank)
     print(json.dumps(result))
     return 0
 

@@ -2,7 +2,8 @@
 
 Speed and memory matter: a 100 000-step x 8-rank run has ~1.6M events, a long
 real run a hundred million. The two bulk kinds, `batch` and `step`, are stored
-as columns per (attempt, rank) in a `RankLog`: integers in `array`s of the
+as columns per (attempt, rank) in a `RankLog` (a step's time too, and its phases
+when asked, so that the report never reads them again): integers in `array`s of the
 narrowest item type that holds them (widened as larger values arrive; a plain
 list past 64 bits), losses in an `array('d')` while they are all floats, digests
 in a list of strings - no object per event. A column equal to the one of the
@@ -115,6 +116,11 @@ class RankLog:
     steps: Ints = field(default_factory=ints)
     losses: "array[float] | list[Any] | DiskNumbers" = field(default_factory=floats)  # float, int or None
     digests: "list[Any] | DiskStrings" = field(default_factory=list)
+    # Each `step` event's time `t` (seconds, as a float): the report draws progress with it.
+    times: "array[float] | DiskNumbers" = field(default_factory=floats)
+    # Each `step` event's `phases` (None where absent), kept only when load_history was asked
+    # for them (report=True: the report); None, not a column, otherwise.
+    phases: list[Any] | None = None
     # `batch` events, ascending by update number (a repeat stays: if a rank
     # really used samples twice for one update, coverage must see it).
     batch_steps: Ints = field(default_factory=ints)
@@ -123,6 +129,7 @@ class RankLog:
     offsets: Ints = field(default_factory=lambda: array("b", [0]))
     ids: Ints = field(default_factory=ints)
     first_pos: Pos | None = None  # where this rank first trained in this attempt
+    batch_t0: float | None = None  # the earliest `t` of its batch events (the report's clock starts there or before)
 
     def batch_range(self, first: int, last: int) -> tuple[int, int]:
         """Indices [i, j) of the batch events for updates first..last."""
@@ -166,6 +173,10 @@ class History:
     duplicate_steps: list[tuple[int, int, int, Any, Any, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     event_count: int = 0
+    # load_history(report=True) only: "events/<file>" -> line number -> the bytes of each line that
+    # is not a batch or step event, and of each file's last line - what the report's forgiving
+    # reader needs besides the columns, so that it never reads the files again. None otherwise.
+    lines: dict[str, dict[int, bytes]] | None = None
 
     @property
     def has_events(self) -> bool:

@@ -27,6 +27,7 @@ import json
 import json.scanner
 import multiprocessing
 import os
+import re
 import threading
 from array import array
 from bisect import bisect_left
@@ -87,6 +88,9 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "fault_skip": (("fault_id", _STR),),  # a planned fault that could not act, and `reason` why (faults/corrupt.py)  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
 }
 _DENSE = frozenset(["step", "batch"])
+# A line that is certainly a batch or step event (every writer puts `kind` first): the report's
+# reader skips them (rundir/layout.py), so History.lines need not keep them.
+_DENSE_LINE = re.compile(rb'\{\s*"kind"\s*:\s*"(?:batch|step)"')
 # Harness events: DESIGN.md asks no `attempt` of them; one without it is
 # placed by its time `t` (see _place_by_time).
 _HARNESS = frozenset(["fault", "hang", "exit", "end"])
@@ -107,12 +111,17 @@ _INT_TYPE = frozenset([int])
 _LIST_TYPE = frozenset([list])
 
 
-def load_history(run_dir: str | os.PathLike[str]) -> History:
+def load_history(run_dir: str | os.PathLike[str], report: bool = False) -> History:
     """Read RUN_DIR/run.json and every RUN_DIR/events/*.jsonl into a History.
+    report=True also keeps what the report reads and the checkers do not: each `step`
+    event's `phases` (RankLog.phases) and the text of the other lines (History.lines).
 
     Raises InputError when the directory cannot be judged."""
     run_dir = os.fspath(run_dir)
     history = History(run_dir=run_dir, spec=load_spec(run_dir))
+    if report:
+        history.__dict__["_keep_phases"] = True
+        history.lines = {}
     events_dir = os.path.join(run_dir, "events")
     if not os.path.isdir(events_dir):
         history.notes.append("no events/ directory: the run left no events")
@@ -181,7 +190,8 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
         merged.__dict__["_spill"] = history.__dict__["_spill"]
     counts: dict[str, int] = {}
     scratch = history.__dict__.get("_scratch")
-    jobs = [(history.run_dir, history.spec, path, src, scratch and scratch.dir) for path, src in files]
+    keep = _keeps_phases(history)
+    jobs = [(history.run_dir, history.spec, path, src, scratch and scratch.dir, keep) for path, src in files]
     with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
         # At most WORKERS + 1 files in flight: parsed files waiting for a busy (or
         # starved) merger would otherwise pile up in this process, unshared.
@@ -201,11 +211,15 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
             _share_columns(merged, part.logs.values())
             merged.world_sizes.update(part.world_sizes)
             merged.events.extend(part.events)
+            if part.lines is not None:
+                merged.lines = {**(merged.lines or {}), **part.lines}
             merged.notes.extend(part.notes)
             merged.event_count += part.event_count
             for kind, n in part_unknown.items():
                 counts[kind] = counts.get(kind, 0) + n
     history.logs, history.world_sizes, history.events = merged.logs, merged.world_sizes, merged.events
+    if history.lines is not None:
+        history.lines.update(merged.lines or {})
     history.notes.extend(merged.notes)
     history.event_count += merged.event_count
     for kind, n in counts.items():
@@ -218,10 +232,13 @@ def _may_fork() -> bool:
     return threading.active_count() == 1
 
 
-def _load_one(job: tuple[str, dict[str, Any], str, str, str | None]) -> tuple[History, dict[str, int]]:
+def _load_one(job: tuple[str, dict[str, Any], str, str, str | None, bool]) -> tuple[History, dict[str, int]]:
     """In a worker: one file into a History of its own (its columns in a file of its own, when on disk)."""
-    run_dir, spec, path, src, folder = job
+    run_dir, spec, path, src, folder, keep_phases = job
     part = History(run_dir=run_dir, spec=spec)
+    if keep_phases:
+        part.__dict__["_keep_phases"] = True
+        part.lines = {}
     if folder is not None:
         part.__dict__["_spill"] = os.path.join(folder, f"columns-{os.getpid()}.bin")
     unknown: dict[str, int] = {}
@@ -472,11 +489,19 @@ def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length:
 
 
 def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
+    if history.lines is not None and final:  # the report's reader parses every file's last line itself
+        text = data.rstrip()
+        history.lines.setdefault(src, {})[first + text.count(b"\n")] = text.rpartition(b"\n")[2]
     try:
         if _ingest_typed(history, data, first, src, unknown):
             return
     except InputError:
         pass  # _ingest_typed changed nothing; the reference path names the line
+    if history.lines is not None:  # a block of the slower paths: every line that may not be dense
+        kept = history.lines.setdefault(src, {})
+        for number, line in enumerate(data.split(b"\n"), first):
+            if not _DENSE_LINE.match(line):
+                kept[number] = line
     fast = _parse_fast(data)
     if fast is not None:
         try:
@@ -640,6 +665,11 @@ def _log_for(history: History, attempt: int, rank: int, ws: int, src: str, line:
     return log
 
 
+def _keeps_phases(history: History) -> bool:
+    """Whether this history keeps each step's `phases` (load_history(report=True))."""
+    return "_keep_phases" in history.__dict__
+
+
 def _on_disk(history: History) -> bool:
     """Whether this history's columns go to a scratch file (`_spill`: this process's file in it)."""
     return "_spill" in history.__dict__
@@ -648,13 +678,15 @@ def _on_disk(history: History) -> bool:
 def _new_log(history: History, attempt: int, rank: int, ws: int) -> RankLog:
     """A rank log with columns in memory, or on disk when the history spills (invariants/spill.py)."""
     path = history.__dict__.get("_spill")
+    phases = [] if _keeps_phases(history) else None
     if path is None:
-        return RankLog(attempt, rank, ws)
+        return RankLog(attempt, rank, ws, phases=phases)
     offsets = spill.DiskNumbers(path, "q")
     offsets.extend([0])
     return RankLog(attempt, rank, ws, steps=spill.DiskNumbers(path, "q"), losses=spill.DiskNumbers(path, "d"),
-                   digests=spill.DiskStrings(path), batch_steps=spill.DiskNumbers(path, "q"),
-                   epochs=spill.DiskNumbers(path, "q"), offsets=offsets, ids=spill.DiskNumbers(path, "q"))
+                   digests=spill.DiskStrings(path), times=spill.DiskNumbers(path, "d"), phases=phases,
+                   batch_steps=spill.DiskNumbers(path, "q"), epochs=spill.DiskNumbers(path, "q"), offsets=offsets,
+                   ids=spill.DiskNumbers(path, "q"))
 
 
 def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], src: str, unknown: dict[str, int]) -> None:
@@ -670,7 +702,11 @@ def _ingest_events(history: History, parsed: list[Any], numbers: Sequence[int], 
                 log.steps = extend_ints(log.steps, [ev["step"]])
                 log.losses = extend_losses(log.losses, [ev.get("loss")])
                 log.digests = extend_digests(log.digests, [ev.get("digest")])
+                log.times.extend([pos[0]])
+                if log.phases is not None:
+                    log.phases.append(ev.get("phases"))
             else:
+                log.batch_t0 = pos[0] if log.batch_t0 is None else min(log.batch_t0, pos[0])
                 log.batch_steps = extend_ints(log.batch_steps, [ev["step"]])
                 log.epochs = extend_ints(log.epochs, [ev["epoch"]])
                 log.ids = extend_ints(log.ids, ev["samples"])
@@ -685,6 +721,16 @@ _STEP_COLUMNS = ("attempt", "rank", "world_size", "step", "loss", "digest")
 _BATCH_COLUMNS = ("attempt", "rank", "world_size", "step", "epoch", "samples")
 _GET = {name: itemgetter(name) for name in ("kind", "t") + _STEP_COLUMNS + _BATCH_COLUMNS}
 _HEAD = itemgetter("attempt", "rank", "world_size")
+
+
+def _phases_of(ev: dict[str, Any]) -> Any:
+    return ev.get("phases")
+
+
+def _batch_t0(log: RankLog, times: list[Any]) -> None:
+    if times:
+        first = float(min(times))
+        log.batch_t0 = first if log.batch_t0 is None else min(log.batch_t0, first)
 
 
 def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int], src: str, unknown: dict[str, int]) -> bool:
@@ -739,7 +785,10 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     pos = (float(times[first]), src, numbers[first])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)), ids)
+    phases = list(map(_phases_of, step_evs)) if log.phases is not None else None
+    _batch_t0(log, list(map(_GET["t"], batch_evs)))
+    _extend_log(history, log, steps, losses, digests, list(map(_GET["t"], step_evs)), phases, batch_steps, epochs,
+                list(map(len, samples)), ids)
     for i in sparse_at:
         kind = kinds[i]
         if kind in REQUIRED:
@@ -749,7 +798,7 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     return True
 
 
-def _typed_decoder() -> Any:
+def _typed_decoder(phases: bool = False) -> Any:
     """A msgspec decoder of one event line: `batch` and `step` as typed structs (strict:
     an int field takes only a JSON integer - no bool, no 1.0 - of any size; repeated keys:
     the last one, as the standard library), every other kind this reader knows as an empty
@@ -763,12 +812,22 @@ def _typed_decoder() -> Any:
     common = [("t", time), ("attempt", count), ("rank", ranks), ("world_size", ranks), ("step", count)]
     options = {"tag_field": "kind", "gc": False}
     batch = msgspec.defstruct("Batch", common + [("epoch", count), ("samples", list[int])], tag="batch", **options)
-    step = msgspec.defstruct("Step", common + [("loss", Any, None), ("digest", Any, None)], tag="step", **options)
+    extra = [("phases", Any, None)] if phases else []  # null reads as None, as for an absent field
+    step = msgspec.defstruct("Step", common + [("loss", Any, None), ("digest", Any, None)] + extra, tag="step",
+                             **options)
     others = [msgspec.defstruct(f"Other_{kind}", [], tag=kind, **options) for kind in REQUIRED if kind not in _DENSE]
     return batch, step, msgspec.json.Decoder(Union[tuple([batch, step] + others)])  # type: ignore[valid-type]
 
 
 _TYPED = _typed_decoder() if msgspec is not None else None
+
+
+def _typed_with_phases() -> Any:
+    """The typed decoder whose `step` struct also keeps `phases` (built once, on first use)."""
+    cached = globals().get("_TYPED_PHASES")
+    if cached is None:
+        cached = globals()["_TYPED_PHASES"] = _typed_decoder(phases=True)
+    return cached
 _TYPED_HEAD = attrgetter("attempt", "rank", "world_size")
 
 
@@ -781,7 +840,7 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     part of the types (`_typed_decoder`): a value beyond one fails the decoding."""
     if _TYPED is None:
         return False
-    batch_type, step_type, decoder = _TYPED
+    batch_type, step_type, decoder = _TYPED if not _keeps_phases(history) else _typed_with_phases()
     text = data.rstrip()
     if not text:
         return False
@@ -813,8 +872,12 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     pos = (float(decoded[at].t), src, numbers[at])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    _extend_log(history, log, steps, losses, digests, batch_steps, epochs, list(map(len, samples)),
-                list(chain.from_iterable(samples)))
+    phases = list(map(attrgetter("phases"), step_evs)) if log.phases is not None else None
+    _batch_t0(log, list(map(attrgetter("t"), batch_evs)))
+    _extend_log(history, log, steps, losses, digests, list(map(attrgetter("t"), step_evs)), phases, batch_steps,
+                epochs, list(map(len, samples)), list(chain.from_iterable(samples)))
+    if history.lines is not None:
+        history.lines.setdefault(src, {}).update((numbers[i], lines[i]) for i in sparse_at)
     for kind, ev, line in sparse:
         if kind in REQUIRED:
             _keep_sparse(history, ev, src, line)
@@ -839,10 +902,14 @@ def _split_typed(decoded: list[Any], types: list[type], batch_type: type, step_t
 
 
 def _extend_log(history: History, log: RankLog, steps: list[int], losses: list[Any], digests: list[Any],
-                batch_steps: list[int], epochs: list[int], lengths: list[int], ids: list[int]) -> None:
+                times: list[float], phases: list[Any] | None, batch_steps: list[int], epochs: list[int],
+                lengths: list[int], ids: list[int]) -> None:
     log.steps = extend_ints(log.steps, steps)
     log.losses = extend_losses(log.losses, losses)
     log.digests = extend_digests(log.digests, _shared(history, log, steps, digests))
+    log.times.extend(times)
+    if log.phases is not None and phases is not None:
+        log.phases.extend(phases)
     log.batch_steps = extend_ints(log.batch_steps, batch_steps)
     log.epochs = extend_ints(log.epochs, epochs)
     log.offsets = extend_ints(log.offsets, list(islice(accumulate(lengths, initial=len(log.ids)), 1, None)))
@@ -924,7 +991,7 @@ def _finish(history: History, log: RankLog) -> None:
         in_order[id(log.steps)] = log.steps
     else:  # out of order or repeated (no set of every step)
         order = sorted(range(len(log.steps)), key=log.steps.__getitem__)
-        steps, losses, digests = [], [], []
+        steps, losses, digests, times, phases = [], [], [], [], []
         for i in order:
             if steps and steps[-1] == log.steps[i]:
                 history.duplicate_steps.append(
@@ -934,9 +1001,15 @@ def _finish(history: History, log: RankLog) -> None:
             steps.append(log.steps[i])
             losses.append(log.losses[i])
             digests.append(log.digests[i])
+            times.append(log.times[i])
+            if log.phases is not None:
+                phases.append(log.phases[i])
         log.steps = extend_ints(log.steps[:0], steps)
         log.losses = extend_losses(log.losses[:0], losses)
         log.digests = digests
+        log.times = array("d", times)
+        if log.phases is not None:
+            log.phases = phases
     if id(log.batch_steps) in in_order:
         pass
     elif spill.ascending(log.batch_steps, strict=False):

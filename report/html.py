@@ -53,14 +53,16 @@ figure { margin: 10px 0; overflow-x: auto; } figcaption { font-size: 13px; color
 """
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: dict[str, Any], plots: Any = None) -> str:
+    """The report as one HTML page; `plots` is what the plots are drawn from (report/plots.py
+    RunEvents: the checker's columns, from build_report_and_plots), else they read the run's events."""
     word = overall_word(report["valid"], report.get("interrupted"))
     body = [
         _header(report, word),
         _nav(),
         _verdicts(report),
         _timeline(report),
-        _plots(report),
+        _plots(report, plots),
         _recovery(report),
         _phases(report),
         _angles(report),
@@ -175,14 +177,14 @@ PLOT_CAPTIONS = {
 }
 
 
-def _plots(report: dict[str, Any]) -> str:
+def _plots(report: dict[str, Any], data: Any = None) -> str:
     """The single-run plots (docs/REPORTS.md explains each); a plot that cannot be drawn is left out."""
     run_dir = Path(report["run_dir"])
     golden = Path(report["golden"]) if isinstance(report.get("golden"), str) else None
     figures = []
     for name, draw in PLOTS.items():
         try:
-            svg = draw(run_dir, golden) if name == "loss" else draw(run_dir)
+            svg = draw(run_dir, golden, data) if name == "loss" else draw(run_dir, data)
         except Exception:  # noqa: BLE001 - a picture must never cost the report
             continue
         figures.append(f"<figure>{svg}<figcaption>{escape(PLOT_CAPTIONS[name])}</figcaption></figure>")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import shlex
 import re
 from pathlib import Path
-from typing import Any
+from itertools import compress, islice, repeat
+from operator import add, ge, le, ne
+from typing import Any, Iterable
 
 from trainwreck.report.angles import interview_angles
 from trainwreck.report.violation_cause import cause_claims
@@ -40,16 +42,22 @@ class NotARun(Exception):
 
 
 def build_report(run_dir: Path) -> dict[str, Any]:
+    return build_report_and_plots(run_dir)[0]
+
+
+def build_report_and_plots(run_dir: Path) -> tuple[dict[str, Any], Any]:
+    """The report, and what its plots draw from: the checker's columns (report/plots.py Columns)
+    when the lanes were taken from them, else None (the plots read the events)."""
+    from trainwreck.report.plots import Columns  # plots imports nothing of the model
+
     run_dir = Path(run_dir)
     try:
         load_spec(str(run_dir))
     except InputError as exc:
         raise NotARun(str(exc)) from None
     history, load_error = _load(run_dir)
-    # The History already holds every batch as columns; parsing them again is most of the cost.
-    raw = read_raw(run_dir, batches=history is None)
-    if history is not None:
-        raw.batch_sizes = _batch_sizes(history)
+    # The History already holds every batch and step as columns; parsing them again was most of the cost.
+    raw = read_raw(run_dir, batches=history is None, history=history)
     judged = _judgement(run_dir, history, load_error)
     lineage = walk_lineage(history) if history is not None else None
     attempts = _attempts(raw, lineage)
@@ -91,7 +99,7 @@ def build_report(run_dir: Path) -> dict[str, Any]:
     recovery_claims(say, report)
     report["recovery_text"] = say.text("recovery")
     report["claims"] = say.to_json()
-    return report
+    return report, (Columns.of(raw, history) if raw.columns and history is not None else None)
 
 
 # ----- judgement ------------------------------------------------------------------------
@@ -99,19 +107,9 @@ def build_report(run_dir: Path) -> dict[str, Any]:
 
 def _load(run_dir: Path) -> tuple[History | None, str | None]:
     try:
-        return load_history(run_dir), None
+        return load_history(run_dir, report=True), None
     except InputError as exc:
         return None, str(exc)
-
-
-def _batch_sizes(history: History) -> dict[tuple[int, int, int], int]:
-    """(attempt, rank, step) -> samples that rank used for that update."""
-    sizes: dict[tuple[int, int, int], int] = {}
-    for (attempt, rank), log in history.logs.items():
-        for i, step in enumerate(log.batch_steps):
-            key = (attempt, rank, step)
-            sizes[key] = sizes.get(key, 0) + log.offsets[i + 1] - log.offsets[i]
-    return sizes
 
 
 def _judgement(run_dir: Path, history: History | None, load_error: str | None) -> dict[str, Any]:
@@ -212,8 +210,8 @@ def _attempt(raw: RawRun, a: int, lineage: Lineage | None) -> dict[str, Any]:
 
 def _rank_batch(raw: RawRun, a: int) -> int | None:
     """Samples one rank used per update in this attempt (rank 0's first batch): it changes with the world size."""
-    sizes = sorted((k, n) for (att, rank, k), n in raw.batch_sizes.items() if att == a and rank == 0)
-    return sizes[0][1] if sizes else None
+    first = raw.first_batch(a, 0)
+    return raw.samples(a, 0, first) if first is not None else None
 
 
 def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any]) -> str:
@@ -234,28 +232,57 @@ def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any
 
 
 def _lane(lane: LaneLog, segments: list[tuple[int, int]], code: Any, raw: RawRun) -> dict[str, Any]:
-    in_lineage = [k for k in lane.steps if any(lo <= k <= hi for lo, hi in segments)]
-    redo = [k for k in lane.steps if not any(lo <= k <= hi for lo, hi in segments)]
+    done = ranges(lane.steps)
+    in_lineage, redo = split_ranges(done, segments)
     return {
         "rank": lane.rank,
-        "ranges": ranges(lane.steps),
-        "lineage": ranges(in_lineage),
-        "redo": ranges(redo),
+        "ranges": done,
+        "lineage": in_lineage,
+        "redo": redo,
         "first_s": raw.rel(lane.times[0]) if lane.times else None,
         "last_s": raw.rel(lane.times[-1]) if lane.times else None,
         "exit": code,
     }
 
 
-def ranges(steps: list[int]) -> list[list[int]]:
-    """[1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]: contiguous runs, so a picture draws bars, not cells."""
-    out: list[list[int]] = []
-    for k in sorted(set(steps)):
-        if out and k == out[-1][1] + 1:
-            out[-1][1] = k
-        else:
-            out.append([k, k])
-    return out
+def ranges(steps: Iterable[int]) -> list[list[int]]:
+    """[1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]: contiguous runs, so a picture draws bars, not cells.
+    C-level passes (a run has a hundred thousand steps per lane): the run breaks where a step
+    is not one more than the one before."""
+    ks = sorted(set(steps))
+    if not ks:
+        return []
+    breaks = list(compress(range(1, len(ks)), map(ne, islice(ks, 1, None), map(add, ks, repeat(1)))))
+    starts, ends = [0, *breaks], [*breaks, len(ks)]
+    return [[ks[i], ks[j - 1]] for i, j in zip(starts, ends)]
+
+
+def split_ranges(done: list[list[int]], segments: list[tuple[int, int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """`ranges` of the steps inside any of `segments`, and of those outside: what `ranges` of each
+    part of the steps would give, cut from the ranges (pieces of one range are never adjacent: a
+    covered stretch or a gap lies between them), not step by step."""
+    cover: list[list[int]] = []
+    for lo, hi in sorted(segments):  # the union: overlapping or adjacent segments join
+        if cover and lo <= cover[-1][1] + 1:
+            cover[-1][1] = max(cover[-1][1], hi)
+        elif lo <= hi:
+            cover.append([lo, hi])
+    inside: list[list[int]] = []
+    outside: list[list[int]] = []
+    for lo, hi in done:
+        at = lo
+        for c_lo, c_hi in cover:
+            if c_hi < at or c_lo > hi:
+                continue
+            if c_lo > at:
+                outside.append([at, c_lo - 1])
+            inside.append([max(at, c_lo), min(hi, c_hi)])
+            at = min(hi, c_hi) + 1
+            if at > hi:
+                break
+        if at <= hi:
+            outside.append([at, hi])
+    return inside, outside
 
 
 # ----- checkpoints, faults, hangs -------------------------------------------------------
@@ -412,8 +439,10 @@ def _loss(raw: RawRun) -> dict[str, Any]:
     what a comparison across parallelisms quotes, where digests cannot match bit for bit."""
     best: dict[int, tuple[int, float]] = {}
     for (attempt, rank), lane in raw.lanes.items():
+        if rank != 0:
+            continue
         for step, loss in zip(lane.steps, lane.losses):
-            if rank == 0 and loss is not None and (step not in best or attempt >= best[step][0]):
+            if loss is not None and (step not in best or attempt >= best[step][0]):
                 best[step] = (attempt, loss)
     steps = sorted(best)
     return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}
@@ -511,13 +540,15 @@ def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
     fault = _failing_fault(raw, mine, hang, death)
     cause_ev = fault or hang or death
     fail_t = cause_ev["t"] if cause_ev else raw.t0 + (att["end_s"] or 0.0)
-    progress = max((k for (aa, _), lane in raw.lanes.items() if aa == a
-                    for k, t in zip(lane.steps, lane.times) if t <= fail_t), default=0)
+    reached = [max(compress(lane.steps, map(le, lane.times, repeat(fail_t))), default=None)
+               for (aa, _), lane in raw.lanes.items() if aa == a]
+    progress = max((k for k in reached if k is not None), default=0)
     save = max((ev for ev in raw.of_kind("save") if ev["t"] <= fail_t and type(ev.get("step")) is int),
                key=lambda ev: (ev["step"], ev["t"]), default=None)
     seen_t = (hang or next((ev for ev in mine if ev.get("kind") == "exit"), None) or {}).get("t")
-    redo = [(r, k) for (aa, r), lane in raw.lanes.items() if aa == a for k in set(lane.steps)
-            if not _in_lineage(lineage, a, k)]
+    segments = [(s.first, s.last) for s in lineage.segments if s.attempt == a] if lineage else []
+    redo = [(r, k) for (aa, r), lane in raw.lanes.items() if aa == a
+            for lo, hi in split_ranges(ranges(lane.steps), segments)[1] for k in range(lo, hi + 1)]
     row: dict[str, Any] = {
         "attempt": a,
         "cause": _cause(fault, hang, death),
@@ -530,7 +561,7 @@ def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
         "checkpoint_age_s": _round(fail_t - save["t"]) if save else None,
         "detected_after_s": _round(seen_t - fail_t) if seen_t is not None else None,
         "steps_redone": len({k for _, k in redo}),
-        "samples_redone": sum(raw.batch_sizes.get((a, r, k), 0) for r, k in redo),
+        "samples_redone": sum(raw.samples(a, r, k) for r, k in redo),
         "restart_after_s": None, "resumed_after_s": None, "recovered_after_s": None,
         "restored": nxt["restored"] if nxt else None,
     }
@@ -567,14 +598,10 @@ def _cause(fault: dict[str, Any] | None, hang: dict[str, Any] | None, death: dic
     return "the attempt ended without completing"
 
 
-def _in_lineage(lineage: Lineage | None, attempt: int, step: int) -> bool:
-    return bool(lineage) and any(s.attempt == attempt and s.first <= step <= s.last for s in lineage.segments)
-
-
 def _resume_times(raw: RawRun, nxt: dict[str, Any], fail_t: float, progress: int) -> dict[str, Any]:
-    later = [(k, t) for (a, _), lane in raw.lanes.items() if a >= nxt["attempt"]
-             for k, t in zip(lane.steps, lane.times)]
-    back = min((t for k, t in later if k >= progress), default=None)
+    back = min((t for (a, _), lane in raw.lanes.items() if a >= nxt["attempt"]
+                for t in [min(compress(lane.times, map(ge, lane.steps, repeat(progress))), default=None)]
+                if t is not None), default=None)
     t0 = raw.t0 or 0.0
     return {
         "restart_after_s": _round(t0 + nxt["start_s"] - fail_t) if nxt["start_s"] is not None else None,

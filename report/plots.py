@@ -11,19 +11,28 @@ Four pictures a reader would rather look at than read:
 
 Each function returns an SVG string (no script, no external reference); every mark has a
 <title> so a browser shows its value as a tooltip. The data comes from the event logs through
-trainer.rundir.iter_events, the same events the invariants judge.
+rundir.iter_events, the same events the invariants judge - or, for `trainwreck report`, from the
+checker's columns that hold the same values (`Columns`), so a big run's events are not read again.
+A line of more points than its plot has pixels keeps, per pixel column, its first, last, lowest
+and highest point (`thin`): the same line drawn, without a coordinate per event.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from html import escape
+from itertools import chain, compress, groupby, repeat
+from operator import itemgetter, le, mul, sub
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from trainwreck.report.metrics import held_since
-from trainwreck.report.rawlog import read_spec
+from trainwreck.report.rawlog import RawRun, read_spec
 from trainwreck.rundir.layout import RunDir, iter_events
+
+if TYPE_CHECKING:
+    from trainwreck.invariants.history import History
 
 W, H = 640, 240
 L, R, T, B = 56, 16, 28, 36  # margins: axis labels left and below, the title above
@@ -52,17 +61,157 @@ class RunEvents:
         t0 = min((ev["t"] for ev in events), default=0.0)
         return cls(of["step"], of["batch"], of["save"], of["hang"], of["fault"], t0)
 
+    def losses(self) -> dict[int, float]:
+        """Step -> rank 0's loss in the attempt that last applied it (the one whose state lives on)."""
+        best: dict[int, tuple[int, float]] = {}
+        for ev in self.steps:
+            step, loss, attempt = ev.get("step"), ev.get("loss"), ev.get("attempt", 0)
+            if ev.get("rank", 0) != 0 or type(step) is not int or not isinstance(loss, (int, float)):
+                continue
+            if step not in best or attempt >= best[step][0]:
+                best[step] = (attempt, float(loss))
+        return {k: v for k, (_, v) in sorted(best.items())}
 
-def lineage_losses(run_dir: Path) -> dict[int, float]:
+    def by_step(self) -> dict[int, tuple[int, int, list[int]]]:
+        """Step -> (attempt, epoch, ids) of the last attempt to apply it, every rank's ids in order."""
+        by_step: dict[int, tuple[int, int, list[int]]] = {}
+        for ev in self.batches:
+            step, attempt, ids = ev.get("step"), ev.get("attempt", 0), ev.get("samples") or []
+            if type(step) is not int:
+                continue
+            held = by_step.get(step)
+            if held is None or attempt > held[0]:
+                by_step[step] = (attempt, int(ev.get("epoch", 0)), list(ids))
+            elif attempt == held[0]:
+                held[2].extend(ids)  # another rank's share of the same update
+        return by_step
+
+    def lanes(self) -> dict[tuple[int, int], list[tuple[float, int]]]:
+        """(attempt, rank) -> (seconds since t0, step) of each step event."""
+        lanes: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        for s in self.steps:
+            if type(s.get("step")) is int:
+                lanes.setdefault((s.get("attempt", 0), s.get("rank", 0)), []).append((s["t"] - self.t0, s["step"]))
+        return lanes
+
+    def step_times(self) -> Iterable[float]:
+        return (e["t"] for e in self.steps)
+
+    def grid(self) -> list[tuple[int, int, list[int]]]:
+        """[(step, epoch, ids)] for the lineage's updates (the last attempt to apply each step)."""
+        return [(k, e, ids) for k, (_, e, ids) in sorted(self.by_step().items())]
+
+
+class ColumnGrid:
+    """RunEvents.grid of a History, answering as the list does (len, [col] -> (step, epoch, ids))
+    without a list of ids per update: `chained` gives a stretch of columns' ids as slices of the
+    rank logs' columns. Each update is the last attempt's to report a batch for it; its ids are
+    that attempt's ranks' in log order (the files' order), its epoch the first one reported."""
+
+    def __init__(self, history: History) -> None:
+        by_attempt: dict[int, list[Any]] = {}
+        for log in history.logs.values():
+            if len(log.batch_steps):
+                by_attempt.setdefault(log.attempt, []).append(log)
+        top: dict[int, int] = {}  # step -> the last attempt that reported it
+        for attempt in sorted(by_attempt, reverse=True):
+            for log in by_attempt[attempt]:
+                top.update(dict.fromkeys(set(log.batch_steps) - top.keys(), attempt))
+        self.logs = by_attempt
+        self.steps = sorted(top)
+        attempts = list(map(top.__getitem__, self.steps))
+        self.segments: list[tuple[int, int, int]] = []  # (first column, end column, attempt)
+        at = 0
+        for attempt, group in groupby(attempts):
+            n = sum(1 for _ in group)
+            self.segments.append((at, at + n, attempt))
+            at += n
+        self.epochs: list[int] = []
+        for first, end, attempt in self.segments:
+            epoch_of: dict[int, int] = {}
+            for log in by_attempt[attempt]:  # the first batch event of a step names its epoch
+                if not epoch_of.keys() >= set(log.batch_steps):
+                    mine = dict(zip(reversed(log.batch_steps), reversed(log.epochs)))
+                    epoch_of.update({k: mine[k] for k in mine.keys() - epoch_of.keys()})
+            self.epochs.extend(map(epoch_of.__getitem__, self.steps[first:end]))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, col: int) -> tuple[int, int, list[int]]:
+        col = range(len(self.steps))[col]
+        return self.steps[col], self.epochs[col], list(chain.from_iterable(self.chained(col, col + 1)))
+
+    def chained(self, first: int, end: int) -> Iterator[Any]:
+        """The ids of columns first..end-1, a slice of a rank log's ids at a time."""
+        for lo, hi, attempt in self.segments:
+            a, b = max(first, lo), min(end, hi)
+            if a >= b:
+                continue
+            for log in self.logs[attempt]:
+                i, j = log.batch_range(self.steps[a], self.steps[b - 1])
+                if i < j:
+                    yield log.ids[log.offsets[i]:log.offsets[j]]
+
+
+@dataclass(frozen=True)
+class Columns(RunEvents):
+    """The same answers as RunEvents, from a History's columns (load_history(report=True) of a
+    run whose step lines it holds: rawlog._lanes_agree) and the report's sparse events."""
+
+    history: Any = None
+
+    @classmethod
+    def of(cls, raw: RawRun, history: History) -> Columns:
+        events = [ev for ev in raw.events if isinstance(ev.get("t"), (int, float))]
+        of = {k: [ev for ev in events if ev.get("kind") == k] for k in ("save", "hang", "fault")}
+        firsts = [t for t in (log.batch_t0 for log in history.logs.values()) if t is not None]
+        t0 = min([ev["t"] for ev in events] + firsts + [min(lane.times) for lane in raw.lanes.values() if len(lane.times)],
+                 default=0.0)
+        return cls([], [], of["save"], of["hang"], of["fault"], t0, history)
+
+    def _logs(self) -> Iterable[Any]:
+        return self.history.logs.values()
+
+    def losses(self) -> dict[int, float]:
+        best: dict[int, tuple[int, float]] = {}
+        for log in self._logs():
+            if log.rank != 0:
+                continue
+            for step, loss in zip(log.steps, log.losses):
+                if isinstance(loss, (int, float)) and (step not in best or log.attempt >= best[step][0]):
+                    best[step] = (log.attempt, float(loss))
+        return {k: v for k, (_, v) in sorted(best.items())}
+
+    def grid(self) -> ColumnGrid:
+        return ColumnGrid(self.history)
+
+    def lanes(self) -> dict[tuple[int, int], Any]:
+        """Each lane's points made as they are read (`_LanePoints`): a long run's lanes are not all
+        held as tuples at once; the progress plot sorts and thins one lane at a time."""
+        return {(log.attempt, log.rank): _LanePoints(log.times, log.steps, self.t0)
+                for log in self._logs() if len(log.steps)}
+
+    def step_times(self) -> Iterable[float]:
+        return chain.from_iterable(log.times for log in self._logs())
+
+
+class _LanePoints:
+    """(seconds since t0, step) of each step event of one rank log, made on iteration."""
+
+    def __init__(self, times: Sequence[float], steps: Sequence[int], t0: float) -> None:
+        self.times, self.steps, self.t0 = times, steps, t0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[tuple[float, int]]:
+        return zip(map(sub, self.times, repeat(self.t0)), self.steps)
+
+
+def lineage_losses(run_dir: Path, data: RunEvents | None = None) -> dict[int, float]:
     """Step -> rank 0's loss in the attempt that last applied it (the one whose state lives on)."""
-    best: dict[int, tuple[int, float]] = {}
-    for ev in RunEvents.read(run_dir).steps:
-        step, loss, attempt = ev.get("step"), ev.get("loss"), ev.get("attempt", 0)
-        if ev.get("rank", 0) != 0 or type(step) is not int or not isinstance(loss, (int, float)):
-            continue
-        if step not in best or attempt >= best[step][0]:
-            best[step] = (attempt, float(loss))
-    return {k: v for k, (_, v) in sorted(best.items())}
+    return (data or RunEvents.read(run_dir)).losses()
 
 
 def first_divergence(run: dict[int, float], golden: dict[int, float]) -> int | None:
@@ -114,9 +263,12 @@ class Frame:
 
     def polyline(self, points: Iterable[tuple[float, float]], color: str, label: str, dash: str = "",
                  step: bool = False, width: float = 1.8) -> None:
-        pts = list(points)
-        if step:  # a value that holds until the next point: draw the stair, not the slope
-            pts = [p for i, p in enumerate(pts) for p in ([(p[0], pts[i - 1][1]), p] if i else [p])]
+        # Thinned before the stair is drawn: each pixel column keeps its lowest and highest value
+        # and the one it enters with (the previous column's last), so the stair covers the same pixels.
+        pts = thin(list(points), self.x0, (W - L - R) / (self.x1 - self.x0))
+        if step and pts:  # a value that holds until the next point: draw the stair, not the slope
+            corners = zip(map(itemgetter(0), pts[1:]), map(itemgetter(1), pts))
+            pts = [pts[0], *chain.from_iterable(zip(corners, pts[1:]))]
         coords = " ".join(f"{self.x(a)},{self.y(b)}" for a, b in pts)
         extra = f' stroke-dasharray="{dash}"' if dash else ""
         self.parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="{width}"{extra}>'
@@ -145,6 +297,33 @@ class Frame:
         return svg_document(label, self.height, "".join(self.parts))
 
 
+THIN_ABOVE = 4 * (W - L - R)
+"""A line of more points than this (four per pixel column) is thinned (`thin`); fewer are drawn as they are."""
+
+
+def thin(pts: list[tuple[float, float]], x0: float, scale: float) -> list[tuple[float, float]]:
+    """A line ordered by x, with only the first, last, lowest and highest point of each pixel
+    column (column = int((x - x0) * scale)), in their order: the segments left draw what the
+    dropped points did within a pixel (the M4 reduction), so a million points cost a few thousand
+    coordinates. A line of THIN_ABOVE points or fewer, or one not ordered by x, is returned as is."""
+    if len(pts) <= THIN_ABOVE:
+        return pts
+    xs = list(map(itemgetter(0), pts))
+    if not all(map(le, xs, xs[1:])):
+        return pts
+    columns = map(int, map(mul, map(sub, xs, repeat(x0)), repeat(scale)))
+    out: list[tuple[float, float]] = []
+    point = y = itemgetter(1)  # of a (column, point) pair; of a point
+    for _, group in groupby(zip(columns, pts), key=itemgetter(0)):
+        column = list(map(point, group))  # the points of one pixel column
+        if len(column) <= 4:
+            out.extend(column)
+            continue
+        keep = {0, len(column) - 1, column.index(min(column, key=y)), column.index(max(column, key=y))}
+        out.extend(column[i] for i in sorted(keep))
+    return out
+
+
 def svg_document(label: str, height: int, body: str, width: int = W) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
             f'height="{height}" role="img" aria-label="{escape(label)}" font-family="system-ui, sans-serif">'
@@ -169,8 +348,8 @@ def _fmt(v: float) -> str:
 # ----- the four plots -----------------------------------------------------------------------
 
 
-def loss_svg(run_dir: Path, golden_dir: Path | None) -> str:
-    run = lineage_losses(run_dir)
+def loss_svg(run_dir: Path, golden_dir: Path | None, data: RunEvents | None = None) -> str:
+    run = lineage_losses(run_dir, data)
     golden = lineage_losses(golden_dir) if golden_dir is not None and Path(golden_dir).is_dir() else {}
     values = list(run.values()) + list(golden.values()) or [0.0]
     steps = list(run) + list(golden) or [1]
@@ -189,21 +368,13 @@ def loss_svg(run_dir: Path, golden_dir: Path | None) -> str:
     return frame.svg(f"Loss per update; {verdict}")
 
 
-def coverage_grid(run_dir: Path) -> tuple[list[tuple[int, int, list[int]]], int]:
+def coverage_grid(run_dir: Path, data: RunEvents | None = None) -> tuple[list[tuple[int, int, list[int]]], int]:
     """[(step, epoch, ids)] for the lineage's updates (the last attempt to apply each step), and the dataset size."""
     spec = read_spec(Path(run_dir))
     size = int(spec.get("dataset_size") or (spec.get("config") or {}).get("dataset_size") or 0)
-    by_step: dict[int, tuple[int, int, list[int]]] = {}  # step -> (attempt, epoch, ids)
-    for ev in RunEvents.read(run_dir).batches:
-        step, attempt, ids = ev.get("step"), ev.get("attempt", 0), ev.get("samples") or []
-        if type(step) is not int:
-            continue
-        held = by_step.get(step)
-        if held is None or attempt > held[0]:
-            by_step[step] = (attempt, int(ev.get("epoch", 0)), list(ids))
-        elif attempt == held[0]:
-            held[2].extend(ids)  # another rank's share of the same update
-    grid = [(k, e, ids) for k, (_, e, ids) in sorted(by_step.items())]
+    grid = (data or RunEvents.read(run_dir)).grid()
+    if isinstance(grid, ColumnGrid):  # a History's ids are integers
+        return grid, max([size] + [max(ids) + 1 for ids in grid.chained(0, len(grid)) if len(ids)])
     size = max([size] + [i + 1 for _, _, ids in grid for i in ids if isinstance(i, int)])
     return grid, size
 
@@ -218,19 +389,24 @@ def epoch_ends(grid: list[tuple[int, int, list[int]]], col: int, size: int, coun
     return size - len(counts) < max(len(ids), 1)
 
 
-def coverage_svg(run_dir: Path) -> str:
-    grid, size = coverage_grid(run_dir)
+def coverage_svg(run_dir: Path, data: RunEvents | None = None) -> str:
+    grid, size = coverage_grid(run_dir, data)
     cell_w = max(4, min(24, (W - L - R) // max(len(grid) + 1, 1)))
     cell_h = max(2, min(6, 300 // max(size, 1)))
     height = T + size * cell_h + B
     parts = [f'<text x="{L}" y="18" font-size="13" font-weight="600" fill="{INK}">sample ids used per update</text>'
              f'<text x="{W - R}" y="18" font-size="10" text-anchor="end" fill="{MUTED}">red: seen twice in its epoch; '
              "amber: never used by a finished epoch</text>"]
-    seen: dict[int, dict[int, int]] = {}  # epoch -> id -> times used
+    seen: dict[int, Counter[int]] = {}  # epoch -> id -> times used
     twice = never = 0
-    last_epoch = max((e for _, e, _ in grid), default=0)
-    for col, (step, epoch, ids) in enumerate(grid):
-        counts = seen.setdefault(epoch, {})
+    epochs = grid.epochs if isinstance(grid, ColumnGrid) else [e for _, e, _ in grid]
+    last_epoch = max(epochs, default=0)
+    # Columns right of the plot's width are clipped by its viewBox: drawn, they would cost a mark per
+    # sample id of a long run and show nothing. They are counted all the same (`_count_hidden`).
+    shown = min(len(grid), -(-(W - L) // cell_w))
+    for col in range(shown):
+        step, epoch, ids = grid[col]
+        counts = seen.setdefault(epoch, Counter())
         x = L + col * cell_w
         for i in ids:
             counts[i] = counts.get(i, 0) + 1
@@ -246,6 +422,8 @@ def coverage_svg(run_dir: Path) -> str:
                          f"<title>epoch {epoch} ended without id {i}</title></rect>" for i in missing)
             parts.append(f'<line x1="{x + cell_w - 0.5}" y1="{T}" x2="{x + cell_w - 0.5}" y2="{T + size * cell_h}" '
                          f'stroke="{INK}" stroke-width="1"><title>end of epoch {epoch}</title></line>')
+    hidden_twice, hidden_never = _count_hidden(grid, epochs, shown, size, seen)
+    twice, never = twice + hidden_twice, never + hidden_never
     bottom = T + size * cell_h
     parts.append(f'<text x="{L - 4}" y="{T + 8}" font-size="10" text-anchor="end" fill="{MUTED}">id 0</text>'
                  f'<text x="{L - 4}" y="{bottom}" font-size="10" text-anchor="end" fill="{MUTED}">id {size - 1}</text>'
@@ -256,14 +434,46 @@ def coverage_svg(run_dir: Path) -> str:
     return svg_document(f"Sample coverage: {twice} repeated use(s), {never} id(s) never used", height, "".join(parts))
 
 
-def progress_svg(run_dir: Path) -> str:
-    ev = RunEvents.read(run_dir)
-    lanes: dict[tuple[int, int], list[tuple[float, int]]] = {}
-    for s in ev.steps:
-        if type(s.get("step")) is int:
-            lanes.setdefault((s.get("attempt", 0), s.get("rank", 0)), []).append((s["t"] - ev.t0, s["step"]))
-    t_end = max([t for pts in lanes.values() for t, _ in pts] + [h["t"] - ev.t0 for h in ev.hangs] + [0.001])
-    top = max([k for pts in lanes.values() for _, k in pts] + [1])
+def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int], shown: int, size: int,
+                  seen: dict[int, Counter[int]]) -> tuple[int, int]:
+    """(uses of an id already seen in its epoch, ids a finished epoch never used) over the columns
+    from `shown` on, as coverage_svg's loop counts them, a stretch of one epoch at a time: every use
+    that adds no new id to the epoch's Counter is a repeat, and an epoch can only end where the
+    next column's epoch differs, or at the last column. An epoch's counts are let go after its
+    last column: a long run's epochs would otherwise hold a count per id each."""
+    twice = never = 0
+    last_epoch = max(epochs, default=0)
+    last_col = dict(zip(epochs, range(len(epochs))))  # epoch -> its last column
+    col = shown
+    for epoch, group in groupby(epochs[shown:]):
+        end = col + sum(1 for _ in group)
+        counts = seen.setdefault(epoch, Counter())
+        before, used = len(counts), 0
+        for ids in (grid.chained(col, end) if isinstance(grid, ColumnGrid) else (g[2] for g in grid[col:end])):
+            counts.update(ids)
+            used += len(ids)
+        twice += used - (len(counts) - before)
+        if epoch < last_epoch and epoch_ends(grid, end - 1, size, counts):
+            never += _unused(counts, size)
+        if last_col[epoch] < end:
+            del seen[epoch]
+        col = end
+    return twice, never
+
+
+def _unused(counts: Counter[int], size: int) -> int:
+    """How many of the ids 0..size-1 `counts` lacks: by its bounds when every id is an int within them."""
+    if counts and set(map(type, counts)) == {int} and min(counts) >= 0 and max(counts) < size:
+        return size - len(counts)
+    return sum(1 for i in range(size) if i not in counts)
+
+
+def progress_svg(run_dir: Path, data: RunEvents | None = None) -> str:
+    ev = data or RunEvents.read(run_dir)
+    lanes = ev.lanes()
+    t_end = max([max(map(itemgetter(0), pts)) for pts in lanes.values() if pts] + [h["t"] - ev.t0 for h in ev.hangs]
+                + [0.001])
+    top = max([max(map(itemgetter(1), pts)) for pts in lanes.values() if pts] + [1])
     frame = Frame("forward progress: the newest update each rank applied, over time", (0, t_end), (0, top),
                   "seconds since the run started", "update")
     for (attempt, rank), pts in sorted(lanes.items()):
@@ -279,15 +489,18 @@ def progress_svg(run_dir: Path) -> str:
     return frame.svg(f"Forward progress of {len(ranks)} rank(s) over {t_end:.2f} s; {len(ev.hangs)} hang(s) declared")
 
 
-def ckpt_age_svg(run_dir: Path) -> str:
+def ckpt_age_svg(run_dir: Path, data: RunEvents | None = None) -> str:
     """Seconds since the state of the newest committed save was taken, sampled at every event; a
     drop is a commit (to the save's own length: report/metrics.py `held_since`)."""
-    ev = RunEvents.read(run_dir)
-    times = sorted({round(e["t"] - ev.t0, 6) for e in ev.steps + ev.saves + ev.hangs + ev.faults})
+    ev = data or RunEvents.read(run_dir)
+    every = chain(ev.step_times(), (e["t"] for e in ev.saves + ev.hangs + ev.faults))
+    times = sorted(set(map(round, map(sub, every, repeat(ev.t0)), repeat(6))))
     saves = sorted((s["t"] - ev.t0, held_since({**s, "t_s": s["t"] - ev.t0})) for s in ev.saves)
-    points, last = [], 0.0  # no save yet: the age is the run's age (a restart would redo everything)
-    for t in times:
-        last = max([last] + [held for committed, held in saves if committed <= t])
+    points, last, due = [], 0.0, 0  # no save yet: the age is the run's age (a restart would redo everything)
+    for t in times:  # ascending: each save committed by t is taken once, in commit order
+        while due < len(saves) and saves[due][0] <= t:
+            last = max(last, saves[due][1])
+            due += 1
         points.append((t, t - last))
     peak = max([a for _, a in points] + [0.001])
     frame = Frame("checkpoint age: seconds since the newest committed save's state was taken", (0, times[-1] if times else 1),

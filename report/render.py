@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainwreck.report.html import render_html
 from trainwreck.report.markdown import render_markdown
-from trainwreck.report.model import build_report
+from trainwreck.report.model import build_report_and_plots
 from trainwreck.rundir.files import write_atomic
 from trainwreck.rundir.layout import RunDir
 
@@ -19,13 +19,13 @@ def render_report(run_dir: Path) -> Path:
 
     Raises NotARun when RUN_DIR is not a trainwreck run directory."""
     run_dir = Path(run_dir)
-    report = build_report(run_dir)
+    report, plots = build_report_and_plots(run_dir)
     out = RunDir(run_dir).report
     out.mkdir(exist_ok=True)
     _write(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     _write(out / "report.md", render_markdown(report))
     html = out / "report.html"
-    _write(html, render_html(report))
+    _write(html, render_html(report, plots))
     return html
 
 

@@ -16,6 +16,8 @@ import json
 import os
 import re
 import stat
+from itertools import compress, repeat
+from operator import not_
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -191,9 +193,10 @@ def _check_measurement(path: Path, data: Any) -> None:
         raise RunDirError(f"{path} lacks {', '.join(missing)} (a string each); measure again")
 
 
-# A line that is certainly a batch event: every writer puts `kind` first. Lines that are
-# batch events written otherwise are simply parsed.
+# A line that is certainly a batch (or step) event: every writer puts `kind` first. Lines that
+# are such events written otherwise are simply parsed.
 _BATCH_LINE = re.compile(r'\{\s*"kind"\s*:\s*"batch"')
+_STEP_LINE = re.compile(r'\{\s*"kind"\s*:\s*"step"')
 
 
 @dataclass
@@ -208,16 +211,19 @@ class EventsFile:
     """Why the file could not be read at all."""
 
 
-def read_events(run_dir: Path, batches: bool = True) -> list[EventsFile]:
+def read_events(run_dir: Path, batches: bool = True, steps: bool = True) -> list[EventsFile]:
     """Every events file of the run, forgivingly: unreadable lines are counted, never raised.
     batches=False skips `batch` lines unparsed (most of the bytes) for readers that do not
-    need the sample ids."""
+    need the sample ids; steps=False (with batches=False) skips `step` lines too, for a reader
+    that has them already (the report, from the checker's columns). A file's last line is
+    always parsed, so a torn one is still counted in `skipped`; a step event among the parsed
+    lines is still returned, the caller drops it."""
     directory = RunDir(run_dir).events
     try:
         names = sorted(os.listdir(files.inside(run_dir, directory)))
     except OSError:  # missing, not a folder, unreadable, or linked out of the run directory
         names = []
-    return [_read_events_file(directory / name, batches) for name in names if name.endswith(".jsonl")]
+    return [_read_events_file(directory / name, batches, steps) for name in names if name.endswith(".jsonl")]
 
 
 def iter_events(run_dir: Path, batches: bool = True) -> Iterator[dict[str, Any]]:
@@ -226,14 +232,23 @@ def iter_events(run_dir: Path, batches: bool = True) -> Iterator[dict[str, Any]]
         yield from events_file.events
 
 
-def _read_events_file(path: Path, batches: bool) -> EventsFile:
-    result = EventsFile(path.name)
+def _read_events_file(path: Path, batches: bool, steps: bool = True) -> EventsFile:
     try:  # a regular file inside events/, bounded: a FIFO or /dev/zero here is damage, not a wait
-        lines = files.read_text(path, files.EVENTS_LIMIT, root=path.parent).splitlines()
+        text = files.read_text(path, files.EVENTS_LIMIT, root=path.parent)
     except OSError as exc:
-        result.error = f"cannot read ({exc.strerror or exc})"
-        return result
-    lines = [line for line in lines if line.strip() and (batches or not _BATCH_LINE.match(line))]
+        return EventsFile(path.name, error=f"cannot read ({exc.strerror or exc})")
+    return events_of_text(path.name, text, batches, steps)
+
+
+def events_of_text(name: str, text: str, batches: bool = True, steps: bool = True) -> EventsFile:
+    """The events of one file's text (or of the lines of it that a caller kept), as read_events
+    reads them."""
+    result = EventsFile(name)
+    lines = list(filter(str.strip, text.splitlines()))
+    if not batches:
+        lines = _drop(lines, ('{"kind":"batch"', '{"kind": "batch"'), _BATCH_LINE)
+    if not steps:
+        lines = _drop(lines[:-1], ('{"kind":"step"', '{"kind": "step"'), _STEP_LINE) + lines[-1:]
     parsed, result.skipped = _parse_lines(lines)
     for event in parsed:
         if isinstance(event, dict) and isinstance(event.get("t"), (int, float)) and isinstance(event.get("kind"), str):
@@ -241,6 +256,13 @@ def _read_events_file(path: Path, batches: bool) -> EventsFile:
         else:
             result.skipped += 1
     return result
+
+
+def _drop(lines: list[str], prefix: tuple[str, ...], pattern: re.Pattern[str]) -> list[str]:
+    """`lines` without those `pattern` matches; C-level passes, since a big run has millions: the
+    lines that start with a `prefix` (what the writers write: rundir/events.py, compact) go first, the pattern looks at the rest."""
+    rest = list(compress(lines, map(not_, map(str.startswith, lines, repeat(prefix)))))
+    return list(compress(rest, map(not_, map(pattern.match, rest))))
 
 
 def _parse_lines(lines: list[str]) -> tuple[list[Any], int]:
