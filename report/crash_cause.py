@@ -114,6 +114,9 @@ def root_cause(run_dir: Path, raw: RawRun | None = None) -> RootCause | None:
     # killed by the harness, or failing with "connection closed" after its peer, does not count.
     every = {(c.attempt, c.rank) for c in crashes if c.line == crashes[0].line} == \
         {(ev["attempt"], ev["rank"]) for ev in exits}
+    if every:  # the same error everywhere: whose traceback landed first is a race; name the lowest rank
+        lead = min((c for c in crashes if c.line == crashes[0].line), key=lambda c: (c.attempt, c.rank))
+        crashes = [lead, *(c for c in crashes if c is not lead)]
     before = bool(planned) and not raw.of_kind("fault")
     return RootCause(crashes[0], tuple(crashes), before, every)
 

@@ -208,3 +208,12 @@ def test_ranks_the_harness_stopped_are_no_crash_and_a_sigsegv_names_no_memory_ki
     assert "SIGSEGV" in cause.sentence() and "out-of-memory" not in cause.sentence()
     assert root_cause(ended("stopped", (-9, True), (-9, True))) is None, \
         "every rank the harness killed (an interrupt, a hang): no crash"
+
+
+def test_when_every_rank_dies_of_the_same_error_rank_0_is_named_whichever_wrote_first(tmp_path: Path) -> None:
+    run = crashed_run(tmp_path / "run", {0: 1, 1: 1}, {0: TRACEBACK, 1: TRACEBACK})
+    os.utime(run / "logs" / "a000-r000.log", (900.0, 900.0))  # both before their exit events (t = 1000 s)
+    os.utime(run / "logs" / "a000-r001.log", (800.0, 800.0))  # and rank 1's traceback first
+    cause = root_cause(run)
+    assert cause is not None and cause.every_rank
+    assert (cause.first.rank, cause.first.log) == (0, "logs/a000-r000.log")
