@@ -34,6 +34,10 @@ CHAPTERS = tuple(default_chapters())
 """What `trainwreck handbook` runs without --full (the --full chapters' tests have their own modules)."""
 DEFAULT_CHAPTERS = CHAPTERS
 
+# One worker builds the default handbook (about two minutes of 23 runs) for every test here:
+# spread over both, each worker built its own copy of the module fixture (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("handbook")
+
 
 @pytest.fixture(scope="module")
 def handbook(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
