@@ -89,7 +89,8 @@ def test_a_command_that_dies_before_its_probe_names_its_own_exception_and_log(tm
     assert "Probe.from_env" not in mine
     assert judged.root_cause is not None
     assert judged.root_cause.to_json()["line"] == "ValueError: config error: --lr must be positive, got -3"
-    assert judged.root_cause.to_json()["log"] == "logs/a000-r000.log"
+    # Both ranks raise it; whose traceback lands first is a race, and the harness stops the other.
+    assert judged.root_cause.to_json()["log"] in ("logs/a000-r000.log", "logs/a000-r001.log")
 
 
 SEEDED = "torch.manual_seed(0)\n"
