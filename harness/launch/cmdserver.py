@@ -67,22 +67,16 @@ class CmdServer(Server):
         self.start_command(msg["argv"], msg["cwd"], msg["envs"], msg["logs"])
 
     def start_command(self, argv: list[str], cwd: str, envs: list[dict[str, str]], logs: list[str]) -> None:
-        pgid, pids = 0, []
-        freeze_heap()
         status_r, status_w = os.pipe()
         gate_r, gate_w = os.pipe()
-        for env, log in zip(envs, logs):
-            pid = os.fork()
-            if pid == 0:
-                os.close(status_r)
-                os.close(gate_w)
-                self.command_child(argv, cwd, env, log, pgid, status_w, gate_r)  # never returns
-            pgid = pgid or pid
-            try:
-                os.setpgid(pid, pgid)  # both sides, as the fork server does
-            except OSError:
-                pass
-            pids.append(pid)
+
+        def body(env: dict[str, str], log: str, pgid: int) -> None:
+            os.close(status_r)
+            os.close(gate_w)
+            self.command_child(argv, cwd, env, log, pgid, status_w, gate_r)  # never returns
+
+        pids, pgid = self.fork_attempt([lambda pgid, env=env, log=log: body(env, log, pgid)
+                                        for env, log in zip(envs, logs)])
         os.close(status_w)
         os.close(gate_r)
         reason = self.await_prepared(status_r, len(pids))

@@ -26,6 +26,7 @@ import sys
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
+from typing import Callable
 
 from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid
 
@@ -76,21 +77,29 @@ class Server:
             self.conn.send({"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
     def start(self, ctxs: list[str], logs: list[str]) -> None:
+        pids, pgid = self.fork_attempt([lambda pgid, c=ctx_json, log=log: self.child(c, pgid, log)
+                                        for ctx_json, log in zip(ctxs, logs)])
+        self.children.update(pids)
+        self.conn.send({"op": "started", "pids": pids, "pgid": pgid})
+
+    @staticmethod
+    def fork_attempt(bodies: list[Callable[[int], None]]) -> tuple[list[int], int]:
+        """One child per body, all in one new process group that the first leads: each child runs
+        `body(pgid)` (0 for the first: it leads), which never returns. The children's pids and the group."""
         pgid, pids = 0, []
         freeze_heap()
-        for ctx_json, log in zip(ctxs, logs):
+        for body in bodies:
             pid = os.fork()
             if pid == 0:
-                self.child(ctx_json, pgid, log)  # never returns
+                body(pgid)  # never returns
             pgid = pgid or pid
             try:
                 # Both sides call setpgid so the child is in the group whichever runs first.
                 os.setpgid(pid, pgid)
             except OSError:
                 pass  # it already died, or the leader did; kills by pid still reach it
-            self.children.add(pid)
             pids.append(pid)
-        self.conn.send({"op": "started", "pids": pids, "pgid": pgid})
+        return pids, pgid
 
     def leave_server(self, pgid: int, log: str) -> int:
         """A forked child's first steps: join the attempt's group, drop the server's signal
