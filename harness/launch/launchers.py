@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.faults.between_attempts import corrupt_before
@@ -154,28 +154,40 @@ class ForkServer:
                 self.proc.wait()
 
 
-_server: ForkServer | None = None
+class ServerSlot:
+    """One server of a kind per harness process: started on demand, reused by later jobs while
+    its key holds, replaced when the key changes or the server died (a forked copy of this
+    process starts its own), and closed at exit: a clean EOF beats relying on the parent-death
+    signal alone."""
+
+    def __init__(self) -> None:
+        self.key = ""
+        self.server: ForkServer | None = None
+        atexit.register(self.close)
+
+    def get(self, key: str, start: Callable[[], ForkServer]) -> ForkServer:
+        if self.server is not None and (self.key != key or not self.server.alive()):
+            self.close()
+        if self.server is None:
+            self.server, self.key = start(), key
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None and self.server.owner == os.getpid():
+            self.server.close()
+        self.server = None
+
+
+_servers = ServerSlot()
 
 
 def fork_server() -> ForkServer:
     """This process's fork server, started (or replaced, if it died) on demand."""
-    global _server
-    if _server is None or not _server.alive():
-        if _server is not None and _server.owner == os.getpid():
-            _server.close()
-        _server = ForkServer()
-    return _server
+    return _servers.get("", ForkServer)
 
 
 def shutdown_fork_server() -> None:
-    global _server
-    if _server is not None and _server.owner == os.getpid():
-        _server.close()
-    _server = None
-
-
-# A clean EOF at exit beats relying on the parent-death signal alone.
-atexit.register(shutdown_fork_server)
+    _servers.close()
 
 
 class WarmAttempt:

@@ -18,8 +18,7 @@ from trainwreck.rundir.layout import RunDir
 
 def reused_servers() -> list[launchers.ForkServer]:
     """The live servers this process keeps between jobs: the fork server and --cmd's command server."""
-    command = warm._server[1] if warm._server is not None else None
-    return [s for s in (launchers._server, command) if s is not None and s.alive()]
+    return [s for s in (launchers._servers.server, warm._servers.server) if s is not None and s.alive()]
 
 
 def live_descendants() -> list[psutil.Process]:

@@ -17,7 +17,6 @@ loads transformers' lazy Trainer module in the server).
 from __future__ import annotations
 
 import ast
-import atexit
 import hashlib
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, WarmAttempt, \
+from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, ServerSlot, WarmAttempt, \
     attempt_marker, cmd_env
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.launch.rank import WARM_MODULES
@@ -105,28 +104,17 @@ def _warmable(module: str) -> bool:
     return module.split(".")[0] in WARM_ROOTS
 
 
-_server: tuple[str, ForkServer] | None = None
+_servers = ServerSlot()
+"""One command server at a time: it holds a framework's imports (hundreds of MB)."""
 
 
 def command_server(plan: WarmPlan) -> ForkServer:
-    """This process's command server for `plan`, started on demand; one at a time (a server
-    holds a framework's imports: hundreds of MB), replaced when the plan's key changes."""
-    global _server
-    if _server is not None and (_server[0] != plan.key or not _server[1].alive()):
-        shutdown_command_server()
-    if _server is None:
-        _server = (plan.key, ForkServer("trainwreck.harness.launch.cmdserver", plan.modules, plan.env))
-    return _server[1]
+    """This process's command server for `plan`, started on demand, replaced when the plan's key changes."""
+    return _servers.get(plan.key, lambda: ForkServer("trainwreck.harness.launch.cmdserver", plan.modules, plan.env))
 
 
 def shutdown_command_server() -> None:
-    global _server
-    if _server is not None and _server[1].owner == os.getpid():
-        _server[1].close()
-    _server = None
-
-
-atexit.register(shutdown_command_server)  # a clean EOF at exit, as the fork server gets
+    _servers.close()
 
 
 class WarmCmdLauncher:
