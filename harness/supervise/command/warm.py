@@ -193,16 +193,16 @@ class WarmCmdAttempt(WarmAttempt):
     def leftovers(self) -> list[dict[str, object]]:
         return self.started.leftovers
 
-    def _live(self) -> list[int]:
-        done = super().exited()
+    def _live(self, done: dict[int, int | None]) -> list[int]:
         return [pid for rank, pid in self.pids.items() if rank not in done]
 
     def exited(self) -> dict[int, int | None]:
-        self.started.scan(self._live())
-        return super().exited()
+        done = super().exited()
+        self.started.scan(self._live(done))
+        return done
 
     def kill(self) -> None:
-        self.started.scan(self._live(), now=True)
+        self.started.scan(self._live(super().exited()), now=True)
         super().kill()
 
     def reap(self, timeout_s: float) -> dict[int, int | None]:
