@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from html import escape
-from itertools import chain, compress, groupby, repeat
+from itertools import chain, groupby, repeat
 from operator import itemgetter, le, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -63,14 +63,8 @@ class RunEvents:
 
     def losses(self) -> dict[int, float]:
         """Step -> rank 0's loss in the attempt that last applied it (the one whose state lives on)."""
-        best: dict[int, tuple[int, float]] = {}
-        for ev in self.steps:
-            step, loss, attempt = ev.get("step"), ev.get("loss"), ev.get("attempt", 0)
-            if ev.get("rank", 0) != 0 or type(step) is not int or not isinstance(loss, (int, float)):
-                continue
-            if step not in best or attempt >= best[step][0]:
-                best[step] = (attempt, float(loss))
-        return {k: v for k, (_, v) in sorted(best.items())}
+        return latest_losses((ev["step"], ev.get("attempt", 0), ev.get("loss")) for ev in self.steps
+                             if ev.get("rank", 0) == 0 and type(ev.get("step")) is int)
 
     def by_step(self) -> dict[int, tuple[int, int, list[int]]]:
         """Step -> (attempt, epoch, ids) of the last attempt to apply it, every rank's ids in order."""
@@ -100,6 +94,16 @@ class RunEvents:
     def grid(self) -> list[tuple[int, int, list[int]]]:
         """[(step, epoch, ids)] for the lineage's updates (the last attempt to apply each step)."""
         return [(k, e, ids) for k, (_, e, ids) in sorted(self.by_step().items())]
+
+
+def latest_losses(rows: Iterable[tuple[int, int, Any]]) -> dict[int, float]:
+    """(step, attempt, loss) rows -> step -> the numeric loss of the last attempt to report one for it
+    (of one attempt, the last row), in step order."""
+    best: dict[int, tuple[int, float]] = {}
+    for step, attempt, loss in rows:
+        if isinstance(loss, (int, float)) and (step not in best or attempt >= best[step][0]):
+            best[step] = (attempt, float(loss))
+    return {k: v for k, (_, v) in sorted(best.items())}
 
 
 class ColumnGrid:
@@ -174,14 +178,8 @@ class Columns(RunEvents):
         return self.history.logs.values()
 
     def losses(self) -> dict[int, float]:
-        best: dict[int, tuple[int, float]] = {}
-        for log in self._logs():
-            if log.rank != 0:
-                continue
-            for step, loss in zip(log.steps, log.losses):
-                if isinstance(loss, (int, float)) and (step not in best or log.attempt >= best[step][0]):
-                    best[step] = (log.attempt, float(loss))
-        return {k: v for k, (_, v) in sorted(best.items())}
+        return latest_losses((step, log.attempt, loss) for log in self._logs() if log.rank == 0
+                             for step, loss in zip(log.steps, log.losses))
 
     def grid(self) -> ColumnGrid:
         return ColumnGrid(self.history)
