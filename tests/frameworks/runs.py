@@ -7,8 +7,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+import pytest
+
+from trainwreck.harness.suites import frameworks
 from trainwreck.harness.suites.frameworks import FRAMEWORKS, SCRIPTS, Job, Row, cmd_runner, job_for, run_one
 from trainwreck.rundir.layout import iter_events
+
+
+def without_extra(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """The frameworks table sees `module` as not installed (its extra missing), whatever is installed."""
+    real = frameworks.importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == module else real(name, *args)
+
+    monkeypatch.setattr(frameworks.importlib.util, "find_spec", find_spec)
 
 
 def scenario(framework: str, name: str, out: Path) -> Row:

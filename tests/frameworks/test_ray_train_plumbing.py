@@ -3,7 +3,6 @@ restarted worker group numbers its attempt, and what the rows say when Ray is no
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from trainwreck.harness.registry import RAY_TRAIN
 from trainwreck.harness.suites import frameworks
 from trainwreck.trainer.frameworks import ray_train
 from trainwreck.rundir.layout import RunDir
+from tests.frameworks.runs import without_extra
 
 RAY_ROWS = ("ray_train", "ray_train_data")
 
@@ -92,12 +92,7 @@ def test_a_scenario_ray_does_not_run_is_an_unknown_row_naming_why(tmp_path: Path
 
 def test_without_ray_its_rows_are_unknown_with_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any) -> Any:
-        return None if name == "ray" else real(name, *args)
-
-    monkeypatch.setattr(frameworks.importlib.util, "find_spec", find_spec)
+    without_extra(monkeypatch, "ray")
     args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks=",".join(RAY_ROWS),
                               scenarios="golden,hang")
     assert command.main(args) == 2

@@ -2,25 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from trainwreck.harness.suites import frameworks
+from tests.frameworks.runs import without_extra
 from trainwreck.harness.commands import frameworks as command
 
 
 def test_without_torchft_its_rows_are_unknown_with_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any) -> Any:
-        return None if name == "torchft" else real(name, *args)
-
-    monkeypatch.setattr(frameworks.importlib.util, "find_spec", find_spec)
+    without_extra(monkeypatch, "torchft")
     args = argparse.Namespace(out=tmp_path / "out", json=True, frameworks="torchft",
                               scenarios="golden,kill-lighthouse")
     assert command.main(args) == 2
