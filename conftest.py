@@ -1,4 +1,4 @@
 """Root conftest: kept thin. Settings and fixtures live in the harness's pytest plugin;
-the suite's own session-wide check (no files left in $TMPDIR or the repository) lives in tests/tmpcheck.py."""
+the suite's own session-wide check (no files left in $TMPDIR or the repository) lives in tests/tmpcheck.py, which tests share a worker in tests/scheduling.py."""
 
-pytest_plugins = ["tests.tmpcheck"]
+pytest_plugins = ["tests.tmpcheck", "tests.scheduling"]

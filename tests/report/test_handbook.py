@@ -35,8 +35,7 @@ CHAPTERS = tuple(default_chapters())
 DEFAULT_CHAPTERS = CHAPTERS
 
 # One worker builds the default handbook (about two minutes of 23 runs) for every test here:
-# spread over both, each worker built its own copy of the module fixture (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("handbook")
+# spread over both, each worker built its own copy of the module fixture (tests/scheduling.py).
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,54 @@
+"""The modules that must run whole on one xdist worker do (tests/scheduling.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.scheduling import ONE_WORKER, scope_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_one_worker_module_exists_so_a_rename_cannot_drop_it_silently() -> None:
+    assert ONE_WORKER and all((ROOT / module).is_file() for module in ONE_WORKER), sorted(ONE_WORKER)
+
+
+def test_a_one_worker_modules_tests_share_one_scope_and_every_other_test_is_its_own() -> None:
+    module = sorted(ONE_WORKER)[0]
+    assert scope_of(f"{module}::test_a") == scope_of(f"{module}::test_b[1]") == module
+    assert scope_of("tests/test_layout.py::test_a") == "tests/test_layout.py::test_a"
+
+
+# Two modules with a module fixture each, declared one-worker modules, beside ungrouped tests.
+MODULE = textwrap.dedent("""
+    import os, pytest
+    @pytest.fixture(scope="module")
+    def built():
+        with open(os.environ["BUILT_LOG"], "a") as log:
+            log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+    @pytest.mark.parametrize("i", range(6))
+    def test_uses(built, i):
+        pass
+""")
+CONFTEST = textwrap.dedent("""
+    import tests.scheduling
+    tests.scheduling.ONE_WORKER = frozenset({"test_a.py", "test_b.py"})
+    from tests.scheduling import pytest_xdist_make_scheduler
+""")
+
+
+def test_under_xdist_each_one_worker_modules_fixture_is_built_once(tmp_path: Path) -> None:
+    for name in ("test_a.py", "test_b.py"):
+        (tmp_path / name).write_text(MODULE)
+    (tmp_path / "test_c.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(8)))
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BUILT_LOG": str(tmp_path / "built.log")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                           "no:cacheprovider", "-p", "no:trainwreck", "-o", "addopts=", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = (tmp_path / "built.log").read_text().split()
+    assert sorted(built[::2]) == ["test_a", "test_b"], f"each module's fixture once: {built}"
