@@ -84,8 +84,9 @@ REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
     "attempt": (),
     "save_ops": (),
     "seed": (),  # the probe's one-call seeding (trainer/probe.py Probe.seed): which seed a rank used
-    "leftover": (),
-    "fault_skip": (("fault_id", _STR),),  # a planned fault that could not act, and `reason` why (faults/corrupt.py)  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
+    "leftover": (),  # a process that outlived its attempt and was ended by the harness (harness/supervise/supervisor.py)
+    "exit_overdue": (),  # ranks that said "done" but did not exit in time, killed by the harness (watchdog.py)
+    "fault_skip": (("fault_id", _STR),),  # a planned fault that could not act, and `reason` why (faults/corrupt.py)
 }
 _DENSE = frozenset(["step", "batch"])
 # A line that is certainly a batch or step event (every writer puts `kind` first): the report's

@@ -10,6 +10,7 @@ reader here and a key in `facts`; docs/REPORTS.md, "Claims", says how.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ def build_facts(report: dict[str, Any], raw: RawRun) -> dict[str, Any]:
         "restores": restore_digests(raw),
         "rejects": rejects(raw),
         "leftovers": leftovers(raw),
+        "exit_overdue": exit_overdue(raw),
         "first_evidence_new": first_evidence_new(verdicts[bad[0]]) if bad else None,
         **{name: build(report, raw) for name, build in FACTS.items()},
         # A verdict may carry typed facts of its own (a `facts` object beside its counts, as the --cmd
@@ -84,6 +86,26 @@ def leftovers(raw: RawRun) -> list[dict[str, Any]]:
         row["pids"] = ", ".join(map(str, row["pids"]))
         row["commands"] = "; ".join(dict.fromkeys(row["commands"]))
     return rows
+
+
+def exit_overdue(raw: RawRun) -> list[dict[str, Any]]:
+    """Ranks that published "done" but were still running after the exit budget, which the harness
+    stack-dumped and killed, from `exit_overdue` events; one row per event, in attempt order."""
+    rows = []
+    for ev in raw.of_kind("exit_overdue"):
+        ranks = [r for r in ev["ranks"] if type(r) is int] if isinstance(ev.get("ranks"), list) else []
+        named = ", ".join(map(str, ranks))
+        rows.append({"attempt": ev.get("attempt"), "ranks": named, "who": f"rank {named}" if len(ranks) == 1
+                     else f"ranks {named}", "it": "it" if len(ranks) == 1 else "them", "after_s": _seconds(ev.get("after_s")),
+                     "budget_s": _seconds(ev.get("budget_s")),
+                     "stacks": ", ".join(map(str, stacks)) if isinstance(stacks := ev.get("stacks"), list) and stacks
+                     else "none written"})
+    return sorted(rows, key=lambda r: r["attempt"] if isinstance(r["attempt"], int) else -1)
+
+
+def _seconds(value: Any) -> float | None:
+    """A number of seconds as a sentence may format it (a hostile log's string or bool is no number)."""
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
 
 
 def _count_intervals(text: str) -> int:

@@ -222,6 +222,10 @@ def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any
         return "hang"
     if end is not None and end.get("status") == "interrupted" and a == last:
         return "interrupted"  # the harness was stopped and killed the ranks: not a failure of theirs
+    # A rank killed after its "done" for not exiting in time had finished training (exit_overdue).
+    late = {r for ev in mine if ev.get("kind") == "exit_overdue" and isinstance(ev.get("ranks"), list)
+            for r in ev["ranks"] if type(r) is int}
+    exits = {r: 0 if r in late else code for r, code in exits.items()}
     if exits and all(code == 0 for code in exits.values()):
         return "completed"
     if any(code not in (0, None) for code in exits.values()):
@@ -702,6 +706,13 @@ def recovery_claims(say: Claims, report: dict[str, Any]) -> None:
         say("recovery.leftover", "Attempt {a} left {n} process(es) running after its ranks were done (pid {pids}: "
             "{cmds}); the harness ended them with the attempt.", a=F(f"{left}.attempt"), n=F(f"{left}.count"),
             pids=F(f"{left}.pids"), cmds=F(f"{left}.commands"))
+    for k, _ in enumerate(report["facts"]["exit_overdue"]):
+        late = f"facts.exit_overdue.{k}"
+        say("recovery.exit_overdue", "In attempt {a}, {who} published done but had not exited {s:.1f} s later, past "
+            "the exit budget of {b:g} s (configured): the harness dumped the stacks ({stacks}) and killed {it} with "
+            "SIGKILL. Training was over, so the attempt counts as completed.", a=F(f"{late}.attempt"),
+            who=F(f"{late}.who"), it=F(f"{late}.it"), s=F(f"{late}.after_s"), b=F(f"{late}.budget_s"),
+            stacks=F(f"{late}.stacks"))
 
 
 def _capital(text: str) -> str:

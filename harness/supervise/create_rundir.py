@@ -24,7 +24,7 @@ def run_json(spec: JobSpec) -> dict[str, Any]:
     return spec.target.run_json(spec, {
         "max_restarts": spec.max_restarts, "launcher": spec.launcher, "hang_slack_s": HANG_SLACK_S,
         "checkpoint_timeout_s": spec.checkpoint_budget_s, "startup_timeout_s": spec.startup_budget_s,
-        "host": host()})
+        "exit_timeout_s": spec.exit_budget_s, "host": host()})
 
 
 def host() -> dict[str, Any]:

@@ -42,6 +42,9 @@ class JobSpec:
     """Budget while a rank is in the checkpoint phase; None means 3 x hang_timeout_s."""
     startup_timeout_s: float | None = None
     """Budget while a rank has not published yet; None: hang_timeout_s (warm) or 120 s (spawn, torchrun)."""
+    exit_timeout_s: float | None = None
+    """Budget from a rank's "done" to its exit; None means 3 x hang_timeout_s. A rank over it is
+    stack-dumped, killed and recorded (`exit_overdue`); its training was over, so the attempt completed."""
     max_restarts: int = 3
     """Restarts allowed after the first attempt (the run has at most max_restarts + 1 attempts)."""
     no_progress_patience: int = 1
@@ -77,12 +80,12 @@ class JobSpec:
                 raise SpecError(f"world size {size!r} is not an integer")
         object.__setattr__(self, "world_sizes", sizes)
         self._check_launcher()
-        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "poll_interval_s"):
+        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "exit_timeout_s", "poll_interval_s"):
             value = getattr(self, name)
             # inf: a hang would never be declared and the run never end; nan passes no bound.
             if isinstance(value, float) and not math.isfinite(value):
                 raise SpecError(f"{name}={value} is not a finite number of seconds; give e.g. 10")
-        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s"):
+        for name in ("hang_timeout_s", "checkpoint_timeout_s", "startup_timeout_s", "exit_timeout_s"):
             value = getattr(self, name)
             if value is not None and value > MAX_TIMEOUT_S:
                 raise SpecError(f"{name}={value} exceeds the limit of {MAX_TIMEOUT_S:g} s: a watchdog that waits "
@@ -92,10 +95,9 @@ class JobSpec:
                             f"{MAX_ATTEMPTS} attempts and {MAX_WORLD_SIZE} ranks per attempt; give fewer")
         if not self.hang_timeout_s > 0:
             raise SpecError(f"hang_timeout_s={self.hang_timeout_s} must be > 0")
-        if self.checkpoint_timeout_s is not None and not self.checkpoint_timeout_s > 0:
-            raise SpecError(f"checkpoint_timeout_s={self.checkpoint_timeout_s} must be > 0 (or None)")
-        if self.startup_timeout_s is not None and not self.startup_timeout_s > 0:
-            raise SpecError(f"startup_timeout_s={self.startup_timeout_s} must be > 0 (or None)")
+        for name in ("checkpoint_timeout_s", "startup_timeout_s", "exit_timeout_s"):
+            if (value := getattr(self, name)) is not None and not value > 0:
+                raise SpecError(f"{name}={value} must be > 0 (or None)")
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(f"max_restarts={self.max_restarts!r} must be an integer >= 0")
         if not isinstance(self.no_progress_patience, int) or self.no_progress_patience < 1:
@@ -131,6 +133,10 @@ class JobSpec:
     @property
     def checkpoint_budget_s(self) -> float:
         return self.checkpoint_timeout_s if self.checkpoint_timeout_s is not None else 3 * self.hang_timeout_s
+
+    @property
+    def exit_budget_s(self) -> float:
+        return self.exit_timeout_s if self.exit_timeout_s is not None else 3 * self.hang_timeout_s
 
     @property
     def startup_budget_s(self) -> float:

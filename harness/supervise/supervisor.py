@@ -33,7 +33,7 @@ from trainwreck.harness.launch.store import HarnessStore
 from trainwreck.harness.supervise.create_rundir import create_run_dir
 from trainwreck.harness.supervise.interrupts import Terminated, interrupt_of, raise_if_received, stop_on_signals
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang
+from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang, record_overdue
 from trainwreck.harness.supervise.watchdog_variants import watchdog_class
 from trainwreck.rundir.events import EventLog
 from trainwreck.rundir.layout import RunDir, iter_events, next_attempt
@@ -106,7 +106,8 @@ class JobSupervisor:
         # No base fields: harness events name their attempt explicitly.
         self.events = EventLog(RunDir(run_dir).harness_events)
         self.faults = ExternalFaults(spec.plan)
-        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s)
+        self.watch_config = WatchdogConfig(spec.hang_timeout_s, spec.checkpoint_budget_s, spec.startup_budget_s,
+                                           spec.exit_budget_s)
         self.attempt = next_attempt(run_dir)  # a run resumed from what an earlier job left continues after it
         self.hangs = 0
         self.launch_s: list[float | None] = []
@@ -250,6 +251,12 @@ class Supervisor(JobSupervisor):
                 if hang is not None:
                     self.on_hang(attempt, hang, {r: pid for r, pid in handle.pids.items() if r not in codes})
                     result.hang = hang
+                    break
+                stuck = watchdog.overdue(r for r in range(world_size) if r not in codes)
+                if stuck:
+                    record_overdue(self.events, self.run_dir, attempt, watchdog, stuck, handle.pids)
+                    # Killed below; whoever finished training (exit 0 or "done") completed the attempt.
+                    result.ok = all(codes.get(r) == 0 or watchdog.done(r) for r in range(world_size))
                     break
         finally:
             # Deaths of their own first; whatever the kill below ends, the harness stopped.

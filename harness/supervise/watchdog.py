@@ -35,6 +35,9 @@ class WatchdogConfig:
     """The same budget while any live rank is in the checkpoint phase (saves can be slow)."""
     startup_timeout_s: float
     """The budget while some rank has not published at all (interpreter start, imports)."""
+    exit_timeout_s: float = 30.0
+    """Seconds a rank may take from publishing "done" to exiting (its teardown) before it is
+    called stuck: no hang (its training is over), but nothing else would ever end it."""
     stack_wait_s: float = 0.5
     """How long to wait for the SIGUSR1 stack dumps before killing the attempt."""
 
@@ -61,6 +64,7 @@ class Watchdog:
         self.paths = {r: RunDir(run_dir).rank_progress(attempt, r) for r in range(world_size)}
         self.board: dict[int, BoardEntry | None] = {r: None for r in self.paths}
         self.last_change = time.monotonic()  # a rank that never publishes counts from here
+        self.done_since: dict[int, float] = {}  # when each rank was first seen "done"
 
     def observe(self) -> dict[int, BoardEntry | None]:
         """Read every board; any change restarts the hang clock."""
@@ -69,7 +73,21 @@ class Watchdog:
             if latest != self.board[rank]:
                 self.board[rank] = latest
                 self.last_change = time.monotonic()
+                if latest is not None and latest.phase == "done":
+                    self.done_since.setdefault(rank, self.last_change)
         return dict(self.board)
+
+    def done(self, rank: int) -> bool:
+        """Whether `rank` has published "done": its training is over, whatever its exit is."""
+        return rank in self.done_since
+
+    def overdue(self, live: Iterable[int]) -> list[int]:
+        """The live ranks that published "done" longer than the exit budget ago and are still
+        running (a teardown deadlock: seen in torch's gloo destructor joining a worker thread
+        that waits for the GIL the joining thread holds)."""
+        now = time.monotonic()
+        return [r for r in sorted(live) if r in self.done_since
+                and now - self.done_since[r] > self.config.exit_timeout_s]
 
     def budget(self, live: Iterable[int]) -> float:
         if any(self.board[r] is None for r in live):
@@ -101,6 +119,17 @@ def record_hang(events: EventLog, run_dir: Path, attempt: int, hang: Hang, pids:
     stacks = dump_stacks(run_dir, attempt, pids, stack_wait_s)
     events.emit("hang", t=hang.detected_at, attempt=attempt, ranks=hang.suspects, waiting=hang.waiting,
                 last_step=hang.last_step, detected_after_s=hang.detected_after_s, stacks=stacks)
+
+
+def record_overdue(events: EventLog, run_dir: Path, attempt: int, watchdog: Watchdog, ranks: list[int],
+                   pids: dict[int, int]) -> None:
+    """Dump the stacks of ranks stuck after "done" (they show where the teardown waits), then write
+    the `exit_overdue` event; the caller kills them. `after_s` is measured, `budget_s` configured."""
+    now = time.monotonic()
+    stacks = dump_stacks(run_dir, attempt, {r: pids[r] for r in ranks if r in pids}, watchdog.config.stack_wait_s)
+    events.emit("exit_overdue", attempt=attempt, ranks=ranks,
+                after_s=round(max(now - watchdog.done_since[r] for r in ranks), 3),
+                budget_s=watchdog.config.exit_timeout_s, stacks=stacks)
 
 
 def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:
