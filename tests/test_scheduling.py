@@ -7,19 +7,19 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.scheduling import ONE_WORKER, scope_of
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scheduling import ONE_WORKER, ROOT, scope_of
 
 
-def test_every_one_worker_module_exists_so_a_rename_cannot_drop_it_silently() -> None:
-    assert ONE_WORKER and all((ROOT / module).is_file() for module in ONE_WORKER), sorted(ONE_WORKER)
+def test_the_modules_with_module_fixtures_are_found_by_their_node_id_paths() -> None:
+    assert {"tests/report/test_handbook.py", "tests/report/test_handbook_hang.py"} <= ONE_WORKER
+    assert all((ROOT / module).is_file() for module in ONE_WORKER), sorted(ONE_WORKER)
+    assert "tests/test_architecture.py" not in ONE_WORKER, "a module without one is scheduled test by test"
 
 
 def test_a_one_worker_modules_tests_share_one_scope_and_every_other_test_is_its_own() -> None:
     module = sorted(ONE_WORKER)[0]
     assert scope_of(f"{module}::test_a") == scope_of(f"{module}::test_b[1]") == module
-    assert scope_of("tests/test_layout.py::test_a") == "tests/test_layout.py::test_a"
+    assert scope_of("tests/test_architecture.py::test_a") == "tests/test_architecture.py::test_a"
 
 
 # Two modules with a module fixture each, declared one-worker modules, beside ungrouped tests.
