@@ -226,29 +226,29 @@ def removed_node(run_dir: Path) -> dict[str, Any]:
     return fired
 
 
-def test_a_simulated_node_removed_mid_epoch_takes_its_worker_and_ray_restarts_the_group_on_a_new_node(
-        golden: tuple[str, Path], out: Path) -> None:
-    name, _ = golden
-    row, run_dir = run_row(out, name, "remove-node")
-    fired = removed_node(run_dir)
-    assert "a new node to replace it" in fired["detail"]
+def node_loss_row(golden: tuple[str, Path], out: Path, scenario: str, said: str,
+                  world_size: int) -> tuple[Any, Path, list[dict[str, Any]]]:
+    """A node-loss row: the fault names what happened to the node (`said`), Ray restarted the group at
+    `world_size` and it trained to the end; atomicity fails exactly when an announced save was lost."""
+    row, run_dir = run_row(out, golden[0], scenario)
+    assert said in removed_node(run_dir)["detail"]
     restores = restarted(run_dir)
-    assert {e["world_size"] for e in events(run_dir, "step", attempt=1)} == {2}
+    assert {e["world_size"] for e in events(run_dir, "step", attempt=1)} == {world_size}
     assert max(e["step"] for e in events(run_dir, "step", attempt=1)) == 12
     assert ("atomicity" in row.invalid) == lost_an_announced_save(run_dir, restores), (row, restores)
+    return row, run_dir, restores
+
+
+def test_a_simulated_node_removed_mid_epoch_takes_its_worker_and_ray_restarts_the_group_on_a_new_node(
+        golden: tuple[str, Path], out: Path) -> None:
+    node_loss_row(golden, out, "remove-node", "a new node to replace it", world_size=2)
 
 
 def test_a_node_lost_for_good_shrinks_the_elastic_group_to_one_worker_with_the_same_global_batch(
         golden: tuple[str, Path], out: Path) -> None:
-    name, _ = golden
-    row, run_dir = run_row(out, name, "world-size")
-    fired = removed_node(run_dir)
-    assert "not replaced" in fired["detail"]
-    restores = restarted(run_dir)
-    assert {e["world_size"] for e in events(run_dir, "step", attempt=1)} == {1}  # Ray's ElasticScalingPolicy
+    # Ray's ElasticScalingPolicy restarts the group with the one worker the remaining node can hold.
+    row, run_dir, _ = node_loss_row(golden, out, "world-size", "not replaced", world_size=1)
     assert {e["rank"] for e in events(run_dir, "start", attempt=1)} == {0}
-    assert max(e["step"] for e in events(run_dir, "step", attempt=1)) == 12
-    assert ("atomicity" in row.invalid) == lost_an_announced_save(run_dir, restores), (row, restores)
     # One worker draws another order than two (the loader: prepare_data_loader adds its DistributedSampler
     # only above one worker; the dataset: one shard instead of two), so its batches differ from golden's.
     resumed, before = global_batches(run_dir, attempt=1), global_batches(golden[1], attempt=0)
