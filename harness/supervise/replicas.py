@@ -52,6 +52,7 @@ from trainwreck.harness.supervise.interrupts import raise_if_received
 from trainwreck.harness.supervise.supervisor import JobSupervisor, final_step
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
+from trainwreck.harness.supervise.watchdog import Watchdog
 from trainwreck.trainer.progress import read_progress
 from trainwreck.rundir.layout import RunDir, read_run_json
 
@@ -116,6 +117,7 @@ class Incarnation:
     procs: list[subprocess.Popen[bytes]]
     store: HarnessStore
     done: dict[int, int] = field(default_factory=dict)  # group rank -> exit code
+    late: set[int] = field(default_factory=set)  # group ranks killed after "done" for not exiting (exit_overdue)
     started: float = field(default_factory=time.time)  # wall clock: compared with progress files' mtimes
     pidfds: list[int] = field(default_factory=list)
 
@@ -155,6 +157,7 @@ class ReplicaSupervisor(JobSupervisor):
         self.finished_ok = True
         self.completed: set[int] = set()  # groups whose every rank exited 0
         self.gate = HarnessStore()  # the first incarnations' meeting point (trainer's ReplicaProbe.ready)
+        self.boards = Watchdog(self.watch_config, run_dir, 0, self.world_size)  # which ranks said "done", since when
 
     def rank_env(self, group: int, group_rank: int, store: HarnessStore, gated: bool) -> dict[str, str]:
         env = child_env()
@@ -202,8 +205,9 @@ class ReplicaSupervisor(JobSupervisor):
                 if group in self.live:  # a job restart may have replaced or ended it meanwhile
                     self.reap_exits(self.live[group])
             self.fire_lighthouse_faults()
+            self.end_overdue()
             seen = self.progress()
-            if seen != last_seen:
+            if seen != last_seen or self.only_exiting():  # ranks past "done" are exiting, not hung
                 last_progress, last_seen = time.monotonic(), seen
             elif time.monotonic() - last_progress > self.silence_budget_s():
                 self.record_hang(seen, time.monotonic() - last_progress)
@@ -211,6 +215,36 @@ class ReplicaSupervisor(JobSupervisor):
         if not self.finished_ok:
             return "budget_exhausted"
         return "completed" if self.reached_total_steps() else "no_progress"
+
+    def running(self) -> dict[int, tuple[Incarnation, int]]:
+        """Every rank process still running: global rank -> (its incarnation, its group rank)."""
+        return {inc.group * self.group_size + r: (inc, r) for inc in self.live.values()
+                for r, proc in enumerate(inc.procs) if r not in inc.done and proc.poll() is None}
+
+    def only_exiting(self) -> bool:
+        """Every running rank has said "done": the silence is teardown, bounded by end_overdue."""
+        running = self.running()
+        return bool(running) and all(map(self.boards.done, running))
+
+    def end_overdue(self) -> None:
+        """Ranks past "done" for longer than the exit budget: stack-dumped, killed, and counted as
+        finished (their training was over), as the attempt loop does (supervisor.py)."""
+        self.boards.observe()
+        running = self.running()
+        stuck = self.boards.overdue(running)
+        if not stuck:
+            return
+        self.on_overdue(0, self.boards, stuck, {g: running[g][0].procs[running[g][1]].pid for g in stuck})
+        for g in stuck:
+            inc, r = running[g]
+            if inc.procs[r].poll() is not None:
+                continue  # it exited after all: reap_exits reports its own code
+            inc.procs[r].kill()
+            inc.procs[r].wait(REAP_S)
+            inc.done[r], inc.late = inc.procs[r].returncode, inc.late | {r}
+            self.events.emit("exit", rank=g, code=inc.done[r], replica_group=inc.group, incarnation=inc.number,
+                             stopped_by_harness=True)
+            self.reap_exits(inc)
 
     def silence_budget_s(self) -> float:
         """hang_timeout_s once every live rank is up; until then the startup budget (imports are slow)."""
@@ -243,13 +277,13 @@ class ReplicaSupervisor(JobSupervisor):
 
     def reap_exits(self, inc: Incarnation) -> None:
         for r, proc in enumerate(inc.procs):
-            if proc.returncode is None and proc.poll() is not None and r not in inc.done:
+            if r not in inc.done and proc.poll() is not None:  # poll() keeps the code once it has it
                 inc.done[r] = proc.returncode
                 self.events.emit("exit", rank=inc.group * self.group_size + r, code=proc.returncode,
                                  replica_group=inc.group, incarnation=inc.number)
         if not inc.done:
             return
-        if all(code == 0 for code in inc.done.values()):
+        if all(code == 0 or r in inc.late for r, code in inc.done.items()):
             if len(inc.done) == len(inc.procs):
                 self.completed.add(inc.group)
                 inc.store.close()

@@ -33,7 +33,7 @@ from trainwreck.harness.launch.store import HarnessStore
 from trainwreck.harness.supervise.create_rundir import create_run_dir
 from trainwreck.harness.supervise.interrupts import Terminated, interrupt_of, raise_if_received, stop_on_signals
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.harness.supervise.watchdog import Hang, WatchdogConfig, record_hang, record_overdue
+from trainwreck.harness.supervise.watchdog import Hang, Watchdog, WatchdogConfig, record_hang, record_overdue
 from trainwreck.harness.supervise.watchdog_variants import watchdog_class
 from trainwreck.rundir.events import EventLog
 from trainwreck.rundir.layout import RunDir, iter_events, next_attempt
@@ -163,6 +163,11 @@ class JobSupervisor:
         self.hangs += 1
         record_hang(self.events, self.run_dir, attempt, hang, live_pids, self.watch_config.stack_wait_s)
 
+    def on_overdue(self, attempt: int, watchdog: Watchdog, ranks: list[int], pids: dict[int, int]) -> None:
+        """Dump the stacks of ranks that said "done" but outlived the exit budget, and write `exit_overdue`."""
+        record_overdue(self.events, self.run_dir, attempt, ranks, pids, max(map(watchdog.done_for, ranks)),
+                       self.watch_config)
+
     def report_exit(self, attempt: int, rank: int, code: int | None, **extra: Any) -> None:
         self.events.emit("exit", attempt=attempt, rank=rank, code=code, **extra)
 
@@ -254,7 +259,7 @@ class Supervisor(JobSupervisor):
                     break
                 stuck = watchdog.overdue(r for r in range(world_size) if r not in codes)
                 if stuck:
-                    record_overdue(self.events, self.run_dir, attempt, watchdog, stuck, handle.pids)
+                    self.on_overdue(attempt, watchdog, stuck, handle.pids)
                     # Killed below; whoever finished training (exit 0 or "done") completed the attempt.
                     result.ok = all(codes.get(r) == 0 or watchdog.done(r) for r in range(world_size))
                     break

@@ -29,7 +29,7 @@ from trainwreck.harness.launch.procs import child_env, set_parent_death_signal, 
 from trainwreck.harness.supervise.supervisor import REAP_TIMEOUT_S, JobSupervisor, remove_empty_stacks
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.launch.store import HOST, HarnessStore
-from trainwreck.harness.supervise.watchdog import Watchdog, record_overdue
+from trainwreck.harness.supervise.watchdog import Watchdog
 from trainwreck.rundir.layout import RunDir
 
 
@@ -148,7 +148,7 @@ class TorchrunSupervisor(JobSupervisor):
             stuck = watchdog.overdue(r for r in live if r in pids)
             if stuck and all(watchdog.done(r) for r in live):
                 # Every worker finished training; the agent would wait on the stuck ones forever.
-                record_overdue(self.events, self.run_dir, self.attempt, watchdog, stuck, pids)
+                self.on_overdue(self.attempt, watchdog, stuck, pids)
                 self.report_exits(self.attempt, None)
                 return "completed"
 

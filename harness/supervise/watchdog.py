@@ -75,6 +75,8 @@ class Watchdog:
                 self.last_change = time.monotonic()
                 if latest is not None and latest.phase == "done":
                     self.done_since.setdefault(rank, self.last_change)
+                else:  # a board started again (a replica group's next incarnation writes the same file)
+                    self.done_since.pop(rank, None)
         return dict(self.board)
 
     def done(self, rank: int) -> bool:
@@ -85,9 +87,11 @@ class Watchdog:
         """The live ranks that published "done" longer than the exit budget ago and are still
         running (a teardown deadlock: seen in torch's gloo destructor joining a worker thread
         that waits for the GIL the joining thread holds)."""
-        now = time.monotonic()
-        return [r for r in sorted(live) if r in self.done_since
-                and now - self.done_since[r] > self.config.exit_timeout_s]
+        return [r for r in sorted(live) if self.done_for(r) > self.config.exit_timeout_s]
+
+    def done_for(self, rank: int) -> float:
+        """Seconds since `rank` was first seen "done" (0 if it is not)."""
+        return time.monotonic() - self.done_since[rank] if rank in self.done_since else 0.0
 
     def budget(self, live: Iterable[int]) -> float:
         if any(self.board[r] is None for r in live):
@@ -121,15 +125,13 @@ def record_hang(events: EventLog, run_dir: Path, attempt: int, hang: Hang, pids:
                 last_step=hang.last_step, detected_after_s=hang.detected_after_s, stacks=stacks)
 
 
-def record_overdue(events: EventLog, run_dir: Path, attempt: int, watchdog: Watchdog, ranks: list[int],
-                   pids: dict[int, int]) -> None:
+def record_overdue(events: EventLog, run_dir: Path, attempt: int, ranks: list[int], pids: dict[int, int],
+                   after_s: float, config: WatchdogConfig) -> None:
     """Dump the stacks of ranks stuck after "done" (they show where the teardown waits), then write
-    the `exit_overdue` event; the caller kills them. `after_s` is measured, `budget_s` configured."""
-    now = time.monotonic()
-    stacks = dump_stacks(run_dir, attempt, {r: pids[r] for r in ranks if r in pids}, watchdog.config.stack_wait_s)
-    events.emit("exit_overdue", attempt=attempt, ranks=ranks,
-                after_s=round(max(now - watchdog.done_since[r] for r in ranks), 3),
-                budget_s=watchdog.config.exit_timeout_s, stacks=stacks)
+    the `exit_overdue` event; the caller kills them. `after_s` is measured, the budget configured."""
+    stacks = dump_stacks(run_dir, attempt, {r: pids[r] for r in ranks if r in pids}, config.stack_wait_s)
+    events.emit("exit_overdue", attempt=attempt, ranks=ranks, after_s=round(after_s, 3),
+                budget_s=config.exit_timeout_s, stacks=stacks)
 
 
 def dump_stacks(run_dir: Path, attempt: int, pids: dict[int, int], wait_s: float) -> list[str]:

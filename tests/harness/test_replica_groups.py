@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,27 @@ def test_the_reproduce_line_rebuilds_the_same_job() -> None:
         spec.target, spec.plan, spec.world_sizes, spec.hang_timeout_s, spec.max_restarts)
     with pytest.raises(SpecError, match="--spec is not a replica-group job"):
         replica_job_fields('{"plan": []}')
+
+
+# A stand-in rank that publishes "done" on its progress board; global rank 0 then never exits.
+DONE_THEN_STUCK = (
+    "import os, threading; from pathlib import Path; from trainwreck.trainer.progress import ProgressBoard; "
+    "g = int(os.environ['TRAINWRECK_REPLICA_GROUP']) * int(os.environ['WORLD_SIZE']) + int(os.environ['RANK']); "
+    "ProgressBoard(Path(os.environ['TRAINWRECK_RUN_DIR']), 0, g).publish(1, 'done'); "
+    "threading.Event().wait() if g == 0 else None")
+
+
+def test_a_replica_rank_stuck_after_done_is_dumped_killed_and_its_group_completes(tmp_path: Path) -> None:
+    trainer = f"exec {shlex.quote(sys.executable)} -c {shlex.quote(DONE_THEN_STUCK)}"
+    spec = replica_job(target=ReplicaGroups(stand_ins(tmp_path, trainer)), run_dir=tmp_path / "run",
+                       hang_timeout_s=1.0, exit_timeout_s=2.0)
+    record = run_job(spec)
+    events = list(iter_events(record.run_dir))
+    (overdue,) = [e for e in events if e["kind"] == "exit_overdue"]
+    assert overdue["ranks"] == [0] and overdue["budget_s"] == 2.0 and overdue["after_s"] > 2.0, overdue
+    exits = {e["rank"]: e for e in events if e["kind"] == "exit"}
+    assert exits[0]["code"] == -9 and exits[0]["stopped_by_harness"] and exits[1]["code"] == 0, exits
+    assert not [e for e in events if e["kind"] == "hang"], "a rank past done is exiting, not hung"
+    assert (record.status, record.outcome) == ("completed", "completed")
+    assert events[-1]["group_starts"] == {"0": 1, "1": 1}, "the finished group was not restarted"
+    assert_no_leftover_processes()
