@@ -1,4 +1,4 @@
-"""The modules that must run whole on one xdist worker do (tests/scheduling.py)."""
+"""How the suite itself runs: the modules that must run whole on one xdist worker do (tests/scheduling.py), and a default test that hangs fails after its bound (tests/timeouts.py)."""
 from __future__ import annotations
 
 import os
@@ -52,3 +52,22 @@ def test_under_xdist_each_one_worker_modules_fixture_is_built_once(tmp_path: Pat
     assert done.returncode == 0, done.stdout + done.stderr
     built = (tmp_path / "built.log").read_text().split()
     assert sorted(built[::2]) == ["test_a", "test_b"], f"each module's fixture once: {built}"
+
+
+HANGS = textwrap.dedent("""
+    import threading
+    def test_waits_forever():
+        threading.Event().wait()
+""")
+CONFTEST_BOUNDED = 'pytest_plugins = ["tests.timeouts"]\n'
+
+
+def test_a_default_test_that_hangs_fails_after_its_bound_instead_of_stalling_the_run(tmp_path: Path) -> None:
+    (tmp_path / "test_hangs.py").write_text(HANGS)
+    (tmp_path / "conftest.py").write_text(CONFTEST_BOUNDED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINWRECK_TEST_TIMEOUT_S": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:trainwreck",
+                           "-o", "addopts=", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Failed: Timeout (>1.0s) from pytest-timeout" in done.stdout and "1 failed" in done.stdout, done.stdout
