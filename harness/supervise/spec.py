@@ -19,6 +19,9 @@ from trainwreck.trainer.config import TrainConfig
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 MAX_TIMEOUT_S = 3600.0
 """The longest hang, checkpoint or startup budget: an hour without progress is a hang on any machine."""
+MIN_EXIT_BUDGET_S = 30.0
+"""The default exit budget's floor: a teardown (gc, barrier, process group, interpreter) on a loaded
+machine takes seconds whatever the hang budget, and a 2 s hang budget must not make it 6."""
 MAX_WORLD_SIZE = 1024
 """Ranks per attempt: one host runs them all (one process each)."""
 MAX_ATTEMPTS = 1000
@@ -43,8 +46,9 @@ class JobSpec:
     startup_timeout_s: float | None = None
     """Budget while a rank has not published yet; None: hang_timeout_s (warm) or 120 s (spawn, torchrun)."""
     exit_timeout_s: float | None = None
-    """Budget from a rank's "done" to its exit; None means 3 x hang_timeout_s. A rank over it is
-    stack-dumped, killed and recorded (`exit_overdue`); its training was over, so the attempt completed."""
+    """Budget from a rank's "done" to its exit; None means 3 x hang_timeout_s, at least MIN_EXIT_BUDGET_S.
+    A rank over it is stack-dumped, killed and recorded (`exit_overdue`); its training was over, so the
+    attempt completed."""
     max_restarts: int = 3
     """Restarts allowed after the first attempt (the run has at most max_restarts + 1 attempts)."""
     no_progress_patience: int = 1
@@ -136,7 +140,9 @@ class JobSpec:
 
     @property
     def exit_budget_s(self) -> float:
-        return self.exit_timeout_s if self.exit_timeout_s is not None else 3 * self.hang_timeout_s
+        if self.exit_timeout_s is not None:
+            return self.exit_timeout_s
+        return max(3 * self.hang_timeout_s, MIN_EXIT_BUDGET_S)
 
     @property
     def startup_budget_s(self) -> float:

@@ -82,3 +82,17 @@ def test_external_faults_fire_once_at_their_step_or_time_and_not_before_their_at
     assert faults.due(1, {}, 1.9, world_size=2) == []
     assert [f.id for f in faults.due(1, {}, 2.0, world_size=2)] == ["t"]
     assert [f.id for f in faults.due(2, {3: 1}, 0.0, world_size=4)] == ["big"]  # rank 3 exists now
+
+
+@pytest.mark.parametrize("hang_s, exit_s, budget_s", [(2.0, None, 30.0), (20.0, None, 60.0), (2.0, 1.5, 1.5)])
+def test_the_exit_budget_is_three_hang_budgets_at_least_30_s_unless_given(hang_s: float, exit_s: float | None,
+                                                                           budget_s: float) -> None:
+    assert JobSpec(config=TrainConfig.tiny(), hang_timeout_s=hang_s, exit_timeout_s=exit_s).exit_budget_s == budget_s
+
+
+@pytest.mark.parametrize("exit_s, message", [(0.0, "exit_timeout_s=0.0 must be > 0"),
+                                             (float("nan"), "exit_timeout_s=nan is not a finite number"),
+                                             (7200.0, "exit_timeout_s=7200.0 exceeds the limit of 3600 s")])
+def test_an_unusable_exit_budget_is_refused_naming_the_field(exit_s: float, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        JobSpec(config=TrainConfig.tiny(), exit_timeout_s=exit_s)
