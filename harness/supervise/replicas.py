@@ -53,7 +53,6 @@ from trainwreck.harness.supervise.supervisor import JobSupervisor, final_step
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
 from trainwreck.harness.supervise.watchdog import Watchdog
-from trainwreck.trainer.progress import read_progress
 from trainwreck.rundir.layout import RunDir, read_run_json
 
 LIGHTHOUSE_START_S = 30.0
@@ -204,9 +203,9 @@ class ReplicaSupervisor(JobSupervisor):
             for group in list(self.live):
                 if group in self.live:  # a job restart may have replaced or ended it meanwhile
                     self.reap_exits(self.live[group])
-            self.fire_lighthouse_faults()
+            seen = self.progress()  # every board read once per poll; the checks below use this reading
+            self.fire_lighthouse_faults(seen)
             self.end_overdue()
-            seen = self.progress()
             if seen != last_seen or self.only_exiting():  # ranks past "done" are exiting, not hung
                 last_progress, last_seen = time.monotonic(), seen
             elif time.monotonic() - last_progress > self.silence_budget_s():
@@ -228,8 +227,8 @@ class ReplicaSupervisor(JobSupervisor):
 
     def end_overdue(self) -> None:
         """Ranks past "done" for longer than the exit budget: stack-dumped, killed, and counted as
-        finished (their training was over), as the attempt loop does (supervisor.py)."""
-        self.boards.observe()
+        finished (their training was over), as the attempt loop does (supervisor.py). Reads the
+        boards as `progress` last read them."""
         running = self.running()
         stuck = self.boards.overdue(running)
         if not stuck:
@@ -241,7 +240,8 @@ class ReplicaSupervisor(JobSupervisor):
                 continue  # it exited after all: reap_exits reports its own code
             inc.procs[r].kill()
             inc.procs[r].wait(REAP_S)
-            inc.done[r], inc.late = inc.procs[r].returncode, inc.late | {r}
+            inc.done[r] = inc.procs[r].returncode
+            inc.late.add(r)
             self.events.emit("exit", rank=g, code=inc.done[r], replica_group=inc.group, incarnation=inc.number,
                              stopped_by_harness=True)
             self.reap_exits(inc)
@@ -324,15 +324,11 @@ class ReplicaSupervisor(JobSupervisor):
         del self.live[inc.group]
 
     def progress(self) -> dict[int, int]:
-        seen = {}
-        for rank in range(self.world_size):
-            board = read_progress(self.paths.rank_progress(0, rank))
-            if board is not None:
-                seen[rank] = board.step
-        return seen
+        """Each rank's newest published update (ranks that published nothing are left out)."""
+        return {rank: board.step for rank, board in self.boards.observe().items() if board is not None}
 
-    def fire_lighthouse_faults(self) -> None:
-        reached = max(self.progress().values(), default=0)
+    def fire_lighthouse_faults(self, seen: dict[int, int]) -> None:
+        reached = max(seen.values(), default=0)
         for fault in [f for f in self.lighthouse_faults if reached >= int(f.get("step", 0))]:
             self.lighthouse_faults.remove(fault)
             self.events.emit("fault", fault_id=fault["id"], rank=None, fault_kind=LIGHTHOUSE_KIND,
