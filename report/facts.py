@@ -93,7 +93,7 @@ def exit_overdue(raw: RawRun) -> list[dict[str, Any]]:
     stack-dumped and killed, from `exit_overdue` events; one row per event, in attempt order."""
     rows = []
     for ev in raw.of_kind("exit_overdue"):
-        ranks = [r for r in ev["ranks"] if type(r) is int] if isinstance(ev.get("ranks"), list) else []
+        ranks = overdue_ranks(ev)
         named = ", ".join(map(str, ranks))
         rows.append({"attempt": ev.get("attempt"), "ranks": named, "who": f"rank {named}" if len(ranks) == 1
                      else f"ranks {named}", "it": "it" if len(ranks) == 1 else "them", "after_s": _seconds(ev.get("after_s")),
@@ -101,6 +101,11 @@ def exit_overdue(raw: RawRun) -> list[dict[str, Any]]:
                      "stacks": ", ".join(map(str, stacks)) if isinstance(stacks := ev.get("stacks"), list) and stacks
                      else "none written"})
     return sorted(rows, key=lambda r: r["attempt"] if isinstance(r["attempt"], int) else -1)
+
+
+def overdue_ranks(ev: dict[str, Any]) -> list[int]:
+    """The ranks an `exit_overdue` event names (a hostile log's non-list or non-integers name none)."""
+    return [r for r in ev["ranks"] if type(r) is int] if isinstance(ev.get("ranks"), list) else []
 
 
 def _seconds(value: Any) -> float | None:

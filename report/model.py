@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from trainwreck.report.angles import interview_angles
 from trainwreck.report.violation_cause import cause_claims
 from trainwreck.report.claims import F, Claims, Presume, fact
-from trainwreck.report.facts import build_facts
+from trainwreck.report.facts import build_facts, overdue_ranks
 from trainwreck.report.metrics import baselines
 from trainwreck.report.period import slowdowns
 from trainwreck.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
@@ -223,8 +223,7 @@ def _ended(raw: RawRun, a: int, mine: list[dict[str, Any]], exits: dict[int, Any
     if end is not None and end.get("status") == "interrupted" and a == last:
         return "interrupted"  # the harness was stopped and killed the ranks: not a failure of theirs
     # A rank killed after its "done" for not exiting in time had finished training (exit_overdue).
-    late = {r for ev in mine if ev.get("kind") == "exit_overdue" and isinstance(ev.get("ranks"), list)
-            for r in ev["ranks"] if type(r) is int}
+    late = {r for ev in mine if ev.get("kind") == "exit_overdue" for r in overdue_ranks(ev)}
     exits = {r: 0 if r in late else code for r, code in exits.items()}
     if exits and all(code == 0 for code in exits.values()):
         return "completed"
