@@ -10,6 +10,14 @@ from pathlib import Path
 from tests.scheduling import ONE_WORKER, ROOT, scope_of
 
 
+def pytest_in(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A pytest of `folder` alone, as its own conftest sets it up: the repository importable (its
+    conftest names our plugins), none of this suite's options or the trainwreck plugin."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", *args, "-p", "no:cacheprovider", "-p", "no:trainwreck",
+                           "-o", "addopts=", str(folder)], cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_the_modules_with_module_fixtures_are_found_by_their_node_id_paths() -> None:
     assert {"tests/report/test_handbook.py", "tests/report/test_handbook_hang.py"} <= ONE_WORKER
     assert all((ROOT / module).is_file() for module in ONE_WORKER), sorted(ONE_WORKER)
@@ -45,10 +53,7 @@ def test_under_xdist_each_one_worker_modules_fixture_is_built_once(tmp_path: Pat
         (tmp_path / name).write_text(MODULE)
     (tmp_path / "test_c.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(8)))
     (tmp_path / "conftest.py").write_text(CONFTEST)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BUILT_LOG": str(tmp_path / "built.log")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
-                           "no:cacheprovider", "-p", "no:trainwreck", "-o", "addopts=", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = pytest_in(tmp_path, {"BUILT_LOG": str(tmp_path / "built.log")}, "-n", "2", "--dist", "loadgroup")
     assert done.returncode == 0, done.stdout + done.stderr
     built = (tmp_path / "built.log").read_text().split()
     assert sorted(built[::2]) == ["test_a", "test_b"], f"each module's fixture once: {built}"
@@ -65,9 +70,6 @@ CONFTEST_BOUNDED = 'pytest_plugins = ["tests.timeouts"]\n'
 def test_a_default_test_that_hangs_fails_after_its_bound_instead_of_stalling_the_run(tmp_path: Path) -> None:
     (tmp_path / "test_hangs.py").write_text(HANGS)
     (tmp_path / "conftest.py").write_text(CONFTEST_BOUNDED)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINWRECK_TEST_TIMEOUT_S": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:trainwreck",
-                           "-o", "addopts=", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = pytest_in(tmp_path, {"TRAINWRECK_TEST_TIMEOUT_S": "1"})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Failed: Timeout (>1.0s) from pytest-timeout" in done.stdout and "1 failed" in done.stdout, done.stdout
