@@ -1,4 +1,7 @@
-"""Crashes inside a foreign save: intercept the file operations a framework performs while it
+"""The faults a foreign trainer (the user's own script, a framework) takes in its ranks: crashes
+inside its saves, and the hooks its probe builds for a `trainwreck run --cmd` rank.
+
+Crashes inside a foreign save: intercept the file operations a framework performs while it
 writes a checkpoint, and kill the rank before or after the N-th one, or tear the file it wrote.
 
     foreign = ForeignSave(plan, rank=0, attempt=0, record=emit_fault, root=ckpt_dir)
@@ -30,6 +33,25 @@ open is part of that file's ``open``), so the disk looks exactly as right after 
 ``torn`` (a write: ``open`` for writing or a wrapped save) lets the file be written, then
 cuts it to a block boundary (``torn_size``), then crashes; a torn point on another
 operation crashes before it. Every fault writes its ``fault`` event before it acts.
+
+The hooks of a --cmd rank (``CmdHooks``, below) are built by its probe from run.json's plan.
+
+A user's trainer is not the reference trainer: the harness cannot reach its storage or its
+gradient hook, only what its adapter calls through the probe. So a --cmd rank takes exactly
+the kinds below; the job spec refuses every other in-rank kind (harness/supervise/spec.py), naming it.
+
+- ``kill`` and ``hang`` at the fault points the adapter calls (``probe.point``): every adapter
+  here calls ``step_start``; Lightning's also ``after_backward``. A point the trainer never
+  reaches leaves the fault unfired, and the judge then says "unknown", never a pass.
+- ``foreign_crash`` inside the framework's own save, through ``probe.saving(step, root)``
+  (``ForeignSave`` above counts the save's file operations).
+
+The harness names this factory in the rank's environment (harness/launch/launchers.py ``cmd_env``),
+and the probe resolves it by name, so the trainer package never imports faults/. ``corrupt``
+is the harness's own between attempts (faults/between_attempts.py), so the ranks leave it alone.
+
+Every save's file operations are also recorded as a ``save_ops`` event (an extension kind the
+judge ignores): the frameworks table turns the golden run's into one run per crash point.
 """
 from __future__ import annotations
 
@@ -41,7 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from trainwreck.faults.plan import parse_plan, with_defaults
+from trainwreck.faults.inrank import FaultHooks
+from trainwreck.faults.plan import FOREIGN, IN_RANK, KINDS, command_kinds, parse_plan, with_defaults
 from trainwreck.faults.storage import crash_now
 
 FOREIGN_KIND = "foreign_crash"
@@ -289,3 +312,37 @@ def crash_points(ops: list[ForeignOp]) -> list[tuple[int, str, str]]:
 def crash_plan(step: int, op_index: int, when: str, rank: int = 0) -> list[dict[str, Any]]:
     return [{"id": f"foreign-{when}-op{op_index}", "kind": FOREIGN_KIND, "rank": rank, "step": step,
              "op_index": op_index, "when": when}]
+
+
+CMD_KINDS = tuple(k for k in command_kinds() if KINDS[k].where in (IN_RANK, FOREIGN))
+"""The in-rank kinds a --cmd rank fires (declared `command=True` in faults/plan.py; the
+harness's own kinds and `corrupt` come on top)."""
+HOOKS_FACTORY = "trainwreck.faults.foreign:build_cmd_hooks"
+"""What the harness names in TRAINWRECK_HOOKS for every --cmd rank."""
+
+
+class CmdHooks(FaultHooks):
+    """FaultHooks for the point faults, plus the foreign-save faults of ``saving``."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        mine = [f for f in plan if f.get("kind") != "corrupt"]  # the harness applies those between attempts
+        super().__init__(mine)
+        self.foreign_plan = [f for f in mine if f.get("kind") == FOREIGN_KIND]
+        self.saves: dict[Path, ForeignSave] = {}
+
+    @contextmanager
+    def saving(self, step: int, root: Path) -> Iterator[None]:
+        """The framework's save after update `step`, writing under `root`: its file operations are
+        counted, planned crashes fire inside it, and the ops are recorded once it is done."""
+        assert self.events is not None, "bind() must run before a save"
+        root = Path(root)
+        if root not in self.saves:
+            self.saves[root] = ForeignSave(self.foreign_plan, self.rank, self.attempt, self.record, root)
+        save = self.saves[root]
+        with save.saving(step):
+            yield
+        self.events.emit("save_ops", step=step, root=root.name, ops=[op.describe() for op in save.recorded])
+
+
+def build_cmd_hooks(plan: list[dict[str, Any]]) -> CmdHooks:
+    return CmdHooks(plan)

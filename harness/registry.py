@@ -5,7 +5,7 @@ launcher, `torchrun` swapped the whole supervisor, `cmd` needed its own golden r
 each launcher is one `LauncherKind` that says what the rest of the harness asks of it:
 what starts an attempt (`factory`) or the whole job (`supervisor`), its startup budget,
 whether the world size may change between attempts, which job targets it serves
-(harness/supervise/targets.py), and its one-line help. `JobSpec` validates against it, `run_job`
+(harness/supervise/spec.py), and its one-line help. `JobSpec` validates against it, `run_job`
 dispatches on it, the pytest plugin and every command's `--launcher` choices read it.
 
 Implementations are named as `module:attribute` (as `JobSpec.entry` is) and loaded only
@@ -26,7 +26,7 @@ from trainwreck.rundir.errors import InputError, UnknownName
 WARM, SPAWN, TORCHRUN, CMD, CMD_WARM, RAY_TRAIN = "warm", "spawn", "torchrun", "cmd", "cmd-warm", "ray-driver"
 """The launcher names, for the few places that measure one launcher against another (benchmarks/)."""
 REFERENCE, COMMAND, REPLICA_GROUPS = "reference", "command", "replica_groups"
-"""The job targets a launcher can serve (`Target.kind` in harness/supervise/targets.py)."""
+"""The job targets a launcher can serve (`Target.kind` in harness/supervise/spec.py)."""
 ATTEMPT_LOOP = "trainwreck.harness.supervise.supervisor:Supervisor"
 """The harness's own attempt loop: it starts every attempt through the launcher's factory."""
 

@@ -40,7 +40,7 @@ ENV_RUN_DIR = "TRAINWRECK_RUN_DIR"
 ENV_ATTEMPT = "TRAINWRECK_ATTEMPT"
 ENV_HOOKS = "TRAINWRECK_HOOKS"
 """`module:function` building the rank's fault hooks from run.json's plan: the harness names it
-(faults/cmdrank.py), so the trainer package never imports faults/."""
+(faults/foreign.py), so the trainer package never imports faults/."""
 
 
 POINT_PHASES = {fp.STEP_START: "start", fp.AFTER_DATA: "data", fp.AFTER_FORWARD: "forward",

@@ -1,6 +1,6 @@
 """Golden runs: an uninterrupted run of a spec, cached by a hash of what shapes it.
 
-The job's target (harness/supervise/targets.py) names the entry and builds the uninterrupted job:
+The job's target (harness/supervise/spec.py) names the entry and builds the uninterrupted job:
 for the reference trainer the key covers the trainer config, the world size and the
 trainer's source code; for a user's command, the command line, the files it names and
 imports, and the installed versions (harness/supervise/command/golden_key.py). So

@@ -1,6 +1,6 @@
 """Run a job under faults and judge it against its golden run: the unit every command repeats.
 
-One path for every job: the spec's target (harness/supervise/targets.py, harness/supervise/command/target.py) says what its
+One path for every job: the spec's target (harness/supervise/spec.py, harness/supervise/command/target.py) says what its
 golden run is, how it is judged and how it is reproduced; `run_judged` only dispatches."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.targets import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
+from trainwreck.harness.supervise.spec import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
 from trainwreck.rundir.files import write_atomic

@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from trainwreck.faults.cmdrank import HOOKS_FACTORY as CMD_HOOKS_FACTORY
+from trainwreck.faults.foreign import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.harness.launch.procs import child_env, descendants, end_processes, marked_processes, \
     process_group_kwargs, set_parent_death_signal, signal_group, signal_pid

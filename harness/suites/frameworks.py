@@ -256,7 +256,7 @@ def job_for(fw: Framework, scenario: str, faults: Sequence[dict[str, Any]] | Non
 
 def recorded_ops(run_dir: Path, step: int) -> list[str]:
     """Rank 0's file operations of its save at `step`, as the golden run recorded them
-    (`save_ops` events, an extension kind the judge ignores: faults/cmdrank.py)."""
+    (`save_ops` events, an extension kind the judge ignores: faults/foreign.py)."""
     from trainwreck.rundir.layout import iter_events
 
     for event in iter_events(run_dir):

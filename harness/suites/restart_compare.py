@@ -29,7 +29,7 @@ from typing import Any
 
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.targets import ReplicaGroups
+from trainwreck.harness.supervise.spec import ReplicaGroups
 from trainwreck.harness.suites.torchft_rows import GROUP_RESTARTS, HANG_TIMEOUT_S, HEARTBEAT_S, SCRIPT, \
     judge_replica_run
 

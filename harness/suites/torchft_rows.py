@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups
+from trainwreck.harness.supervise.spec import LIGHTHOUSE_KIND, ReplicaGroups
 from trainwreck.harness.supervise.scenarios import declare
 from trainwreck.invariants.verdict import UNKNOWN, Validity
 

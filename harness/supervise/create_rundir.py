@@ -18,7 +18,7 @@ __all__ = ["HANG_SLACK_S", "RunDirError", "check_out_dir", "check_run_dir", "cre
 
 
 def run_json(spec: JobSpec) -> dict[str, Any]:
-    """The DESIGN fields of run.json the target knows (harness/supervise/targets.py: the reference
+    """The DESIGN fields of run.json the target knows (harness/supervise/spec.py: the reference
     trainer's config; a --cmd job's trainer adds the dataset fields itself, Probe.write_run_json)
     plus the extras the ranks and the report need: how to rebuild the job, the policy the judge may quote."""
     return spec.target.run_json(spec, {

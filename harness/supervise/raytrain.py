@@ -38,7 +38,7 @@ from typing import Any, Callable
 import psutil
 
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.faults.cmdrank import HOOKS_FACTORY
+from trainwreck.faults.foreign import HOOKS_FACTORY
 from trainwreck.faults.external import ExternalFault
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.supervise.spec import JobSpec

@@ -3,7 +3,7 @@
 Every other launcher here restarts the whole job. A replica-group trainer (torchft: see
 trainer/frameworks/torchft_adapter.py) survives the loss of a group: the others keep
 committing steps, and the restarted group heals from a live peer. `ReplicaSupervisor` runs a
-JobSpec whose target is `ReplicaGroups` (harness/supervise/targets.py, which says what the job
+JobSpec whose target is `ReplicaGroups` (harness/supervise/spec.py, which says what the job
 is and which faults it takes; harness/registry.py declares this launcher as "replica-groups"):
 
 - a **lighthouse** it starts and owns, ``torchft_lighthouse --bind 127.0.0.1:0``: the kernel
@@ -44,14 +44,14 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from trainwreck.faults.cmdrank import HOOKS_FACTORY
+from trainwreck.faults.foreign import HOOKS_FACTORY
 from trainwreck.harness.errors import INPUT_ERRORS
 from trainwreck.harness.launch.procs import child_env, process_group_kwargs, set_parent_death_signal, signal_group
 from trainwreck.harness.launch.store import HOST, HarnessStore
 from trainwreck.harness.supervise.interrupts import raise_if_received
 from trainwreck.harness.supervise.supervisor import JobSupervisor, final_step
 from trainwreck.harness.supervise.spec import JobSpec
-from trainwreck.harness.supervise.targets import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
+from trainwreck.harness.supervise.spec import LIGHTHOUSE_KIND, ReplicaGroups, replica_job_fields
 from trainwreck.harness.supervise.watchdog import Watchdog
 from trainwreck.rundir.layout import RunDir, read_run_json
 

@@ -1,20 +1,351 @@
 """What one supervised job is: its target, the world-size schedule, the plan, the limits.
 
-The target says what runs (harness/supervise/targets.py: the reference trainer's config, or a user's
-command in harness/supervise/command/target.py), the launcher how its ranks start (harness/registry.py).
-Everything is checked in ``__post_init__`` so a bad job fails before any process starts.
+The target says what runs (`Reference`, the reference trainer's config, and `ReplicaGroups`, below, or a
+user's command in harness/supervise/command/target.py), the launcher how its ranks start
+(harness/registry.py). Everything is checked in ``JobSpec.__post_init__`` so a bad job fails before any
+process starts.
+
+The kinds of job differ in four things, and each target owns them, so the one
+run-and-judge path (harness/judge/runner.py `run_judged`, harness/judge/golden.py `golden_for`)
+dispatches on the object instead of callers choosing a pipeline:
+
+- what it checks before any process starts (`check`) and writes into run.json (`run_json`);
+- its golden run: the cache entry's name and the uninterrupted job to build it (`golden_name`,
+  `golden_spec`, `golden_failure`);
+- its judgement: the invariants, plus for a command the run-format contract (`judge`, `problems`);
+- the line that reruns it (`reproduce`).
+
+The user's command lives in harness/supervise/command/target.py (`Command`); this module holds the protocol, the
+reference trainer and replica groups (whose launcher is harness/supervise/replicas.py: one group
+restarts while the others train on). A target never names JobSpec, so the command's target needs nothing
+from this module: a golden spec is built with `type(spec)(...)` or `dataclasses.replace`.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
+from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
-from trainwreck.harness.registry import LAUNCHERS, LauncherKind, UnknownLauncher, default_launcher, get_launcher
-from trainwreck.harness.supervise.targets import Reference, Target
-from trainwreck.trainer.config import TrainConfig
+from trainwreck.harness.registry import (DEFAULT_LAUNCHER, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind,
+                                         UnknownLauncher, default_launcher, get_launcher)
+from trainwreck.harness.supervise.scenarios import custom_scenario
+from trainwreck.invariants import InputError, Judgement, judge, load_history
+from trainwreck.invariants.verdict import UNKNOWN
+from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.rundir.events import FORMAT
+from trainwreck.rundir.layout import RunDir
+from trainwreck.trainer.standalone import run_json_fields
+
+
+class Target(Protocol):
+    """What a job runs; harness/registry.py says which launchers serve each `kind`."""
+
+    kind: ClassVar[str]
+    judged_without_golden: ClassVar[bool]
+    """True: a failed golden run makes the verdict "unknown" (the user's command broke);
+    False: it is raised (the reference trainer failing uninterrupted is a harness bug)."""
+    explains_crashes: ClassVar[bool]
+    """True: report/crash_cause.py can name an unplanned crash from its logs."""
+
+    def check(self, spec: Any) -> None:
+        """Raise SpecError/PlanError when `spec` cannot run this target (before any process starts)."""
+
+    def run_json(self, spec: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        """run.json of a job of this target: the DESIGN fields it knows plus `extras`."""
+
+    def golden_name(self, spec: Any) -> str:
+        """The golden cache entry of `spec`: equal for every spec with the same uninterrupted run."""
+
+    def golden_spec(self, spec: Any, run_dir: Path) -> Any:
+        """The uninterrupted job whose run `spec` is judged against."""
+
+    def golden_failure(self, record: Any) -> str | None:
+        """Why the golden run in `record` cannot serve as one; None when it can."""
+
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        """A short second uninterrupted job whose first updates must equal the golden run's (is the
+        trainer deterministic? harness/supervise/command/repeat.py); None: nothing to check."""
+
+    def problems(self, run_dir: Path) -> list[str]:
+        """Why a run of this target cannot be judged, each with the fix; empty when it can."""
+
+    def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
+        """The run's judgement; `golden_dir` None: the run is itself a golden run."""
+
+    def reproduce(self, spec: Any, scenario: str | None = None) -> str:
+        """The exact command that reruns `spec` and judges it again."""
+
+
+MAX_INLINE_PLAN = 32 * 1024
+"""Longest plan put on the reproduce line itself; Linux refuses one argument over 128 KiB
+(MAX_ARG_STRLEN) and people paste these lines, so a larger plan goes into a file."""
+
+
+def trainer_source_hash() -> str:
+    h = hashlib.sha256()
+    for path in sorted(Path(trainer.__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def golden_key(cfg: TrainConfig, world_size: int) -> str:
+    """The reference golden cache key: the config, the world size and the trainer's source."""
+    payload = json.dumps({"config": cfg.to_dict(), "world_size": world_size,
+                          "trainer": trainer_source_hash()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference trainer (or a planted defect of it, `config.variant`) with this config."""
+
+    config: TrainConfig
+    kind: ClassVar[str] = REFERENCE
+    judged_without_golden: ClassVar[bool] = False
+    explains_crashes: ClassVar[bool] = True
+
+    def check(self, spec: Any) -> None:
+        if not isinstance(self.config, TrainConfig):
+            raise SpecError(f"config must be a TrainConfig, got {type(self.config).__name__}")
+        for size in spec.world_sizes:
+            try:
+                self.config.check_world_size(size)
+            except ConfigError as exc:
+                raise SpecError(str(exc)) from None
+        if spec.hooks_factory is None:  # a custom factory defines its own in-rank kinds
+            from trainwreck.faults.plan import validate_plan
+
+            validate_plan(spec.plan, self.config, spec.world_sizes)
+
+    def run_json(self, spec: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        return run_json_fields(self.config, list(spec.world_sizes), hang_timeout_s=spec.hang_timeout_s,
+                               faults=spec.plan, **extras, entry=spec.entry, hooks_factory=spec.hooks_factory,
+                               scenario=spec.scenario)
+
+    def golden_name(self, spec: Any) -> str:
+        return golden_key(self.golden_config(), spec.world_sizes[0])
+
+    def golden_config(self) -> TrainConfig:
+        """Always the *reference* trainer's: a planted defect's own uninterrupted run would
+        carry the defect (an epoch-blind shuffle, a lost RNG) and hide it from the comparison."""
+        return replace(self.config, variant="reference")
+
+    def golden_spec(self, spec: Any, run_dir: Path) -> Any:
+        return type(spec)(config=self.golden_config(), world_sizes=(spec.world_sizes[0],), run_dir=run_dir,
+                          keep=True, launcher=DEFAULT_LAUNCHER, max_restarts=0)
+
+    def golden_failure(self, record: Any) -> str | None:
+        if record.status == "completed":
+            return None
+        return f"the golden run failed ({record.outcome}); see {record.run_dir}"
+
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        return None  # seeded by construction; the defect table proves its determinism
+
+    def problems(self, run_dir: Path) -> list[str]:
+        return []
+
+    def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
+        return judge(load_history(run_dir), load_history(golden_dir) if golden_dir is not None else None)
+
+    def reproduce(self, spec: Any, scenario: str | None = None) -> str:
+        """The `trainwreck run` line that repeats `spec`; a large plan is written to
+        RUN_DIR/plan.json and passed as --plan @FILE so the line stays runnable."""
+        parts = ["trainwreck", "run"]
+        if scenario:
+            parts.append(scenario)
+        plan = json.dumps(spec.plan, separators=(",", ":"))
+        if len(plan) > MAX_INLINE_PLAN and spec.run_dir is not None:
+            plan_file = RunDir(Path(spec.run_dir).absolute()).plan_json
+            plan_file.write_text(plan)
+            plan = f"@{plan_file}"
+        parts += ["--plan", plan,
+                  "--world-sizes", ",".join(map(str, spec.world_sizes)),
+                  "--total-steps", str(self.config.total_steps),
+                  "--hang-timeout", f"{spec.hang_timeout_s:g}",
+                  "--launcher", spec.launcher]
+        # Every other field that differs from a custom run's config (parallelism, --set ...), so the line is exact.
+        base = custom_scenario().train_config().to_dict()
+        parts += [f"--set={k}={v}" for k, v in self.config.to_dict().items()
+                  if k not in ("total_steps", "variant") and v != base[k]]
+        return shlex.join(parts)
+
+
+LIGHTHOUSE_KIND = "lighthouse_kill"
+"""Replica groups' own fault kind, {"id", "kind", "step"}: the harness SIGKILLs torchft's lighthouse
+once any rank reached update `step`, and restarts it on the same port (harness/supervise/replicas.py)."""
+RESTART_SCOPES = ("group", "job")
+REPLICA_RUNNER = "trainwreck.harness.supervise.replicas"
+"""`python -m` this with --spec JSON [--out DIR] reruns a replica-group job and judges it."""
+
+
+@dataclass(frozen=True)
+class ReplicaGroups:
+    """A torchft trainer whose ranks form `groups` equal replica groups: `command` runs once per rank,
+    the groups meet in a quorum through a lighthouse, and a group that fails restarts alone and
+    heals from a live peer (the "replica-groups" launcher, harness/supervise/replicas.py). The job
+    keeps its other limits on JobSpec: world_sizes[0] is every group's ranks together, max_restarts
+    the restarts each group may take, hang_timeout_s the watchdog's."""
+
+    command: str
+    """The command that trains one rank, e.g. "python -m trainwreck.trainer.frameworks.torchft_train"."""
+    groups: int = 2
+    lost_groups: tuple[int, ...] = ()
+    """Groups that are never restarted (a group that never comes back)."""
+    restart: str = "group"
+    """"group": a failed group restarts alone; "job": every group stops and restarts together (the
+    whole-job restart of every other launcher, for comparison)."""
+    heartbeat_timeout_s: float = 5.0
+    """The lighthouse's --heartbeat_timeout_ms (torchft's default: 5 s)."""
+    join_timeout_s: float = 1.0
+    """The lighthouse's --join_timeout_ms: how long a quorum waits for stragglers."""
+    kind: ClassVar[str] = REPLICA_GROUPS
+    judged_without_golden: ClassVar[bool] = True
+    explains_crashes: ClassVar[bool] = False  # its exit events name a group incarnation, not an attempt
+
+    @staticmethod
+    def fault_kinds() -> tuple[str, ...]:
+        """A rank fires what a --cmd rank's probe fires at its fault points (it builds faults/foreign.py's
+        hooks, KINDS' `command` in-rank kinds); the harness adds the lighthouse kill."""
+        from trainwreck.faults.plan import IN_RANK, KINDS, command_kinds
+
+        return (*(k for k in command_kinds() if KINDS[k].where == IN_RANK), LIGHTHOUSE_KIND)
+
+    def group_size(self, world_size: int) -> int:
+        return world_size // self.groups
+
+    def check(self, spec: Any) -> None:
+        self.check_command()
+        self.check_groups(spec.world_sizes)
+        self.check_plan(spec.plan, spec.world_sizes[0])
+
+    def check_command(self) -> None:
+        try:
+            argv = shlex.split(self.command)
+        except ValueError as exc:
+            raise SpecError(f"command {self.command!r} cannot be split into words ({exc}); check its quotes") from None
+        if not argv:
+            raise SpecError("ReplicaGroups.command is empty; give the command that trains one rank")
+        if self.restart not in RESTART_SCOPES:
+            raise SpecError(f"restart={self.restart!r} is not a restart scope; use 'group' or 'job'")
+        for name in ("heartbeat_timeout_s", "join_timeout_s"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0 < value < float("inf"):
+                raise SpecError(f"{name}={value!r} must be a positive number of seconds, e.g. 5")
+
+    def check_groups(self, world_sizes: tuple[int, ...]) -> None:
+        """The job's ranks split into `groups` equal groups; `lost_groups` among them."""
+        if type(self.groups) is not int or self.groups < 1 or world_sizes[0] % self.groups:
+            raise SpecError(f"world_sizes={list(world_sizes)} cannot be split into groups={self.groups!r} "
+                            "equal replica groups; give groups >= 1 and a world size that is a multiple of it")
+        lost = [g for g in self.lost_groups if type(g) is not int or not 0 <= g < self.groups]
+        if lost:
+            raise SpecError(f"lost_groups={list(self.lost_groups)}: {lost} are not groups of this job; "
+                            f"give groups 0 to {self.groups - 1}")
+
+    def check_plan(self, plan: list[dict[str, Any]], world_size: int) -> None:
+        """Only the kinds this job fires (`fault_kinds`), shaped as KINDS declares, at ranks of the job."""
+        from trainwreck.faults.errors import PlanError
+        from trainwreck.faults.plan import check_kinds, parse_plan
+
+        check_kinds(plan, self.fault_kinds(), "a replica-group job", "its ranks fire their probe's faults and "
+                    "the harness kills the lighthouse; it sends no signal and reaches no storage seam")
+        parse_plan([f for f in plan if f["kind"] != LIGHTHOUSE_KIND])
+        for fault in plan:
+            if fault["kind"] == LIGHTHOUSE_KIND:
+                check_lighthouse_fault(fault)
+            elif fault["rank"] >= world_size:
+                raise PlanError(f"fault {fault['id']!r}: rank {fault['rank']} is outside the job's {world_size} "
+                                f"ranks (world_sizes[0], every group together); give a rank below {world_size}")
+
+    def describe(self, spec: Any) -> dict[str, Any]:
+        """run.json's `replica_groups`: the judge picks the replica-aware checkers by it."""
+        return {"groups": self.groups, "group_world_size": self.group_size(spec.world_sizes[0]),
+                "restart": self.restart, "max_group_restarts": spec.max_restarts,
+                "lost_groups": list(self.lost_groups), "heartbeat_timeout_s": self.heartbeat_timeout_s,
+                "join_timeout_s": self.join_timeout_s}
+
+    def run_json(self, spec: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        """The dataset fields are the trainer's own: its probe adds them, as a command's does. The job
+        never restarts as a whole (attempt 0 throughout: docs/DESIGN.md), so `max_restarts` is 0;
+        the groups' budget is `replica_groups.max_group_restarts`."""
+        return {"format": FORMAT, "hang_timeout_s": spec.hang_timeout_s, "world_sizes": list(spec.world_sizes),
+                "faults": spec.plan, **extras, "max_restarts": 0, "command": self.command,
+                "scenario": spec.scenario, "replica_groups": self.describe(spec)}
+
+    def golden_name(self, spec: Any) -> str:
+        from trainwreck.harness.supervise.cmdkey import cmd_golden_key
+
+        return f"replicas-{self.groups}-{cmd_golden_key(self.command, spec.world_sizes[0])}"
+
+    def golden_spec(self, spec: Any, run_dir: Path) -> Any:
+        return replace(spec, world_sizes=spec.world_sizes[:1], plan=[], run_dir=run_dir, keep=True, scenario=None)
+
+    def golden_failure(self, record: Any) -> str | None:
+        if record.status == "completed":
+            return None
+        return f"the golden run of the replica groups failed ({record.outcome}); see {record.run_dir}/logs"
+
+    def repeat_spec(self, spec: Any, run_dir: Path) -> Any | None:
+        return None
+
+    def problems(self, run_dir: Path) -> list[str]:
+        return []
+
+    def judge(self, run_dir: Path, golden_dir: Path | None) -> Judgement:
+        """The replica-aware checkers judge a run from its own events (each heal against the state its
+        peer served, each id against the dataset), so no golden run is compared. A run the trainer
+        left unreadable (no dataset fields: every rank died first) is "unknown", with why."""
+        try:
+            return judge(load_history(run_dir))
+        except InputError as exc:
+            return Judgement(UNKNOWN, {}, [], [f"the replica groups' run cannot be judged: {exc}"])
+
+    def reproduce(self, spec: Any, scenario: str | None = None) -> str:
+        job = {"target": asdict(self), "plan": spec.plan,
+               "world_sizes": list(spec.world_sizes), "hang_timeout_s": spec.hang_timeout_s,
+               "max_restarts": spec.max_restarts}
+        return shlex.join(["python", "-m", REPLICA_RUNNER, "--spec", json.dumps(job, separators=(",", ":"))])
+
+
+def replica_job_fields(text: str) -> dict[str, Any]:
+    """JobSpec's fields from the --spec of a `ReplicaGroups.reproduce` line; SpecError when it is not one."""
+    try:
+        job = json.loads(text)
+        target = job["target"]
+        return {"target": ReplicaGroups(**{**target, "lost_groups": tuple(target.get("lost_groups", ()))}),
+                "plan": list(job.get("plan", [])), "world_sizes": tuple(job["world_sizes"]),
+                "hang_timeout_s": job["hang_timeout_s"], "max_restarts": job["max_restarts"]}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(f"--spec is not a replica-group job ({type(exc).__name__}: {exc}); copy it whole from "
+                        "the reproduce line, which gives target, plan, world_sizes, hang_timeout_s, max_restarts") from None
+
+
+def check_lighthouse_fault(fault: dict[str, Any]) -> None:
+    from trainwreck.faults.errors import PlanError
+
+    step = fault.get("step")
+    if set(fault) - {"id", "kind", "step"} or not isinstance(fault.get("id"), str) or type(step) is not int \
+            or step < 0:
+        raise PlanError(f"fault {fault.get('id')!r}: a {LIGHTHOUSE_KIND} fault is "
+                        f"{{\"id\": \"...\", \"kind\": \"{LIGHTHOUSE_KIND}\", \"step\": N}} with N >= 0; got {fault}")
+
+
+def reproduce_command(spec: Any, scenario: str | None = None) -> str:
+    """The `trainwreck run` line that repeats a reference `spec` (Reference.reproduce)."""
+    return Reference(spec.config).reproduce(spec, scenario)
+
+
+__all__ = ["LIGHTHOUSE_KIND", "MAX_INLINE_PLAN", "Reference", "ReplicaGroups", "Target", "golden_key",
+           "replica_job_fields", "reproduce_command", "trainer_source_hash"]
+
 
 DEFAULT_ENTRY = "trainwreck.trainer.entry:run_rank"
 MAX_TIMEOUT_S = 3600.0

@@ -141,7 +141,7 @@ def test_the_doc_check_names_a_missing_row_and_a_wrong_threat() -> None:
 
 
 def test_a_cmd_job_takes_exactly_the_kinds_declared_for_commands() -> None:
-    from trainwreck.faults.cmdrank import CMD_KINDS
+    from trainwreck.faults.foreign import CMD_KINDS
     from trainwreck.harness.supervise.command.target import check_cmd_plan
     from trainwreck.faults.between_attempts import HOWS
 

@@ -240,7 +240,7 @@ def test_under_the_harness_the_probe_builds_the_named_hooks_from_run_json_and_re
         {"id": "later", "kind": "foreign_crash", "rank": 0, "step": 9, "op_index": 0}]}))
     monkeypatch.setenv("TRAINWRECK_RUN_DIR", str(run))
     monkeypatch.setenv("TRAINWRECK_ATTEMPT", "0")
-    monkeypatch.setenv("TRAINWRECK_HOOKS", "trainwreck.faults.cmdrank:build_cmd_hooks")
+    monkeypatch.setenv("TRAINWRECK_HOOKS", "trainwreck.faults.foreign:build_cmd_hooks")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     ckpt = tmp_path / "ckpt"

@@ -16,7 +16,7 @@ pytest.importorskip("torchft")
 
 from trainwreck.harness.supervise.spec import JobSpec  # noqa: E402
 from trainwreck.harness.supervise.supervisor import run_job  # noqa: E402
-from trainwreck.harness.supervise.targets import ReplicaGroups  # noqa: E402
+from trainwreck.harness.supervise.spec import ReplicaGroups  # noqa: E402
 from trainwreck.harness.suites.torchft_rows import GROUP_RESTARTS, HANG_TIMEOUT_S, SCRIPT, judge_replica_run  # noqa: E402
 from trainwreck.trainer.progress import read_progress  # noqa: E402
 from trainwreck.rundir.layout import RunDir, iter_events, read_run_json  # noqa: E402

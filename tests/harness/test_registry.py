@@ -15,7 +15,7 @@ from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind, UnknownLauncher,
                                          get_launcher, launcher_names, load)
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
-from trainwreck.harness.supervise.targets import Reference, ReplicaGroups
+from trainwreck.harness.supervise.spec import Reference, ReplicaGroups
 from trainwreck.trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""A replica-group job is a JobSpec: a `ReplicaGroups` target (harness/supervise/targets.py) run
+"""A replica-group job is a JobSpec: a `ReplicaGroups` target (harness/supervise/spec.py) run
 by the registered "replica-groups" launcher (harness/supervise/replicas.py). Checked without
 torchft: its checks, its run.json, and whole runs of a stand-in trainer and lighthouse (shell
 scripts), so the launcher's restarts are exercised in a second, not a minute."""
@@ -17,7 +17,7 @@ from trainwreck.harness.supervise import replicas
 from trainwreck.harness.supervise.create_rundir import run_json
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.targets import ReplicaGroups, replica_job_fields
+from trainwreck.harness.supervise.spec import ReplicaGroups, replica_job_fields
 from trainwreck.rundir.layout import RunDir, iter_events, read_run_json
 from tests.harness.conftest import assert_no_leftover_processes
 

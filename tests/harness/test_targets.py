@@ -1,5 +1,5 @@
 """`JobSpec.target`: what a job runs owns its checks, its golden run, its judgement inputs
-and its reproduce line (harness/supervise/targets.py, harness/supervise/command/target.py); no process starts here."""
+and its reproduce line (harness/supervise/spec.py, harness/supervise/command/target.py); no process starts here."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,7 +11,7 @@ from trainwreck.harness.supervise.command.target import Command
 from trainwreck.harness.supervise.command.golden_key import cmd_golden_key
 from trainwreck.harness.supervise.create_rundir import run_json
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
-from trainwreck.harness.supervise.targets import Reference, golden_key
+from trainwreck.harness.supervise.spec import Reference, golden_key
 from trainwreck.trainer.config import TrainConfig
 
 CFG = TrainConfig.tiny()

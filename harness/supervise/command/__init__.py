@@ -5,7 +5,7 @@
     repeat.py      is the command deterministic? (its first steps run twice, compared)
     facts.py       the facts a judge adds: a global batch that changed, a rank's last error
 
-Its in-rank faults are faults/cmdrank.py (built by the probe inside each rank); corrupting
+Its in-rank faults are faults/foreign.py (built by the probe inside each rank); corrupting
 its newest checkpoint between attempts is faults/between_attempts.py (applied by the launcher).
 """
 from trainwreck.harness.supervise.command.target import Command

@@ -1,10 +1,10 @@
 """`trainwreck run --cmd "python train.py ..."`: a user's own trainer as a job's `Command` target.
 
-The job is an ordinary JobSpec whose target is a `Command` (harness/supervise/targets.py says what a
+The job is an ordinary JobSpec whose target is a `Command` (harness/supervise/spec.py says what a
 target owns), started per rank by the launchers that serve commands (harness/registry.py:
 `cmd`, harness/launch/launchers.py CmdLauncher), so it gets everything the reference trainer gets
 from harness/supervise/supervisor.py: the watchdog, restarts on the world-size schedule, external
-faults at steps, and (through the probe, which builds faults/cmdrank.py's hooks from the
+faults at steps, and (through the probe, which builds faults/foreign.py's hooks from the
 plan) kill/hang at its fault points and crashes inside the framework's own save. What only
 a foreign command needs lives here, on the target: which faults it can take, its golden run
 (cached by the command, the files it names and imports and the installed versions:
