@@ -28,6 +28,7 @@ import json.scanner
 import multiprocessing
 import os
 import re
+import signal
 import threading
 from array import array
 from bisect import bisect_left
@@ -193,7 +194,7 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
     scratch = history.__dict__.get("_scratch")
     keep = _keeps_phases(history)
     jobs = [(history.run_dir, history.spec, path, src, scratch and scratch.dir, keep) for path, src in files]
-    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+    with multiprocessing.get_context("fork").Pool(WORKERS, initializer=_worker_signals) as pool:
         # At most WORKERS + 1 files in flight: parsed files waiting for a busy (or
         # starved) merger would otherwise pile up in this process, unshared.
         queued = iter(jobs)
@@ -218,6 +219,8 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
             merged.event_count += part.event_count
             for kind, n in part_unknown.items():
                 counts[kind] = counts.get(kind, 0) + n
+        pool.close()  # the workers take their end-of-work sentinels and exit: no signal needed
+        pool.join()
     history.logs, history.world_sizes, history.events = merged.logs, merged.world_sizes, merged.events
     if history.lines is not None:
         history.lines.update(merged.lines or {})
@@ -226,6 +229,17 @@ def _load_parallel(history: History, files: list[tuple[str, str]], sizes: list[i
     for kind, n in counts.items():
         unknown[kind] = unknown.get(kind, 0) + n
     return True
+
+
+def _worker_signals() -> None:
+    """In each worker: SIGTERM kills it and Ctrl-C is left to the process that forked it.
+
+    Inherited through the fork, the harness's handlers (harness/supervise/interrupts.py) run only
+    between bytecodes, so a SIGTERM from Pool.terminate that landed just before a worker blocked on
+    the task queue's lock was never acted on, and terminate() waited for that worker forever: 1 load
+    in about 10 of a 1.6 M-event run hung so. The kernel's default action has no such window."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _may_fork() -> bool:

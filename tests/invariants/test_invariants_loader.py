@@ -187,6 +187,38 @@ def test_parallel_loading_builds_the_history_the_sequential_loop_builds(tmp_path
         assert judge(parallel).to_json() == judge(sequential).to_json()
 
 
+def test_parse_workers_die_at_sigterm_and_leave_ctrl_c_to_the_harness(tmp_path, monkeypatch):
+    """Pool.terminate's SIGTERM must kill a worker whatever it is doing: the harness's handler,
+    inherited through the fork, could miss it just before the worker blocked on the task queue."""
+    import os
+    import signal
+
+    from trainwreck.benchmarks.checker import write_run
+    from trainwreck.harness.supervise.interrupts import stop_on_signals
+
+    write_run(str(tmp_path / "big"), 300, 4, 2)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    real = loader._worker_signals
+
+    def recording() -> None:
+        real()
+        dispositions = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+        (seen / str(os.getpid())).write_text(json.dumps([int(d) for d in dispositions]))
+
+    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(loader, "_may_fork", lambda: True)
+    monkeypatch.setattr(loader, "_worker_signals", recording)
+    with stop_on_signals():  # as under `trainwreck report`: the handlers the workers inherit
+        load_history(tmp_path / "big")
+    workers = {int(p.name): json.loads(p.read_text()) for p in seen.iterdir()}
+    assert len(workers) == loader.WORKERS
+    assert all(d == [int(signal.SIG_DFL), int(signal.SIG_IGN)] for d in workers.values()), workers
+    for pid in workers:  # ended and reaped by the pool's own join, not left for a signal
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_ranks_that_report_alike_share_columns_and_a_rank_that_grows_later_copies_first(builder):
     # Files load in name order: rank 0, then rank 1's first file (equal to rank 0's so far:
     # its columns become rank 0's objects), then rank 1's second file, which must not grow
