@@ -14,7 +14,7 @@ from trainwreck.benchmarks.checker import bench_report, write_run
 from trainwreck.report import rawlog
 from trainwreck.report.html import render_html
 from trainwreck.report.model import build_report_and_plots
-from trainwreck.report.plots import THIN_ABOVE, ColumnGrid, RunEvents, coverage_grid, coverage_svg, thin
+from trainwreck.report.plots import THIN_ABOVE, ColumnGrid, RunEvents, coverage_grid, coverage_svg, thin, thin_ordered
 from trainwreck.rundir import layout
 from tests.report.rundirs import clean_run, duplicated_sample_run, hung_run, killed_run
 
@@ -89,6 +89,25 @@ def test_a_line_of_more_points_than_pixels_keeps_each_pixel_columns_extremes_and
     assert {c: (min(v), max(v)) for c, v in columns.items()} == {c: (min(v), max(v)) for c, v in left.items()}
     short = pts[:THIN_ABOVE]
     assert thin(short, 0.0, scale) is short  # a line that fits is drawn as it is
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_line_that_never_goes_down_is_thinned_by_bisection_to_the_same_points(seed: int):
+    import random
+
+    rng = random.Random(seed)
+    n = THIN_ABOVE * (1 + seed) + rng.randrange(100)  # above the threshold: thinned
+    times, steps, t, step = [], [], 1000.0, 0
+    for _ in range(n):  # plateaus, equal times, bursts and gaps: every shape a pixel column can get
+        t += rng.choice([0.0, 0.0001, 0.003, 0.05, rng.random()])
+        step += rng.choice([0, 0, 1, 1, 2, 50])
+        times.append(t)
+        steps.append(step)
+    t0, x0 = 999.5, 0.0
+    scale = (640 - 72) / (times[-1] - t0)
+    points = [(a - t0, b) for a, b in zip(times, steps)]
+    assert thin_ordered(times, steps, t0, x0, scale) == thin(points, x0, scale)
+    assert thin_ordered(times[:50], steps[:50], t0, x0, scale) == points[:50]  # a short line as it is
 
 
 def _reference_counts(grid: list[tuple[int, int, list[int]]], size: int) -> tuple[int, int]:
