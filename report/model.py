@@ -7,8 +7,9 @@ run's first event. It reads only the run directory: verdicts.json when present
 """
 from __future__ import annotations
 
-import shlex
+import os
 import re
+import shlex
 from pathlib import Path
 from itertools import compress, islice, repeat
 from operator import add, ge, le, ne
@@ -483,9 +484,11 @@ def _state(run_dir: Path, raw: RawRun) -> dict[str, Any] | None:
     """What a rank holds of model + optimizer state, from the file sizes in the newest committed
     checkpoint's manifest (its own record, checked on every restore): FSDP writes one shard per rank,
     DDP one copy of the state that every rank holds in full. None without a readable manifest."""
+    present = _checkpoint_names(run_dir)  # retention pruned most saves: read only what is there
     for save in reversed(raw.of_kind("save")):
         name = save.get("checkpoint")
-        manifest = _manifest(run_dir, name) if isinstance(name, str) and re.fullmatch(r"step-\d+", name) else None
+        present_name = isinstance(name, str) and name in present and re.fullmatch(r"step-\d+", name)
+        manifest = _manifest(run_dir, name) if present_name else None
         if manifest is not None:
             break
     else:
@@ -504,6 +507,15 @@ def _state(run_dir: Path, raw: RawRun) -> dict[str, Any] | None:
     return {"checkpoint": name, "step": manifest.get("step"), "parallelism": "fsdp" if shards else "ddp",
             "world_size": world, "rank_bytes": rank_bytes, "state_bytes": total,
             "rank_share": _round(max(rank_bytes) / total, 4) if total else None}
+
+
+def _checkpoint_names(run_dir: Path) -> set[str]:
+    """The names under checkpoints/ (none when it is missing, unreadable or itself a symlink)."""
+    root = RunDir(run_dir).checkpoints
+    try:
+        return set() if root.is_symlink() else {entry.name for entry in os.scandir(root)}
+    except OSError:
+        return set()
 
 
 def _manifest(run_dir: Path, name: str) -> dict[str, Any] | None:

@@ -254,6 +254,18 @@ def test_a_symlinked_checkpoint_is_never_followed_for_the_state(tmp_path: Path) 
     assert build_report(run)["state"]["checkpoint"] == "step-00000006"  # the newest one inside the run
 
 
+def test_the_state_reads_only_the_manifests_of_checkpoints_still_on_disk(tmp_path: Path, monkeypatch) -> None:
+    from trainwreck.report import model
+
+    run = clean_run(tmp_path / "run")  # saves after 2, 4, 6 and 8
+    _manifest(run, "step-00000004", {"model.pt": 4, "optimizer.pt": 8}, world_size=2, step=4)
+    read: list[str] = []
+    real = model._manifest
+    monkeypatch.setattr(model, "_manifest", lambda run_dir, name: read.append(name) or real(run_dir, name))
+    assert build_report(run)["state"]["checkpoint"] == "step-00000004"
+    assert read == ["step-00000004"]  # the pruned 8 and 6 are not looked for
+
+
 def test_an_fsdp_report_whose_shards_are_empty_still_gets_an_interview_angle(tmp_path: Path) -> None:
     run = clean_run(tmp_path / "run")
     spec = json.loads((run / "run.json").read_text())
