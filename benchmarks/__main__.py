@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in results.items():
         if key != "targets" and not isinstance(value, dict):
             print(f"{key:<36} {value}")
+        elif isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
+            for part, figure in value.items():  # a split, such as scenario_split_s: one line per part
+                print(f"{key + '.' + part:<36} {figure}")
     print("\ntargets:")
     for key, row in results["targets"].items():
         mark = {True: "met", False: "MISSED", None: "n/a"}[row["met"]]

@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from trainwreck.harness.judge.runner import run_judged, spec_for
 from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
@@ -51,35 +52,114 @@ def cpu_scenario(name: str) -> Scenario:
     return replace(scenario, config={**scenario.config, **backend_fields("gloo")})
 
 
-def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float]]:
+RUNNER_STEPS = {"golden": "golden_for", "job": "run_job", "root_cause": "_root_cause", "publish": "publish"}
+"""run_judged's steps timed by `timed_runner` (harness/judge/runner.py names); the judgement is the rest."""
+HARNESS_KINDS = ("attempt", "exit", "end")
+
+
+@contextmanager
+def timed_runner() -> Iterator[dict[str, float]]:
+    """Seconds spent in each of run_judged's steps while the block runs, summed over its calls: the
+    runner's module functions are wrapped for the block's duration (a measurement, never the suite)."""
+    from trainwreck.harness.judge import runner
+
+    seconds = dict.fromkeys(RUNNER_STEPS, 0.0)
+    real = {step: getattr(runner, name) for step, name in RUNNER_STEPS.items()}
+
+    def timed(step: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return real[step](*args, **kwargs)
+            finally:
+                seconds[step] += time.perf_counter() - started
+        return call
+
+    try:
+        for step, name in RUNNER_STEPS.items():
+            setattr(runner, name, timed(step))
+        yield seconds
+    finally:
+        for step, name in RUNNER_STEPS.items():
+            setattr(runner, name, real[step])
+
+
+def job_split(run_dir: Path) -> dict[str, float]:
+    """Where a job's wall went, from its own events (every `t` is the same wall clock): per attempt,
+    the harness's `attempt` to rank 0's `start` (the fork), to its first `batch` (process group, model,
+    restore), to its last `step` (split by rank 0's step phases into compute, saves and the rest), to
+    the attempt's last `exit` (teardown); between attempts, the last `exit` to the next `attempt`
+    (detecting the death, stopping the survivors, choosing the restore). Seconds, summed."""
+    events = list(iter_events(run_dir))
+    harness = [e for e in events if e.get("kind") in HARNESS_KINDS]
+    split = dict.fromkeys(("fork", "setup", "compute", "saves", "steps_other", "teardown", "between"), 0.0)
+    starts = sorted((e["attempt"], e["t"]) for e in harness if e["kind"] == "attempt")
+    previous_exit = None
+    for attempt, t_attempt in starts:
+        mine = [e for e in events if e.get("attempt") == attempt and e.get("rank") == 0 and e.get("kind") != "exit"]
+        first = {k: min((e["t"] for e in mine if e["kind"] == k), default=None) for k in ("start", "batch")}
+        steps = [e for e in mine if e["kind"] == "step"]
+        exits = [e["t"] for e in harness if e["kind"] == "exit" and e.get("attempt") == attempt]
+        if first["start"] is None or first["batch"] is None or not steps or not exits:
+            raise RuntimeError(f"attempt {attempt} of {run_dir} lacks a start, batch, step or exit event")
+        phases = [e.get("phases", {}) for e in steps]
+        saves = sum(p.get("checkpoint", 0.0) for p in phases)
+        compute = sum(sum(p.values()) for p in phases) - saves
+        last_step = max(e["t"] for e in steps)
+        if previous_exit is not None:
+            split["between"] += t_attempt - previous_exit
+        split["fork"] += first["start"] - t_attempt
+        split["setup"] += first["batch"] - first["start"]
+        split["compute"] += compute
+        split["saves"] += saves
+        split["steps_other"] += last_step - first["batch"] - compute - saves
+        split["teardown"] += max(exits) - last_step
+        previous_exit = max(exits)
+    return split
+
+
+def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float], list[dict[str, float]]]:
     """`runs` kill-resume scenarios one after another in this process (after an unmeasured one that
-    builds the golden run and the fork server): each one's wall seconds and wall/compute ratio.
-    Raises unless every scenario was judged valid."""
+    builds the golden run and the fork server): each one's wall seconds, wall/compute ratio and
+    `scenario_split`. Raises unless every scenario was judged valid."""
     scenario = cpu_scenario("kill-resume")
-    walls, ratios = [], []
+    walls, ratios, splits = [], [], []
     run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden + fork server
     for i in range(runs):
-        started = time.perf_counter()
-        judged = run_judged(spec_for(scenario, out / f"run{i}"), scenario.name)
-        wall = time.perf_counter() - started
+        with timed_runner() as steps:
+            started = time.perf_counter()
+            judged = run_judged(spec_for(scenario, out / f"run{i}"), scenario.name)
+            wall = time.perf_counter() - started
         if judged.judgement.valid is not True:
             raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
         walls.append(wall)
         ratios.append(wall / _compute_seconds(judged.record.run_dir))
-    return walls, ratios
+        splits.append(scenario_split(wall, steps, job_split(judged.record.run_dir)))
+    return walls, ratios, splits
+
+
+def scenario_split(wall: float, steps: dict[str, float], job: dict[str, float]) -> dict[str, float]:
+    """One scenario's wall in parts that add up to it: the runner's steps, the job's parts from its
+    events, `job_other` the job's time outside its attempts (the run directory, the end event) and
+    `judge` what run_judged did besides its timed steps (the invariants against the golden run)."""
+    parts = {"golden": steps["golden"], **job, "job_other": steps["job"] - sum(job.values()),
+             "judge": wall - sum(steps.values()), "root_cause": steps["root_cause"], "publish": steps["publish"]}
+    return {name: round(seconds, 4) for name, seconds in parts.items()}
 
 
 def bench_throughput(runs: int = 5, concurrency: int = SIDE_BY_SIDE) -> dict[str, Any]:
     """Scenarios alone (median wall of `runs`), then `concurrency` harness processes side by side,
     `runs` scenarios each: finished scenarios per minute of the wall from the common start to the last."""
     with tempfile.TemporaryDirectory(prefix="tw-throughput-") as tmp:
-        walls, ratios = run_scenarios(Path(tmp), runs)
+        walls, ratios, splits = run_scenarios(Path(tmp), runs)
         side_by_side_s = _side_by_side(Path(tmp), concurrency, runs) if concurrency > 1 else sum(walls)
     return {"scenarios_per_min": round(60.0 * concurrency * runs / side_by_side_s, 1),
             "scenarios_concurrency": concurrency,
             "scenarios_per_min_single": round(60.0 / statistics.median(walls), 1),
             "scenario_wall_s": round(statistics.median(walls), 3),
-            "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1)}
+            "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1),
+            # each part's median over the scenarios alone (so the parts need not add up to the median wall)
+            "scenario_split_s": {name: round(statistics.median(s[name] for s in splits), 3) for name in splits[0]}}
 
 
 def _side_by_side(out: Path, workers: int, runs: int) -> float:

@@ -29,6 +29,19 @@ def test_a_crashing_section_is_recorded_and_every_other_sections_figures_are_wri
     assert '[benchmarks] last done in' in lines[-1] and lines[-1].endswith('{"b": 2}')
 
 
+def test_the_text_output_prints_a_splits_parts_one_line_each(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from trainwreck.benchmarks import __main__ as benchmarks
+
+    monkeypatch.setattr(benchmarks, "sections", lambda quick: [
+        ("throughput", lambda: {"scenario_wall_s": 0.9, "scenario_split_s": {"compute": 0.37, "setup": 0.16}})])
+    monkeypatch.setattr(benchmarks, "machine", lambda: {"cpus": 2})
+    assert benchmarks.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines if line.startswith("scenario_")] == [
+        ["scenario_wall_s", "0.9"], ["scenario_split_s.compute", "0.37"], ["scenario_split_s.setup", "0.16"]]
+
+
 def test_without_cuda_the_gpu_section_says_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
