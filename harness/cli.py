@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 # Only this before `main` runs: the rest is imported inside it (the checkers' package alone takes
 # most of a second on a loaded machine), where a Ctrl-C meanwhile becomes the one line.
-from trainwreck.harness.supervise.interrupts import Received, Terminated, interrupt_of, stop_on_signals  # stdlib
+from trainwreck.harness.supervise.interrupts import Received, Terminated, deferred, interrupt_of, stop_on_signals  # stdlib
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
 # runs, so `trainwreck check` never pays for torch.
@@ -74,7 +74,8 @@ def dispatch(argv: list[str]) -> int:
     if name not in COMMANDS:
         print(f"trainwreck: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_UNKNOWN
-    module = importlib.import_module(COMMANDS[name][0])
+    with deferred():  # most commands import torch here: a Ctrl-C inside its C++ start-up aborted the process
+        module = importlib.import_module(COMMANDS[name][0])
     if name == "check":  # the checkers own their argument parsing (stdlib only)
         return int(module.main(rest))
     parser = OneLineParser(one_line, prog=f"trainwreck {name}", description=COMMANDS[name][1])

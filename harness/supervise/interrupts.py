@@ -47,6 +47,7 @@ class Received:
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: Received | None = None
 _depth = 0
+_deferring = 0
 _old: dict[int, Any] = {}
 
 
@@ -61,7 +62,8 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     if _received is not None:
         return  # already stopping: let the cleanup finish
     _received = Received(signum, time.time())
-    _raise(signum)
+    if not _deferring:
+        _raise(signum)
 
 
 @contextmanager
@@ -86,6 +88,22 @@ def stop_on_signals() -> Iterator[None]:
             for sig, old in _old.items():
                 signal.signal(sig, old)
             _old.clear()
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM are recorded but raised only when the block ends: for code where an exception
+    raised at any bytecode kills the process instead of unwinding it. `import torch` is such code:
+    its C++ initialisation (torch._C._c10d_init) runs Python, and a KeyboardInterrupt raised there
+    became a C++ exception nothing caught, so the harness died of SIGABRT ("terminate called after
+    throwing an instance of 'pybind11::error_already_set'") instead of saying its one line."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    raise_if_received()
 
 
 def received() -> Received | None:

@@ -77,8 +77,26 @@ def test_an_interrupted_run_says_one_line_and_reads_interrupted_never_invalid(
     assert (run / "report" / "report.md").read_text().startswith("# run: INTERRUPTED")
 
 
+def test_a_signal_inside_a_deferred_block_is_raised_when_the_block_ends_not_inside_it() -> None:
+    """As around torch's import, whose C++ start-up aborts the process when a KeyboardInterrupt is
+    raised inside it (harness/supervise/interrupts.py `deferred`)."""
+    from trainwreck.harness.supervise import interrupts
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.stop_on_signals(), interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while interrupts.received() is None and time.monotonic() < deadline:
+                pass  # bytecodes run: Python's handler runs at one of them, on this thread
+            assert interrupts.received() is not None, "the signal never reached the handler"
+            finished = True  # nothing was raised inside the block
+    assert finished
+
+
 # 1.5 s is nightly too: twice in four clean-clone runs on 2026-11-27 it exited -2 (killed by SIGINT)
-# after printing its one line, a race not yet found (the session note of that day).
+# after printing its one line, a race not yet found (the session notes of that day). A Ctrl-C at
+# that moment could also abort the process inside torch's import; that one is fixed (`deferred`).
 @pytest.mark.parametrize("after_s", [pytest.param(0.8, marks=pytest.mark.slow),
                                      pytest.param(1.5, marks=pytest.mark.slow),
                                      pytest.param(4.0, marks=pytest.mark.slow)])
