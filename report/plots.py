@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from html import escape
-from itertools import chain, groupby, repeat
+from itertools import chain, groupby, islice, repeat
 from operator import itemgetter, le, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -215,7 +215,8 @@ class _LanePoints:
 
     def __init__(self, times: Sequence[float], steps: Sequence[int], t0: float) -> None:
         self.times, self.steps, self.t0 = times, steps, t0
-        self.ordered = all(map(le, times, times[1:])) and all(map(le, steps, steps[1:]))
+        # Pairwise without slicing: a slice of a column on disk (invariants/spill.py) is a copy.
+        self.ordered = all(map(le, times, islice(times, 1, None))) and all(map(le, steps, islice(steps, 1, None)))
 
     def __len__(self) -> int:
         return len(self.steps)

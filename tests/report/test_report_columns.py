@@ -61,6 +61,19 @@ def test_a_report_from_the_checker_columns_says_exactly_what_one_from_the_events
         assert "skipped 1 line(s)" in columns_json  # the torn last step line is still noted
 
 
+def test_a_report_from_columns_on_disk_says_exactly_what_one_from_memory_says(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    from trainwreck.invariants import spill
+
+    run = _synthetic(tmp_path / "run")
+    report, plots = build_report_and_plots(run)
+    in_memory = json.dumps(report, default=str), render_html(report, plots)
+    monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
+    report, plots = build_report_and_plots(run)
+    assert all(isinstance(log.times, spill.DiskNumbers) for log in plots.history.logs.values())
+    assert (json.dumps(report, default=str), render_html(report, plots)) == in_memory
+
+
 def test_a_report_reads_no_batch_or_step_line_a_second_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     run = killed_run(tmp_path / "killed")
     def refuse(*args: Any, **kwargs: Any) -> Any:
