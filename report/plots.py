@@ -80,13 +80,15 @@ class RunEvents:
                 held[2].extend(ids)  # another rank's share of the same update
         return by_step
 
-    def lanes(self) -> dict[tuple[int, int], list[tuple[float, int]]]:
+    def lanes(self) -> dict[tuple[int, int], _LanePoints]:
         """(attempt, rank) -> (seconds since t0, step) of each step event."""
-        lanes: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        columns: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
         for s in self.steps:
             if type(s.get("step")) is int:
-                lanes.setdefault((s.get("attempt", 0), s.get("rank", 0)), []).append((s["t"] - self.t0, s["step"]))
-        return lanes
+                times, steps = columns.setdefault((s.get("attempt", 0), s.get("rank", 0)), ([], []))
+                times.append(s["t"])
+                steps.append(s["step"])
+        return {lane: _LanePoints(times, steps, self.t0) for lane, (times, steps) in columns.items()}
 
     def step_times(self) -> Iterable[float]:
         return (e["t"] for e in self.steps)
@@ -198,7 +200,7 @@ class Columns(RunEvents):
     def grid(self) -> ColumnGrid:
         return ColumnGrid(self.history)
 
-    def lanes(self) -> dict[tuple[int, int], Any]:
+    def lanes(self) -> dict[tuple[int, int], _LanePoints]:
         """Each lane's points made as they are read (`_LanePoints`): a long run's lanes are not all
         held as tuples at once; the progress plot sorts and thins one lane at a time."""
         return {(log.attempt, log.rank): _LanePoints(log.times, log.steps, self.t0)
@@ -528,13 +530,13 @@ def _unused(counts: set[Any], size: int) -> int:
 def progress_svg(run_dir: Path, data: RunEvents | None = None) -> str:
     ev = data or RunEvents.read(run_dir)
     lanes = ev.lanes()
-    t_end = max([_x_max(pts) for pts in lanes.values() if pts] + [h["t"] - ev.t0 for h in ev.hangs] + [0.001])
-    top = max([_y_max(pts) for pts in lanes.values() if pts] + [1])
+    t_end = max([pts.x_max() for pts in lanes.values() if pts] + [h["t"] - ev.t0 for h in ev.hangs] + [0.001])
+    top = max([pts.y_max() for pts in lanes.values() if pts] + [1])
     frame = Frame("forward progress: the newest update each rank applied, over time", (0, t_end), (0, top),
                   "seconds since the run started", "update")
     for (attempt, rank), pts in sorted(lanes.items()):
         # Ranks in step draw on top of each other: lower ranks wider, so every rank stays visible.
-        frame.polyline(pts.sorted() if isinstance(pts, _LanePoints) else sorted(pts), RANK_COLORS[rank % len(RANK_COLORS)], f"attempt {attempt} rank {rank}", step=True,
+        frame.polyline(pts.sorted(), RANK_COLORS[rank % len(RANK_COLORS)], f"attempt {attempt} rank {rank}", step=True,
                        width=max(1.2, 4.5 - 1.5 * rank))
     for f in ev.faults:
         frame.vline(f["t"] - ev.t0, WARN, f"fault {f.get('fault_id', '?')}")
@@ -543,14 +545,6 @@ def progress_svg(run_dir: Path, data: RunEvents | None = None) -> str:
     ranks = sorted({r for _, r in lanes})
     frame.legend([(f"rank {r}", RANK_COLORS[r % len(RANK_COLORS)]) for r in ranks[:6]])
     return frame.svg(f"Forward progress of {len(ranks)} rank(s) over {t_end:.2f} s; {len(ev.hangs)} hang(s) declared")
-
-
-def _x_max(pts: Any) -> float:
-    return pts.x_max() if isinstance(pts, _LanePoints) else max(map(itemgetter(0), pts))
-
-
-def _y_max(pts: Any) -> float:
-    return pts.y_max() if isinstance(pts, _LanePoints) else max(map(itemgetter(1), pts))
 
 
 def ckpt_age_svg(run_dir: Path, data: RunEvents | None = None) -> str:
