@@ -35,12 +35,6 @@ from trainwreck.rundir.layout import iter_events
 from trainwreck.invariants import load_history
 
 
-def _compute_seconds(run_dir: Path) -> float:
-    """Rank 0's step phases summed over every attempt (redo work included: it is compute too)."""
-    return sum(sum(e.get("phases", {}).values()) for e in iter_events(run_dir)
-               if e.get("kind") == "step" and e.get("rank") == 0)
-
-
 SIDE_BY_SIDE = 2
 """Scenarios run side by side for `scenarios_per_min`: the 2 cores the targets are stated on."""
 
@@ -113,8 +107,8 @@ def job_split(run_dir: Path) -> dict[str, float]:
         split["compute"] += compute
         split["saves"] += saves
         split["steps_other"] += last_step - first["batch"] - compute - saves
-        split["teardown"] += max(exits) - last_step
         previous_exit = max(exits)
+        split["teardown"] += previous_exit - last_step
     return split
 
 
@@ -132,9 +126,11 @@ def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float], list[
             wall = time.perf_counter() - started
         if judged.judgement.valid is not True:
             raise RuntimeError(f"kill-resume was not valid in run {i}: {judged.record.run_dir}")
+        job = job_split(judged.record.run_dir)  # the run's events, read once for both figures
         walls.append(wall)
-        ratios.append(wall / _compute_seconds(judged.record.run_dir))
-        splits.append(scenario_split(wall, steps, job_split(judged.record.run_dir)))
+        # The training's own time: rank 0's step phases over every attempt (redo work is compute too).
+        ratios.append(wall / (job["compute"] + job["saves"]))
+        splits.append(scenario_split(wall, steps, job))
     return walls, ratios, splits
 
 
