@@ -1,4 +1,4 @@
-"""python -m benchmarks [--quick] [--json] [--out FILE]: every performance figure, measured in one run.
+"""python -m benchmarks [--quick] [--json] [--out FILE] [--only SECTIONS]: every performance figure, measured in one run.
 
 Figures are ratios or latencies taken in the same process on the same machine, so
 they can be compared across machines; absolute seconds are reported for context.
@@ -7,7 +7,8 @@ Each section's figures are printed (stderr) as it finishes and, with `--out`, wr
 then: a section that fails is recorded under "failed" and the others still run, so a crash
 loses one section, not the run (exit 1 when any failed). The CPU figures run on the CPU on a
 GPU host too; the `gpu` section measures CUDA-resident checkpoints and nccl hangs where a GPU
-exists (benchmarks/gpu.py) and says it skipped elsewhere.
+exists (benchmarks/gpu.py) and says it skipped elsewhere. `--only fsdp,gpu` runs those sections
+alone (a GPU host's check, `.ci/gpu`); the targets of the sections left out read "n/a".
 """
 from __future__ import annotations
 
@@ -92,8 +93,21 @@ def sections(quick: bool) -> list[Section]:
     ]
 
 
-def run_all(quick: bool, log: Callable[[str], None], out: Path | None = None) -> dict[str, Any]:
-    return run_sections(sections(quick), {"machine": machine(), "quick": quick}, log, out)
+def run_all(quick: bool, log: Callable[[str], None], out: Path | None = None,
+            only: tuple[str, ...] = ()) -> dict[str, Any]:
+    chosen = [(name, bench) for name, bench in sections(quick) if not only or name in only]
+    return run_sections(chosen, {"machine": machine(), "quick": quick}, log, out)
+
+
+def parse_only(text: str) -> tuple[str, ...]:
+    """--only's section names, each one of `sections`; ValueError naming an unknown one and the known."""
+    names = tuple(name for name in text.split(",") if name)
+    known = [name for name, _ in sections(True)]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"--only {text!r}: {', '.join(unknown) or 'no section'} is not a section; "
+                         f"expected some of {', '.join(known)}, e.g. --only fsdp,gpu")
+    return names
 
 
 def run_sections(steps: list[Section], results: dict[str, Any], log: Callable[[str], None],
@@ -144,8 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (about 5 minutes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="write the figures to this JSON file after every section")
+    parser.add_argument("--only", default="", help="comma-separated sections to run (default: all), e.g. fsdp,gpu")
     args = parser.parse_args(argv)
-    results = run_all(args.quick, lambda line: print(line, file=sys.stderr, flush=True), args.out)
+    try:
+        only = parse_only(args.only) if args.only else ()
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    results = run_all(args.quick, lambda line: print(line, file=sys.stderr, flush=True), args.out, only)
     status = 1 if results["failed"] else 0
     if args.json:
         print(json.dumps(results, indent=1))

@@ -42,6 +42,24 @@ def test_the_text_output_prints_a_splits_parts_one_line_each(monkeypatch: pytest
         ["scenario_wall_s", "0.9"], ["scenario_split_s.compute", "0.37"], ["scenario_split_s.setup", "0.16"]]
 
 
+def test_only_runs_the_sections_it_names_and_an_unknown_name_exits_2_listing_the_known(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainwreck.benchmarks import __main__ as benchmarks
+
+    ran: list[str] = []
+    monkeypatch.setattr(benchmarks, "sections", lambda quick: [
+        (name, lambda name=name: ran.append(name) or {f"{name}_s": 1.0}) for name in ("launch", "fsdp", "gpu")])
+    monkeypatch.setattr(benchmarks, "machine", lambda: {"cpus": 2})
+    assert benchmarks.main(["--quick", "--json", "--only", "fsdp,gpu"]) == 0
+    assert ran == ["fsdp", "gpu"]
+    figures = json.loads(capsys.readouterr().out)
+    assert "launch_s" not in figures and figures["fsdp_s"] == figures["gpu_s"] == 1.0
+    assert benchmarks.main(["--only", "fsdp,gpus"]) == 2
+    error = capsys.readouterr().err
+    assert "--only 'fsdp,gpus': gpus is not a section" in error and "launch, fsdp, gpu" in error
+    assert ran == ["fsdp", "gpu"]
+
+
 def test_without_cuda_the_gpu_section_says_it_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainwreck.rundir.layout import iter_events
 from tests.harness.format_readers import assert_format_readers_agree
 from tests.invariants.readers import assert_readers_agree
 
@@ -40,3 +41,10 @@ def assert_valid(judged: Any, threatened: tuple[str, ...] = ()) -> None:
     assert judged.record.outcome == "completed"
     assert_readers_agree(judged.record.run_dir)  # the streaming checker judges the suite's runs as the reference does
     assert_format_readers_agree(judged.record.run_dir)  # and the report's forgiving reader sees what the checker saw
+
+
+def assert_ranks_shared_one_gpu(judged: Any) -> None:
+    """Every rank's `start` event says it ran on cuda:0 over gloo, and more than one rank did."""
+    starts = [e for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "start"]
+    assert {(e.get("device"), e.get("backend")) for e in starts} == {("cuda:0", "gloo")}, starts
+    assert len({e["rank"] for e in starts}) >= 2

@@ -15,8 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from trainwreck.harness.supervise.scenarios import SCENARIOS, Scenario, get_scenario
-from trainwreck.rundir.layout import iter_events
-from tests.scenarios.checks import assert_every_fault_fired, assert_valid
+from tests.scenarios.checks import assert_every_fault_fired, assert_ranks_shared_one_gpu, assert_valid
 
 NCCL = pytest.mark.trainwreck(backend="nccl")
 SHARED_GPU = pytest.mark.trainwreck(backend="gloo", device="cuda")
@@ -106,13 +105,6 @@ def test_two_ranks_sharing_one_gpu_resume_fp16_with_the_grad_scaler_state(run_sc
     assert_valid(judged, ("coverage", "continuity", "atomicity", "replicas"))
     assert judged.judgement.verdicts["continuity"].counts["restores_checked"] >= 1
     assert_ranks_shared_one_gpu(judged)
-
-
-def assert_ranks_shared_one_gpu(judged: Any) -> None:
-    """Every rank's `start` event says it ran on cuda:0 over gloo, and more than one rank did."""
-    starts = [e for e in iter_events(judged.record.run_dir, batches=False) if e["kind"] == "start"]
-    assert {(e.get("device"), e.get("backend")) for e in starts} == {("cuda:0", "gloo")}, starts
-    assert len({e["rank"] for e in starts}) >= 2
 
 
 @pytest.mark.gpu(devices=1)
