@@ -40,6 +40,11 @@ STEP_MATMUL = 4096
 milliseconds on a current GPU, so a step is a few hundred of them."""
 
 
+def _progress(text: str) -> None:
+    """A line on stderr as each part starts: a 1 GB part takes a minute on a slow disk."""
+    print(f"[benchmarks] gpu: {text}", file=sys.stderr, flush=True)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -88,8 +93,10 @@ def bench_device_size(megabytes: int, repeats: int, root: Path, device: torch.de
     torch.save(state, plain_path)
     rounds = max(repeats, 3)
     steady = store.keep_last + 1
+    _progress(f"{megabytes} MB on {device}: verified save against torch.save + fsync, {rounds} rounds")
     saves = _alternating({"verified_save_s": _on(device, verified_save), "plain_durable_save_s": _on(device, durable)},
                          rounds, {"verified_save_s": steady, "plain_durable_save_s": steady})
+    _progress(f"{megabytes} MB on {device}: verified load against torch.load")
     samples = _alternating_samples(
         {"verified_load_s": _on(device, verified_load),
          "plain_load_s": _on(device, lambda: torch.load(plain_path, map_location=device, weights_only=True))},
@@ -99,6 +106,7 @@ def bench_device_size(megabytes: int, repeats: int, root: Path, device: torch.de
         v / p for v, p in zip(samples["verified_load_s"], samples["plain_load_s"]))
     # The step must outlast the persist for the save to hide behind it: at least a synchronous save.
     step_s = max(0.05, saves["verified_save_s"])
+    _progress(f"{megabytes} MB on {device}: asynchronous save beside a {step_s:.2f} s step")
     stall = _async_stall(store, state, step, repeats, work=gpu_step(device, step_s))
     events.close()
     return {**saves, **loads, **stall, "training_step_s": step_s}
@@ -126,6 +134,7 @@ def bench_nccl_hang(hangs: int = 3, timeout_s: float = 1.0) -> dict[str, Any]:
     from trainwreck.benchmarks.scenarios import cpu_scenario, hang_latencies
     from trainwreck.trainer.config import backend_fields
 
+    _progress(f"nccl hang latency, {hangs} hang-detect runs at world size 1")
     base = cpu_scenario("hang-detect")
     plan = tuple({**fault, "rank": 0} for fault in base.plan)
     scenario = replace(base, plan=plan, world_sizes=(1,), config={**base.config, **backend_fields("nccl")})
