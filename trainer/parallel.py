@@ -101,8 +101,46 @@ def full_state_digest(cfg: TrainConfig, state: TrainState) -> str:
     only at equal world sizes, which is all the contract asks."""
     if cfg.parallelism == "ddp":
         return state_digest(state)
+    model_sd, optim_state = full_state(state, on_host=gathers_on_host(state))
+    return digest_of(sorted(model_sd.items()), optim_state)
+
+
+def gathers_on_host(state: TrainState) -> bool:
+    """Whether FSDP's full state must be gathered from host copies of the shards: CUDA shards
+    over gloo. torch's own full-state gather of them killed the rank with SIGSEGV (torch 2.11,
+    two ranks sharing an H200 over gloo, 2026-11-27); in torch's source gloo's coalesced
+    all-gather has no CUDA branch, where its plain all-gather copies through host memory."""
+    import torch.distributed as dist
+
+    device = next(state.model.parameters()).device
+    return device.type != "cpu" and dist.get_backend() == "gloo"
+
+
+def full_state(state: TrainState, on_host: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full model state dict and optimizer state, both keyed by FQN; gathered by torch
+    (full_state_dict) or, `on_host`, by all-gathering CPU copies of the shards over gloo."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    model_sd, optim_sd = get_state_dict(state.model, state.optimizer,
-                                        options=StateDictOptions(full_state_dict=True))
-    return digest_of(sorted(model_sd.items()), optim_sd.get("state", {}))
+    if not on_host:
+        model_sd, optim_sd = get_state_dict(state.model, state.optimizer,
+                                            options=StateDictOptions(full_state_dict=True))
+        return model_sd, optim_sd.get("state", {})
+    model_sd, optim_sd = get_state_dict(state.model, state.optimizer)  # sharded: DTensors, same keys
+    mesh = device_mesh(torch.device("cpu"))
+    return ({key: _full_on_host(value, mesh) for key, value in model_sd.items()},
+            {param: {key: _full_on_host(value, mesh) for key, value in entry.items()}
+             for param, entry in optim_sd.get("state", {}).items()})
+
+
+def _full_on_host(value: Any, mesh: Any) -> Any:
+    """A DTensor shard made whole on the CPU (a collective over `mesh`); anything else as it is."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch 2.4
+        from torch.distributed._tensor import DTensor  # type: ignore[no-redef]
+    if not isinstance(value, DTensor):
+        return value
+    local = value.to_local().detach().cpu()
+    on_cpu = DTensor.from_local(local, mesh, value.placements, run_check=False, shape=value.shape,
+                                stride=value.stride())
+    return on_cpu.full_tensor()
