@@ -53,6 +53,7 @@ TARGETS = {
     "hang_latency_max_s_16": ("<=", 1.2),  # timeout 1.0 s + 0.2 s
     "scenarios_per_min": (">=", 150),
     "cmd_warm_speedup": (">=", 5.0),  # issue 38: --cmd kill-and-resume, cold over forked-warm ranks
+    "gpu_async_stall_of_step_1gb": ("<=", 0.05),  # on a GPU host only; "n/a" elsewhere
 }
 
 
