@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -18,6 +19,7 @@ from trainwreck.harness.supervise.create_rundir import RunDirError, check_out_di
 from trainwreck.harness.judge.runner import MAX_INLINE_PLAN, reproduce_command
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.trainer.config import TrainConfig
+from tests.warm_cli import WarmCli
 
 HARNESS = [sys.executable, "-m", "trainwreck.harness.cli"]
 TRAINER = [sys.executable, "-m", "trainwreck.trainer"]
@@ -89,18 +91,37 @@ def hostile_tmp(tmp_path: Path) -> Path:
     return tmp_path
 
 
+FRESH = {"deep-plan-file", "deep-config-file"}
+"""Cases also run in a fresh interpreter, one per entry point: the interpreter's own start-up
+(`python -m`, the deep-nesting guard before any import) beside the forked runs."""
+
+
+@pytest.fixture(scope="session")
+def warm_cli() -> Iterator[WarmCli]:
+    cli = WarmCli()
+    try:
+        yield cli
+    finally:
+        cli.close()
+
+
 @pytest.mark.parametrize("case_id,argv,expected", CASES, ids=[c[0] for c in CASES])
 def test_hostile_input_exits_2_with_one_line_and_starts_nothing(
-        hostile_tmp: Path, case_id: str, argv: list[str], expected: str) -> None:
+        hostile_tmp: Path, warm_cli: WarmCli, case_id: str, argv: list[str], expected: str) -> None:
     cache = hostile_tmp / "golden-cache"
     argv = [a.replace("{tmp}", str(hostile_tmp)) for a in argv]
     env = dict(os.environ, TRAINWRECK_GOLDEN_CACHE=str(cache))
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=hostile_tmp)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr[-2000:]
-    assert expected.replace("{tmp}", str(hostile_tmp)) in lines[-1], lines
+    runs = [warm_cli.run(argv, hostile_tmp, env, hostile_tmp.parent / f"{hostile_tmp.name}.log")]
+    if case_id in FRESH:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=hostile_tmp)
+        assert not proc.stdout, proc.stdout[-2000:]
+        runs.append((proc.returncode, proc.stderr))
+    for code, output in runs:  # stdout and stderr together: the one line is all a user sees
+        assert code == 2, (code, output[-2000:])
+        assert "Traceback" not in output
+        lines = output.strip().splitlines()
+        assert len(lines) == 1, output[-2000:]
+        assert expected.replace("{tmp}", str(hostile_tmp)) in lines[-1], lines
     assert not cache.exists() or not any(cache.iterdir()), "a golden run was started"
     assert not (hostile_tmp / "o").exists(), "a run directory was written"
 
