@@ -96,8 +96,10 @@ FRESH = {"deep-plan-file", "deep-config-file"}
 (`python -m`, the deep-nesting guard before any import) beside the forked runs."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def warm_cli() -> Iterator[WarmCli]:
+    # Module scope: the server is gone when the module ends, before any other module's
+    # leftover-process checks look (tests/harness/conftest.py); the module runs on one worker.
     cli = WarmCli()
     try:
         yield cli
