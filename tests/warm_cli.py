@@ -3,17 +3,17 @@ command server, harness/launch/cmdserver.py) instead of a fresh interpreter each
 
 Each command is still a process of its own, with its own environment, working directory, exit
 code and output, run as `__main__` the way `python -m` runs it; only the imports (torch, the
-harness) are paid once per test session instead of once per command: about 3.5 s each on the
-2-core machine, 35 of them in the hostile-input table. stdout and stderr share one log.
+harness) are paid once per server instead of once per command: about 3.5 s each on the 2-core
+machine, 43 of them in the hostile-input table. stdout and stderr share one log. A command is
+waited for and, past its time, killed as the harness does a forked attempt (WarmAttempt).
 """
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from trainwreck.harness.cli import COMMANDS
-from trainwreck.harness.launch.launchers import ForkServer
+from trainwreck.harness.launch.launchers import ForkServer, WarmAttempt
 
 WARM = ("torch", "trainwreck.trainer.standalone", *(module for module, _ in COMMANDS.values()))
 """What the commands import, never the `-m` modules themselves: one already imported when runpy
@@ -31,13 +31,13 @@ class WarmCli:
                                      "envs": [env], "logs": [str(log)]}, ("started", "refused"))
         if reply["op"] == "refused":
             raise RuntimeError(f"the command server refused {argv[1:3]}: {reply['reason']}")
-        pid, deadline = reply["pids"][0], time.monotonic() + timeout_s
-        while pid not in self.server.exits:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.server.conn.poll(left):
-                raise TimeoutError(f"{argv[1:3]} still running after {timeout_s} s")
-            self.server._recv()
-        return self.server.exits.pop(pid), log.read_text(errors="replace")
+        attempt = WarmAttempt(self.server, 0, 1, reply["pids"], reply["pgid"])
+        code = attempt.reap(timeout_s).get(0)
+        if code is None:
+            attempt.kill()
+            attempt.reap(10)
+            raise TimeoutError(f"{argv[1:3]} still running after {timeout_s} s (killed)")
+        return code, log.read_text(errors="replace")
 
     def close(self) -> None:
         self.server.close()
