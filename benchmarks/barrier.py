@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import run_ranks
+from trainwreck.benchmarks.ranks import run_ranks
 
 RAISED = "raised"
 """The store key rank 0 sets once its monitored_barrier has returned or raised: the held-back rank may go."""
@@ -69,7 +69,7 @@ def _rank(rank: int, world: int, port: int, timeout_s: float, out: Path) -> None
 
 
 def measure(world: int, timeout_s: float) -> dict[str, Any]:
-    """One gloo job on 127.0.0.1, ranks as fresh interpreters (benchmarks/fsdp.py run_ranks); rank 0's figures."""
+    """One gloo job on 127.0.0.1, ranks forked warm (benchmarks/ranks.py); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.barrier", world, ["--timeout", str(timeout_s)], "monitored_barrier")
 
 

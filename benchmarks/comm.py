@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import SPEC, gloo_rank, run_ranks
+from trainwreck.benchmarks.fsdp import SPEC
+from trainwreck.benchmarks.ranks import gloo_rank, run_ranks
 from trainwreck.trainer.model import MLP
 
 SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -66,7 +67,7 @@ def _measure(world: int) -> dict[str, Any]:
 
 
 def measure(world: int) -> dict[str, Any]:
-    """One gloo job on 127.0.0.1, ranks as fresh interpreters (benchmarks/fsdp.py run_ranks); rank 0's figures."""
+    """One gloo job on 127.0.0.1, ranks forked warm (benchmarks/ranks.py); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.comm", world, [], "all-reduce")
 
 

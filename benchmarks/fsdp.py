@@ -23,19 +23,17 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from trainwreck.benchmarks.ranks import gloo_rank, run_ranks
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
 from trainwreck.trainer.parallel import build_state, wrap
@@ -106,52 +104,7 @@ def _train(rank: int, world: int, cfg: TrainConfig, steps: int) -> dict[str, Any
 
 def _rank(rank: int, world: int, port: int, parallelism: str, steps: int, out: Path) -> None:
     """One rank of a measuring job (run as `python -m trainwreck.benchmarks.fsdp --rank ...`)."""
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    result = _train(rank, world, replace(SPEC, parallelism=parallelism), steps)
-    if rank == 0:
-        out.write_text(json.dumps(result))
-    dist.barrier()  # every rank done before any tears the group down (a gloo peer aborted at exit without it)
-    dist.destroy_process_group()
-
-
-def gloo_rank(rank: int, world: int, port: int, out: Path, measure: Callable[[int], dict[str, Any]]) -> None:
-    """One rank of a `run_ranks` job: join the loopback store, run `measure(world)` on every rank,
-    rank 0 writes its figures to `out`, and every rank leaves the group together."""
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, None, is_master=False)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    result = measure(world)
-    if rank == 0:
-        out.write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, Any]:
-    """`python -m MODULE --rank R --world W --port P --out F ARGS` once per rank, a gloo job on
-    loopback; rank 0's figures (the JSON it writes to F). Every rank is reaped or killed.
-
-    Ranks are fresh interpreters, not forks: `python -m trainwreck.benchmarks` has run threaded
-    benchmarks (hashing pools, process groups) before this one, and a fork copies whatever lock
-    a thread held at that moment (the forked job once deadlocked there, idle). Plain
-    subprocesses, not multiprocessing's spawn, which leaves a resource-tracker process behind."""
-    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
-        out = Path(tmp) / "rank0.json"
-        procs = [subprocess.Popen([sys.executable, "-m", module, "--rank", str(r), "--world", str(world),
-                                   "--port", str(store.port), "--out", str(out), *args]) for r in range(world)]
-        try:
-            codes = [proc.wait(timeout=300) for proc in procs]
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if any(codes) or not out.exists():
-            raise RuntimeError(f"the {what} job at world {world} failed: exit codes {codes}")
-        return json.loads(out.read_text())
+    gloo_rank(rank, world, port, out, lambda w: _train(rank, w, replace(SPEC, parallelism=parallelism), steps))
 
 
 def measure(parallelism: str, world: int, steps: int) -> dict[str, Any]:

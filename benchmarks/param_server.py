@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import gloo_rank, run_ranks
+from trainwreck.benchmarks.ranks import gloo_rank, run_ranks
 from trainwreck.benchmarks.ring_tree import Sent, ring_allreduce
 
 GRAD_BYTES = 3 << 18
@@ -103,7 +103,7 @@ def _measure(world: int) -> dict[str, Any]:
 
 
 def measure() -> dict[str, Any]:
-    """One gloo job of a server and up to 4 workers on 127.0.0.1 (benchmarks/fsdp.py run_ranks)."""
+    """One gloo job of a server and up to 4 workers on 127.0.0.1 (benchmarks/ranks.py)."""
     return run_ranks("trainwreck.benchmarks.param_server", max(WORKERS) + 1, [], "parameter server")
 
 

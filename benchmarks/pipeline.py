@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import run_ranks
+from trainwreck.benchmarks.ranks import run_ranks
 
 WIDTH, LAYERS, ROWS = 256, 4, 1024
 """Each stage: 4 Linear(256, 256) + ReLU; a micro-batch is 1024 rows (a 1 MiB activation), so its forward
@@ -213,7 +213,7 @@ def _rank(rank: int, world: int, port: int, micro: list[int], repeats: int, out:
 
 
 def measure(stages: list[int], micro: list[int], repeats: int = REPEATS) -> dict[str, Any]:
-    """One gloo job per pipeline depth (benchmarks/fsdp.py run_ranks: fresh interpreters on 127.0.0.1)."""
+    """One gloo job per pipeline depth (benchmarks/ranks.py: forked warm, on 127.0.0.1)."""
     load = os.getloadavg()[0]
     started = time.perf_counter()
     runs = {f"p{p}": run_ranks("trainwreck.benchmarks.pipeline", p, ["--micro", ",".join(map(str, micro)),

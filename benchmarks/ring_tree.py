@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from trainwreck.benchmarks.fsdp import gloo_rank, run_ranks
+from trainwreck.benchmarks.ranks import gloo_rank, run_ranks
 
 SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 22)
 """fp32 messages of 1 KiB, 16 KiB, 256 KiB and 4 MiB: from latency-bound to bandwidth-bound on loopback."""
@@ -188,7 +188,7 @@ def _measure(world: int) -> dict[str, Any]:
 
 
 def measure(world: int = 4) -> dict[str, Any]:
-    """One gloo job on 127.0.0.1 (benchmarks/fsdp.py run_ranks); rank 0's figures."""
+    """One gloo job on 127.0.0.1 (benchmarks/ranks.py); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.ring_tree", world, [], "ring/tree all-reduce")
 
 

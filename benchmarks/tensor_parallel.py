@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainwreck.benchmarks.fsdp import run_ranks
+from trainwreck.benchmarks.ranks import run_ranks
 
 HIDDEN, FFN, BATCH, SEQ = 64, 256, 4, 8
 """Tiny and configured: 4 sequences of 8 tokens, hidden 64, ffn 4 × hidden (the transformer's usual ratio)."""
@@ -86,7 +86,7 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
 
 
 def measure(world: int = 2) -> dict[str, Any]:
-    """One gloo job on 127.0.0.1 (benchmarks/fsdp.py run_ranks); rank 0's figures."""
+    """One gloo job on 127.0.0.1 (benchmarks/ranks.py); rank 0's figures."""
     return run_ranks("trainwreck.benchmarks.tensor_parallel", world, [], "tensor-parallel MLP")
 
 

@@ -9,11 +9,10 @@ waited for and, past its time, killed as the harness does a forked attempt (Warm
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from trainwreck.harness.cli import COMMANDS
-from trainwreck.harness.launch.launchers import ForkServer, WarmAttempt
+from trainwreck.harness.launch.launchers import ForkServer, start_command
 
 WARM = ("torch", "trainwreck.trainer.standalone", *(module for module, _ in COMMANDS.values()))
 """What the commands import, never the `-m` modules themselves: one already imported when runpy
@@ -27,11 +26,9 @@ class WarmCli:
     def run(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path,
             timeout_s: float = 120) -> tuple[int, str]:
         """Exit code and output of `argv` (`[python, "-m", MODULE, ...]`) run in `cwd` with `env`."""
-        reply = self.server.request({"op": "start", "argv": [sys.executable, *argv[1:]], "cwd": str(cwd),
-                                     "envs": [env], "logs": [str(log)]}, ("started", "refused"))
-        if reply["op"] == "refused":
-            raise RuntimeError(f"the command server refused {argv[1:3]}: {reply['reason']}")
-        attempt = WarmAttempt(self.server, 0, 1, reply["pids"], reply["pgid"])
+        attempt = start_command(self.server, argv, cwd, env, log)
+        if isinstance(attempt, str):
+            raise RuntimeError(f"the command server refused {argv[1:3]}: {attempt}")
         code = attempt.reap(timeout_s).get(0)
         if code is None:
             attempt.kill()

@@ -27,7 +27,7 @@ from typing import Any
 
 from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, ServerSlot, WarmAttempt, \
-    attempt_marker, cmd_env
+    attempt_marker, cmd_env, start_command
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.launch.rank import WARM_MODULES
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
@@ -117,6 +117,28 @@ def shutdown_command_server() -> None:
     _servers.close()
 
 
+def serving(plan: WarmPlan) -> ForkServer | str:
+    """The command server for `plan`, ready to fork; or why it cannot be used."""
+    try:
+        server = command_server(plan)
+    except RuntimeError as exc:
+        return f"the command server did not start ({exc})"
+    if server.ready.get("threads", 1) > 1:
+        return (f"the command server runs {server.ready['threads']} threads after importing "
+                f"{', '.join(server.ready.get('imported', []))}: forking it is unsafe")
+    return server
+
+
+def fork_command(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
+                 modules: tuple[str, ...] = TORCH_MODULES) -> WarmAttempt | str:
+    """`argv` as one process forked from this process's command server, which imports `modules`
+    (never the `-m` module itself: runpy warns about one already imported), its output in `log`; or
+    why not, having run nothing of it: the caller then starts it cold."""
+    reason = unservable(argv, cwd, env)
+    server = serving(WarmPlan(modules, env)) if reason is None else reason
+    return server if isinstance(server, str) else start_command(server, argv, cwd, env, log)
+
+
 class WarmCmdLauncher:
     """Forks each rank of each attempt from the command server; starts cold (CmdLauncher) and
     says why when the command or the fork cannot be served."""
@@ -142,13 +164,9 @@ class WarmCmdLauncher:
 
     def fork(self, run_dir: Path, attempt: int, world_size: int, cwd: Path, env: dict[str, str]) -> Any:
         """The attempt's ranks forked from the server; or why they were not."""
-        try:
-            server = command_server(WarmPlan(warm_modules(self.command, cwd, env), env))
-        except RuntimeError as exc:
-            return f"the command server did not start ({exc})"
-        if server.ready.get("threads", 1) > 1:
-            return (f"the command server runs {server.ready['threads']} threads after importing "
-                    f"{', '.join(server.ready.get('imported', []))}: forking it is unsafe")
+        server = serving(WarmPlan(warm_modules(self.command, cwd, env), env))
+        if isinstance(server, str):
+            return server
         store = HarnessStore()
         try:
             rdzv = store.rendezvous(attempt)

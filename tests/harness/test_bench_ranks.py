@@ -1,0 +1,39 @@
+"""benchmarks/ranks.py: a benchmark job's ranks are forked from the warm command server, start cold
+(saying why) when it cannot serve them, and a failed job quotes each failed rank's log."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from trainwreck.benchmarks import ranks
+from trainwreck.harness.supervise.command import warm
+
+PROBE = "tests.harness.rank_probe"
+
+
+def test_a_jobs_ranks_are_forked_from_the_command_server_and_run_their_module_as_main() -> None:
+    result = ranks.run_ranks(PROBE, 2, [], "probe")
+    server = warm._servers.server
+    assert server is not None and server.alive()
+    assert [r["ppid"] for r in result["ranks"]] == [server.pid, server.pid]  # not this process: forked warm
+    assert len({r["pid"] for r in result["ranks"]}) == 2
+    assert all(r["main"].endswith(os.path.join("tests", "harness", "rank_probe.py")) for r in result["ranks"])
+    assert not [p for p in server.exits if p in {r["pid"] for r in result["ranks"]}]  # reaped and forgotten
+
+
+def test_ranks_the_server_cannot_serve_start_cold_and_say_why(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(ranks, "fork_command", lambda *a, **k: "the server is off for this test")
+    result = ranks.run_ranks(PROBE, 1, [], "probe")
+    assert [r["ppid"] for r in result["ranks"]] == [os.getpid()]  # a fresh interpreter of this process
+    assert "the probe ranks start cold (fresh interpreters): the server is off for this test" in capsys.readouterr().err
+
+
+def test_a_failed_job_names_each_failed_rank_with_the_end_of_its_log() -> None:
+    with pytest.raises(RuntimeError) as exc:
+        ranks.run_ranks(PROBE, 2, ["--fail"], "probe")
+    message = str(exc.value)
+    assert "the probe job at world 2 failed: exit codes [3, 3]" in message
+    assert "--- rank 0 (exit 3):\nrank 0 refuses to start" in message
+    assert "--- rank 1 (exit 3):\nrank 1 refuses to start" in message
