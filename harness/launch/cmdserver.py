@@ -28,7 +28,8 @@ environment in /proc, so only its parent link (not the attempt's environment mar
 
 Protocol (as the fork server's, over the socket the harness passes):
 
-    harness -> server  {"op": "start", "argv": [...], "cwd", "envs": [{...} per rank], "logs": [...]}
+    harness -> server  {"op": "start", "argv": [...], "cwd", "envs": [{...} per rank], "logs": [...],
+                        "errs": [...] (optional: stderr apart from the log, per rank)}
     server -> harness  {"op": "ready", "pid", "import_s", "imported": [...], "threads"}
                        {"op": "started", "pids", "pgid"}  every rank prepared and running
                        {"op": "refused", "reason"}        no rank ran; start the attempt cold
@@ -64,19 +65,20 @@ REFUSED_CODE = 97
 
 class CmdServer(Server):
     def on_start(self, msg: dict[str, Any]) -> None:
-        self.start_command(msg["argv"], msg["cwd"], msg["envs"], msg["logs"])
+        self.start_command(msg["argv"], msg["cwd"], msg["envs"], msg["logs"], msg.get("errs"))
 
-    def start_command(self, argv: list[str], cwd: str, envs: list[dict[str, str]], logs: list[str]) -> None:
+    def start_command(self, argv: list[str], cwd: str, envs: list[dict[str, str]], logs: list[str],
+                      errs: list[str | None] | None = None) -> None:
         status_r, status_w = os.pipe()
         gate_r, gate_w = os.pipe()
 
-        def body(env: dict[str, str], log: str, pgid: int) -> None:
+        def body(env: dict[str, str], log: str, err: str | None, pgid: int) -> None:
             os.close(status_r)
             os.close(gate_w)
-            self.command_child(argv, cwd, env, log, pgid, status_w, gate_r)  # never returns
+            self.command_child(argv, cwd, env, log, err, pgid, status_w, gate_r)  # never returns
 
-        pids, pgid = self.fork_attempt([lambda pgid, env=env, log=log: body(env, log, pgid)
-                                        for env, log in zip(envs, logs)])
+        pids, pgid = self.fork_attempt([lambda pgid, env=env, log=log, err=err: body(env, log, err, pgid)
+                                        for env, log, err in zip(envs, logs, errs or [None] * len(logs))])
         os.close(status_w)
         os.close(gate_r)
         reason = self.await_prepared(status_r, len(pids))
@@ -110,10 +112,10 @@ class CmdServer(Server):
                 return line
         return None
 
-    def command_child(self, argv: list[str], cwd: str, env: dict[str, str], log: str, pgid: int,
+    def command_child(self, argv: list[str], cwd: str, env: dict[str, str], log: str, err: str | None, pgid: int,
                       status_w: int, gate_r: int) -> None:
         try:
-            server = self.leave_server(pgid, log)
+            server = self.leave_server(pgid, log, err)
             signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
             set_parent_death_signal(server)
             main, code, sys_argv = prepare(argv, cwd, env)

@@ -101,9 +101,10 @@ class Server:
             pids.append(pid)
         return pids, pgid
 
-    def leave_server(self, pgid: int, log: str) -> int:
+    def leave_server(self, pgid: int, log: str, err: str | None = None) -> int:
         """A forked child's first steps: join the attempt's group, drop the server's signal
-        handling, socket and pipes, write to the rank's log. Returns the server's pid."""
+        handling, socket and pipes, write to the rank's log (stderr to `err`, when given).
+        Returns the server's pid."""
         try:
             os.setpgid(0, pgid)  # pgid 0: the first rank leads the attempt's group
         except OSError:
@@ -115,10 +116,12 @@ class Server:
         self.conn.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        for path, targets in ((log, (1,) if err else (1, 2)), (err, (2,))):
+            if path:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                for target in targets:
+                    os.dup2(fd, target)
+                os.close(fd)
         return server
 
     def child(self, ctx_json: str, pgid: int, log: str) -> None:

@@ -228,12 +228,14 @@ class WarmAttempt:
         return codes
 
 
-def start_command(server: ForkServer, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmAttempt | str:
+def start_command(server: ForkServer, argv: list[str], cwd: Path, env: dict[str, str], log: Path,
+                  err: Path | None = None) -> WarmAttempt | str:
     """`argv` (`python -m MODULE ...` or `python SCRIPT ...`) as one process forked from a command
-    server (harness/launch/cmdserver.py) in its own process group, its output in `log`; or, when
-    the server refused it (it could not prepare, so nothing of it ran), why."""
+    server (harness/launch/cmdserver.py) in its own process group, its output in `log` (its stderr
+    in `err`, when given); or, when the server refused it (it could not prepare, so nothing of it
+    ran), why."""
     msg = server.request({"op": "start", "argv": [sys.executable, *argv[1:]], "cwd": str(cwd), "envs": [env],
-                          "logs": [str(log)]}, ("started", "refused"))
+                          "logs": [str(log)], "errs": [str(err) if err else None]}, ("started", "refused"))
     if msg["op"] == "refused":
         return f"it could not prepare in the fork ({msg['reason']})"
     return WarmAttempt(server, 0, 1, msg["pids"], msg["pgid"])

@@ -20,12 +20,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from trainwreck.harness.suites.defects import RESUME_MID_EPOCH, Row, get_defect, judge_row, run_defect
-from trainwreck.harness.launch.procs import signal_group
+from trainwreck.harness.launch.procs import child_env, signal_group
+from trainwreck.harness.supervise.command.warm import TORCH_MODULES, fork_command
 from trainwreck.report.angles import MTBF_ASSUMED_S
 from trainwreck.report.casebook import load_case
 from trainwreck.report.chapters import ASYNC_QUESTION, CHAPTERS
@@ -161,7 +163,11 @@ MEASURE_WORLD, MEASURE_STEPS = 2, 6
 BARRIER_WORLD = 3
 """Three ranks, so the rank monitored_barrier names is not merely "the other one"."""
 MEASURE_TIMEOUT_S = 300.0
-"""The benchmark job normally takes about 10 s here (three fresh interpreters importing torch)."""
+"""The benchmark job normally takes about 10 s here."""
+MEASURE_MODULES = (*TORCH_MODULES, "torch.distributed.fsdp", "torch.distributed.tensor", "trainwreck.trainer.parallel",
+                   "trainwreck.trainer.data", "trainwreck.trainer.sampler")
+"""What the command server imports before it forks a benchmark job: torch, FSDP's modules and the
+trainer's pieces the jobs build on (never a job's own module: runpy warns about one already imported)."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,44 @@ def measure_command(name: str, run_dir: Path | None = None) -> list[str]:
     return [part.replace("{run_dir}", where) for part in MEASURES[name].argv]
 
 
+def run_benchmark_job(command: list[str]) -> tuple[int | None, str, str]:
+    """Run a benchmark job (`python -m MODULE ...`): its exit code (None: killed past
+    MEASURE_TIMEOUT_S), stdout and stderr. Forked from the command server, which has imported
+    MEASURE_MODULES, rather than a fresh interpreter paying for them again; cold when the server
+    cannot serve it, saying why. A timeout or Ctrl-C kills the job's process group, and its ranks
+    with it (their parent-death signals)."""
+    with tempfile.TemporaryDirectory(prefix="trainwreck-measure-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        job = fork_command([sys.executable, *command[1:]], Path.cwd(), child_env(), out, MEASURE_MODULES, err)
+        if isinstance(job, str):
+            print(f"trainwreck handbook: {shlex.join(command)} starts cold (a fresh interpreter): {job}",
+                  file=sys.stderr, flush=True)
+            return _run_cold(command)
+        code = None
+        try:
+            code = job.reap(MEASURE_TIMEOUT_S).get(0)
+        finally:
+            if code is None:
+                job.kill()
+                job.reap(10)
+        return code, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+
+def _run_cold(command: list[str]) -> tuple[int | None, str, str]:
+    # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
+    proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=child_env())
+    try:
+        out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, "", f"killed after {MEASURE_TIMEOUT_S:g} s"
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, err
+
+
 def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
     """Run the benchmark job into the measurement directory RUN_DIR (its measurement.json: the job's JSON,
     with bytes per parameter where it counts bytes, rank 0's parameters, gradients and AdamW state after a
@@ -242,18 +286,10 @@ def run_measurement(name: str, run_dir: Path) -> dict[str, Any]:
         write_measurement(run_dir, {"command": shlex.join(command), "measure": name,
                                     "skipped": f"{missing} is not installed (pip install 'trainwreck[{missing}]')"})
         return read_measurement(run_dir)
-    # Its own session: on a timeout or Ctrl-C the whole group (the benchmark and its ranks) is killed.
-    proc = subprocess.Popen([sys.executable, *command[1:]], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=MEASURE_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-    if proc.returncode:
+    code, out, err = run_benchmark_job(command)
+    if code != 0:
         last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"{shlex.join(command)} exited {proc.returncode}: {last}")
+        raise RuntimeError(f"{shlex.join(command)} exited {code}: {last}")
     result = json.loads(out)
     if isinstance(result, list):  # one row per compared variant (restart_compare: one per restart scope)
         result = {"rows": {str(row["scope"]): row for row in result}}

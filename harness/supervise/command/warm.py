@@ -130,13 +130,13 @@ def serving(plan: WarmPlan) -> ForkServer | str:
 
 
 def fork_command(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
-                 modules: tuple[str, ...] = TORCH_MODULES) -> WarmAttempt | str:
+                 modules: tuple[str, ...] = TORCH_MODULES, err: Path | None = None) -> WarmAttempt | str:
     """`argv` as one process forked from this process's command server, which imports `modules`
-    (never the `-m` module itself: runpy warns about one already imported), its output in `log`; or
-    why not, having run nothing of it: the caller then starts it cold."""
+    (never the `-m` module itself: runpy warns about one already imported), its output in `log`
+    (stderr in `err`, when given); or why not, having run nothing of it: the caller then starts it cold."""
     reason = unservable(argv, cwd, env)
     server = serving(WarmPlan(modules, env)) if reason is None else reason
-    return server if isinstance(server, str) else start_command(server, argv, cwd, env, log)
+    return server if isinstance(server, str) else start_command(server, argv, cwd, env, log, err)
 
 
 class WarmCmdLauncher:
