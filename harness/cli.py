@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 # Only this before `main` runs: the rest is imported inside it (the checkers' package alone takes
 # most of a second on a loaded machine), where a Ctrl-C meanwhile becomes the one line.
+from trainwreck.rundir.arguments import end_without_collecting  # stdlib
 from trainwreck.harness.supervise.interrupts import Received, Terminated, deferred, interrupt_of, stop_on_signals  # stdlib
 
 # Subcommand → (module, one-line help). Modules are imported only when their command
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 def main(argv: list[str] | None = None) -> int:
+    end_without_collecting()
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout, sys.stdout = sys.stdout, ReaderMayLeave(sys.stdout)  # `... | head -1`: the exit code still says the verdict
     # From the first moment: a Ctrl-C or SIGTERM while torch imports stops the command with one line.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
-from trainwreck.rundir.arguments import OneLineParser, load_json_arg
+from trainwreck.rundir.arguments import OneLineParser, end_without_collecting, load_json_arg
 from trainwreck.rundir.errors import InputError
 from trainwreck.trainer.config import ConfigError, TrainConfig, parse_set_items
 from trainwreck.rundir.files import describe, is_environment_failure
@@ -49,6 +49,7 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    end_without_collecting()
     args = parse_args(argv)
     try:
         cfg = build_config(args)

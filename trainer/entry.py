@@ -5,6 +5,7 @@ Trainers are listed here explicitly, the reference and its planted defects, so t
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 
 import torch
@@ -38,6 +39,10 @@ def run_rank(ctx: RankContext, cfg: TrainConfig, hooks: Hooks | None = None) -> 
     if device.type == "cpu":
         torch.set_num_threads(1)  # every rank shares the same few cores
     hooks = hooks or NoHooks()
+    # An optimizer's constructor imports torch._dynamo lazily (2.5 s here): paid before the probe's
+    # first publish, so it never counts as a hang. Here, not at module level, where every process
+    # that merely imports the trainer (the harness's CLI) paid it too; a fork server holds it already.
+    importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: that makes `torch` local here
     probe = Probe(ctx.run_dir, ctx.rank, ctx.world_size, ctx.attempt, hooks)
     try:
         probe.start(device=str(device), backend=backend)

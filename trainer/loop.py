@@ -12,7 +12,6 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401  DDP imports it lazily (~2 s); a warm parent pays it once for all forks
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable
 
 from trainwreck.harness.launch.procs import set_parent_death_signal
 from trainwreck.trainer.launch import RankContext
+from trainwreck.rundir.arguments import end_without_collecting
 from trainwreck.rundir.layout import RunDir, read_run_json
 
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="exit at once if this is no longer our parent (set by the harness)")
     args = parser.parse_args(argv)
+    end_without_collecting()
     set_parent_death_signal(args.parent_pid)
     if args.ctx:
         ctx = ctx_from_json(args.ctx)

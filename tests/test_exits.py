@@ -1,0 +1,29 @@
+"""Our command lines end without the interpreter's final collections walking torch's objects
+(rundir/arguments.py `end_without_collecting`), and merely importing the trainer, as the harness's
+command line does, no longer imports torch._dynamo."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Registered before the entry point runs, so it runs after the entry point's own exit handler.
+OBSERVE = "import atexit, gc; atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0)); "
+
+
+@pytest.mark.parametrize("call", [
+    "from trainwreck.harness.cli import main; main(['scenarios'])",
+    "from trainwreck.trainer.__main__ import main; main(['--run-dir', '/nonexistent/x', '--total-steps', '0'])",
+    "from trainwreck.harness.launch.rank import main\ntry: main([])\nexcept SystemExit: pass",
+], ids=["trainwreck", "python -m trainwreck.trainer", "python -m trainwreck.harness.launch.rank"])
+def test_each_command_line_freezes_the_heap_after_every_other_exit_handler(call: str) -> None:
+    done = subprocess.run([sys.executable, "-c", OBSERVE + call], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "frozen at exit: True", done.stdout + done.stderr
+
+
+def test_a_process_that_only_imports_the_trainer_does_not_import_torch_dynamo() -> None:
+    code = ("import sys, trainwreck.trainer.entry, trainwreck.harness.supervise.supervisor; "
+            "print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
