@@ -27,13 +27,11 @@ import torch
 import torch.distributed as dist
 
 from trainwreck.harness.launch.procs import child_env
-from trainwreck.harness.supervise.command.warm import TORCH_MODULES, fork_command
+from trainwreck.harness.supervise.command.warm import BENCHMARK_MODULES, fork_command
 
-RANK_MODULES = (*TORCH_MODULES, "torch.distributed.fsdp", "torch.distributed.tensor", "trainwreck.trainer.parallel",
-                "trainwreck.trainer.data", "trainwreck.trainer.sampler", "trainwreck.benchmarks.ranks")
-"""What the server imports for every job: torch, FSDP's modules and the trainer's pieces the
-benchmarks build on. Never a benchmark's own module: runpy warns when the `-m` module is already
-imported."""
+RANK_MODULES = (*BENCHMARK_MODULES, "trainwreck.benchmarks.ranks")
+"""What the server imports for every job (harness/supervise/command/warm.py BENCHMARK_MODULES) and
+this module, which every rank's module imports."""
 JOB_TIMEOUT_S = 300.0
 """How long one job's ranks may take, all together, before they are killed."""
 

@@ -18,10 +18,16 @@ from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.model import MLP
 from trainwreck.trainer.state import TrainState, digest_of, lr_factor, state_digest
 
-try:
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-except ImportError:  # torch 2.4/2.5 ship FSDP2 under its composable name
-    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
+
+def fsdp2() -> tuple[Any, Any]:
+    """FSDP2's (MixedPrecisionPolicy, fully_shard), imported when first sharding: FSDP's and DCP's
+    DTensor machinery is 1.5 s of imports here, which a process that never shards (the harness's
+    CLI imports the trainer) need not pay; the fork server imports them once (harness/launch/rank.py)."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch 2.4/2.5 ship FSDP2 under its composable name
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore[no-redef]
+    return MixedPrecisionPolicy, fully_shard
 
 
 def build_state(cfg: TrainConfig, device: torch.device, grad_scaler: bool, amp: torch.dtype | None,
@@ -48,9 +54,10 @@ def shard_model(model: MLP, device: torch.device, amp: torch.dtype | None) -> No
     The mesh is built for `device`, never left to fully_shard: its default takes the host's
     accelerator, so on a GPU host a CPU job's shards moved to CUDA and every rank set the
     device LOCAL_RANK (rank 1 of two on one GPU: an invalid device ordinal)."""
+    precision, fully_shard = fsdp2()
     kwargs: dict[str, Any] = {"mesh": device_mesh(device)}
     if device.type == "cuda" and amp == torch.bfloat16:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = precision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in [*model.hidden, model.head]:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
 
 from trainwreck.trainer import checksum
 from trainwreck.trainer import hooks as fp
@@ -132,11 +130,21 @@ def save_sharded(trainer: Trainer, step: int) -> None:
     t._last_save_seconds = time.perf_counter() - started
 
 
+def _dcp() -> tuple[Any, Any, Any, Any]:
+    """DCP and its state-dict helpers, imported on first use (with FSDP's, 1.5 s of DTensor imports
+    that a process which never writes shards need not pay: trainer/parallel.py fsdp2)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+
+    return dcp, get_state_dict, set_model_state_dict, set_state_dict
+
+
 def write_shards(state: TrainState, storage: Storage, root: Path, directory: str) -> None:
     """This rank's shards of the model and optimizer into `directory` (relative to the
     store's `root`), every file through the store's Storage (storage_fs): storage faults,
     crash points and the sweep's recorder see each shard and DCP's ``.metadata`` commit.
     Each file is durable (fsynced by the Storage) when its write returns."""
+    dcp, get_state_dict, _, _ = _dcp()
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
     writer = dcp.FileSystemWriter(str(root / directory), sync_files=False)  # the Storage fsyncs, not DCP
     writer.fs = storage_fs(storage, root, sync_files=True)
@@ -167,6 +175,7 @@ def load_shards(state: TrainState, storage: Storage, root: Path, directory: str,
     DCP maps every saved shard by FQN and global offset onto the local shards, so 4 ranks'
     files load on 2 or 3. `optimizer=False` leaves AdamW's moments fresh (only a planted
     defect asks for that)."""
+    dcp, get_state_dict, set_model_state_dict, set_state_dict = _dcp()
     model_sd, optim_sd = get_state_dict(state.model, state.optimizer)
     loaded = {"model": model_sd, **({"optim": optim_sd} if optimizer else {})}
     reader = dcp.FileSystemReader(str(root / directory))

@@ -29,6 +29,13 @@ _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the pr
 # memory, and by a fresh rank before it publishes progress, so imports never count
 # against the hang budget. The DDP constructor
 # and the first step import more lazily; those found by measuring are listed too.
+SHARDING_MODULES = (
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+)
+"""FSDP's and DCP's modules (1.5 s of DTensor imports here): the trainer imports them when it first
+shards or writes shards (trainer/parallel.py fsdp2, trainer/sharded.py), so the server holds them."""
 WARM_MODULES = (
     "torch",
     "torch.distributed",
@@ -45,6 +52,7 @@ WARM_MODULES = (
     "torch._dynamo",
     "torch.utils.serialization",  # torch.save in the first checkpoint
     "torch.profiler._cupti_monitor",  # record_function (DDP's forward) imports it on first use
+    *SHARDING_MODULES,
     "trainwreck.trainer.config",
     "trainwreck.rundir.events",
     "trainwreck.trainer.progress",

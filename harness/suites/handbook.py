@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from trainwreck.harness.suites.defects import RESUME_MID_EPOCH, Row, get_defect, judge_row, run_defect
 from trainwreck.harness.launch.procs import child_env, signal_group
-from trainwreck.harness.supervise.command.warm import TORCH_MODULES, fork_command
+from trainwreck.harness.supervise.command.warm import BENCHMARK_MODULES, fork_command
 from trainwreck.report.angles import MTBF_ASSUMED_S
 from trainwreck.report.casebook import load_case
 from trainwreck.report.chapters import ASYNC_QUESTION, CHAPTERS
@@ -164,10 +164,6 @@ BARRIER_WORLD = 3
 """Three ranks, so the rank monitored_barrier names is not merely "the other one"."""
 MEASURE_TIMEOUT_S = 300.0
 """The benchmark job normally takes about 10 s here."""
-MEASURE_MODULES = (*TORCH_MODULES, "torch.distributed.fsdp", "torch.distributed.tensor", "trainwreck.trainer.parallel",
-                   "trainwreck.trainer.data", "trainwreck.trainer.sampler")
-"""What the command server imports before it forks a benchmark job: torch, FSDP's modules and the
-trainer's pieces the jobs build on (never a job's own module: runpy warns about one already imported)."""
 
 
 @dataclass(frozen=True)
@@ -238,12 +234,12 @@ def measure_command(name: str, run_dir: Path | None = None) -> list[str]:
 def run_benchmark_job(command: list[str]) -> tuple[int | None, str, str]:
     """Run a benchmark job (`python -m MODULE ...`): its exit code (None: killed past
     MEASURE_TIMEOUT_S), stdout and stderr. Forked from the command server, which has imported
-    MEASURE_MODULES, rather than a fresh interpreter paying for them again; cold when the server
+    BENCHMARK_MODULES, rather than a fresh interpreter paying for them again; cold when the server
     cannot serve it, saying why. A timeout or Ctrl-C kills the job's process group, and its ranks
     with it (their parent-death signals)."""
     with tempfile.TemporaryDirectory(prefix="trainwreck-measure-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        job = fork_command([sys.executable, *command[1:]], Path.cwd(), child_env(), out, MEASURE_MODULES, err)
+        job = fork_command([sys.executable, *command[1:]], Path.cwd(), child_env(), out, BENCHMARK_MODULES, err)
         if isinstance(job, str):
             print(f"trainwreck handbook: {shlex.join(command)} starts cold (a fresh interpreter): {job}",
                   file=sys.stderr, flush=True)

@@ -29,7 +29,7 @@ from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, ServerSlot, WarmAttempt, \
     attempt_marker, cmd_env, start_command
 from trainwreck.harness.launch.procs import child_env
-from trainwreck.harness.launch.rank import WARM_MODULES
+from trainwreck.harness.launch.rank import SHARDING_MODULES, WARM_MODULES
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.harness.supervise.command.golden_key import command_sources
 from trainwreck.rundir.layout import RunDir
@@ -37,8 +37,14 @@ from trainwreck.rundir.layout import RunDir
 WARM_ROOTS = ("torch", "transformers", "lightning", "pytorch_lightning", "accelerate", "trainwreck", "numpy")
 """Installed packages whose modules the server imports when the command's files import them
 (never the user's own modules: importing those could run their code in the server)."""
-TORCH_MODULES = tuple(m for m in WARM_MODULES if m == "torch" or m.startswith("torch."))
-"""What every command's server imports: the reference fork server's torch modules (rank.py)."""
+TORCH_MODULES = tuple(m for m in WARM_MODULES if (m == "torch" or m.startswith("torch.")) and m not in SHARDING_MODULES)
+"""What every command's server imports: the reference fork server's torch modules (rank.py) but FSDP's
+and DCP's, which a script that imports them gets warmed as any other import."""
+BENCHMARK_MODULES = (*TORCH_MODULES, *SHARDING_MODULES, "trainwreck.trainer.parallel", "trainwreck.trainer.data",
+                     "trainwreck.trainer.sampler")
+"""What the server imports for the benchmarks' jobs and ranks (benchmarks/ranks.py, the handbook's
+measurements): torch, FSDP's modules and the trainer's pieces the jobs build on. Never a job's own
+module: runpy warns when the `-m` module is already imported."""
 
 VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 """Variables that change between jobs of one harness process but no import reads (pytest names the
