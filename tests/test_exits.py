@@ -36,3 +36,11 @@ def test_a_process_that_only_imports_the_trainer_imports_neither_dynamo_nor_fsdp
 def test_the_fork_server_still_holds_what_the_trainer_imports_lazily() -> None:
     from trainwreck.harness.launch.rank import WARM_MODULES
     assert set(LAZY) - {"torch.distributed.tensor"} <= set(WARM_MODULES)  # fsdp imports the tensor package
+
+
+def test_a_usage_error_of_the_standalone_trainer_never_imports_torch() -> None:
+    code = ("import sys\nfrom trainwreck.trainer.__main__ import main\n"
+            "code = main(['--run-dir', '/nonexistent/run', '--tiny', '--set', 'keep_last=1'])\n"
+            "print(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "2 False", done.stdout + done.stderr

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
 from trainwreck.rundir.arguments import OneLineParser, end_without_collecting, load_json_arg
 from trainwreck.rundir.errors import InputError
 from trainwreck.trainer.config import ConfigError, TrainConfig, parse_set_items
@@ -60,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunDirError, OSError) as exc:
         print(f"trainwreck.trainer: error: {exc}", file=sys.stderr)
         return 2
-    from trainwreck.trainer.entry import run_rank  # after validation: a bad flag should not pay torch's import
+    # After validation: a bad flag should not pay torch's import (tests/trainer/test_standalone.py).
+    from trainwreck.trainer.checkpoint import IncompatibleCheckpoint
+    from trainwreck.trainer.entry import run_rank
 
     try:
         run_rank(ctx, cfg)

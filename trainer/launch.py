@@ -7,12 +7,14 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from trainwreck.trainer.config import ConfigError
 from trainwreck.rundir.layout import launcher_identity, standalone_attempt
+
+if TYPE_CHECKING:  # torch is imported where a process group or a device is made: a usage error never pays for it
+    import torch
+    import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class RankContext:
 
 
 def init_process_group(ctx: RankContext, backend: str) -> None:
+    import torch.distributed as dist
+
     timeout = timedelta(seconds=ctx.pg_timeout_s)
     if ctx.store_host is None:
         if ctx.world_size == 1 and not _multi_host_asked():
@@ -129,6 +133,8 @@ def _hosts_env_store(ctx: RankContext) -> bool:
 
 
 def _env_store(ctx: RankContext, timeout: timedelta) -> dist.Store:
+    import torch.distributed as dist
+
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     host = "127.0.0.1" if host == "localhost" else host
     if ctx.rank == 0:
@@ -160,6 +166,8 @@ def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: 
     libuv backend refuse the descriptor, the classic backend (``use_libuv=False``), which
     has honoured ``master_listen_fd`` since it was added, takes a freshly bound socket.
     """
+    import torch.distributed as dist
+
     last: Exception | None = None
     for use_libuv in (True, False):
         sock = _bound_socket(host, port)
@@ -177,6 +185,8 @@ def loopback_store(port: int, world_size: int | None, timeout: timedelta, host: 
 
 def cuda_count() -> int:
     """Visible CUDA devices (0 without CUDA)."""
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -185,6 +195,8 @@ def pick_device(device: str, local_rank: int, local_world_size: int = 1) -> torc
     for every rank on this host (ranks split between GPU and CPU would disagree); 'cuda' with
     fewer GPUs than ranks shares them, rank r on device r mod n, which gloo runs and nccl refuses
     (check_nccl_devices). Sharing is how a one-GPU machine exercises multi-rank CUDA state."""
+    import torch
+
     gpus = cuda_count()
     if device == "cpu" or (device == "auto" and gpus < local_world_size):
         return torch.device("cpu")
