@@ -60,7 +60,7 @@ def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, 
 def _forked(argvs: list[list[str]], logs: list[Path]) -> list[int | None] | str:
     """Each rank forked from the command server, then reaped (killed past JOB_TIMEOUT_S); the exit
     codes (None: killed or lost). Why not, having left nothing running, when one could not fork."""
-    env, ranks = child_env(), []  # one OpenMP thread: numpy's BLAS pool would make the server unforkable
+    env, ranks, codes = child_env(), [], []  # one OpenMP thread: numpy's BLAS pool would make the server unforkable
     try:
         for argv, log in zip(argvs, logs):
             rank = fork_command(argv, Path.cwd(), env, log, RANK_MODULES)
@@ -68,13 +68,12 @@ def _forked(argvs: list[list[str]], logs: list[Path]) -> list[int | None] | str:
                 return rank
             ranks.append(rank)
         deadline = time.monotonic() + JOB_TIMEOUT_S
-        codes = [rank.reap(max(0.0, deadline - time.monotonic())).get(0) for rank in ranks]
-        ranks = [rank for rank, code in zip(ranks, codes) if code is None]  # what may still run
+        for rank in ranks:
+            codes.append(rank.finish(max(0.0, deadline - time.monotonic())))
         return codes
     finally:
-        for rank in ranks:
-            rank.kill()
-            rank.reap(10)
+        for rank in ranks[len(codes):]:  # not waited for (a refused fork, an interrupt): killed unless ended
+            rank.finish(0)
 
 
 def _cold(argvs: list[list[str]], logs: list[Path]) -> list[int | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import gc
 import json
 from typing import Any, Callable, NoReturn
@@ -27,9 +28,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {self.shorten(message)}; see {self.prog} --help\n")
 
 
-_ENDING = []
-
-
+@functools.cache  # once per process
 def end_without_collecting() -> None:
     """At this process's exit, after every other exit handler, move every live object out of the
     collector's reach (gc.freeze), so that the interpreter's final collections skip them.
@@ -39,8 +38,7 @@ def end_without_collecting() -> None:
     machine). Reference counting still frees and closes everything it did before; only cyclic
     garbage left at exit goes unfinalized, which the interpreter never promised to finalize.
     Registered first (once per process), so it runs last: exit handlers run newest first."""
-    if not _ENDING:
-        _ENDING.append(atexit.register(gc.freeze))
+    atexit.register(gc.freeze)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -29,10 +29,8 @@ class WarmCli:
         attempt = start_command(self.server, argv, cwd, env, log)
         if isinstance(attempt, str):
             raise RuntimeError(f"the command server refused {argv[1:3]}: {attempt}")
-        code = attempt.reap(timeout_s).get(0)
+        code = attempt.finish(timeout_s)
         if code is None:
-            attempt.kill()
-            attempt.reap(10)
             raise TimeoutError(f"{argv[1:3]} still running after {timeout_s} s (killed)")
         return code, log.read_text(errors="replace")
 

@@ -227,6 +227,18 @@ class WarmAttempt:
             self.server.exits.pop(pid, None)  # pids get reused; forget them once reported
         return codes
 
+    def finish(self, timeout_s: float) -> int | None:
+        """The exit code of a one-process attempt (start_command's) once it ends. Past `timeout_s`,
+        or when the wait is interrupted, it is killed and reaped instead, and the code is None."""
+        code = None
+        try:
+            code = self.reap(timeout_s).get(0)
+        finally:
+            if code is None:
+                self.kill()
+                self.reap(10)
+        return code
+
 
 def start_command(server: ForkServer, argv: list[str], cwd: Path, env: dict[str, str], log: Path,
                   err: Path | None = None) -> WarmAttempt | str:

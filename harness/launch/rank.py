@@ -25,10 +25,6 @@ from trainwreck.rundir.layout import RunDir, read_run_json
 _keep_alive: list[IO[str]] = []  # faulthandler writes to this file until the process dies
 
 
-# Imported by the fork server before any fork, so forked ranks start with them in
-# memory, and by a fresh rank before it publishes progress, so imports never count
-# against the hang budget. The DDP constructor
-# and the first step import more lazily; those found by measuring are listed too.
 SHARDING_MODULES = (
     "torch.distributed.fsdp",
     "torch.distributed.checkpoint",
@@ -36,6 +32,11 @@ SHARDING_MODULES = (
 )
 """FSDP's and DCP's modules (1.5 s of DTensor imports here): the trainer imports them when it first
 shards or writes shards (trainer/parallel.py fsdp2, trainer/sharded.py), so the server holds them."""
+
+# Imported by the fork server before any fork, so forked ranks start with them in
+# memory, and by a fresh rank before it publishes progress, so imports never count
+# against the hang budget. The DDP constructor
+# and the first step import more lazily; those found by measuring are listed too.
 WARM_MODULES = (
     "torch",
     "torch.distributed",

@@ -244,13 +244,7 @@ def run_benchmark_job(command: list[str]) -> tuple[int | None, str, str]:
             print(f"trainwreck handbook: {shlex.join(command)} starts cold (a fresh interpreter): {job}",
                   file=sys.stderr, flush=True)
             return _run_cold(command)
-        code = None
-        try:
-            code = job.reap(MEASURE_TIMEOUT_S).get(0)
-        finally:
-            if code is None:
-                job.kill()
-                job.reap(10)
+        code = job.finish(MEASURE_TIMEOUT_S)
         return code, out.read_text(errors="replace"), err.read_text(errors="replace")
 
 
