@@ -22,6 +22,7 @@ the same input the same way. A big run's files are parsed by forked workers
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import json.scanner
@@ -35,7 +36,7 @@ from bisect import bisect_left
 from collections import deque
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import attrgetter, is_, itemgetter, not_
-from typing import Annotated, Any, BinaryIO, Iterable, Iterator, Sequence, Union
+from typing import Annotated, Any, BinaryIO, Iterable, Iterator, Literal, Sequence, Union
 
 import orjson
 
@@ -813,18 +814,21 @@ def _ingest_columns(history: History, parsed: list[Any], numbers: Sequence[int],
     return True
 
 
-def _typed_decoder(phases: bool = False) -> Any:
+def _typed_decoder(phases: bool = False, head: tuple[int, int, int] | None = None) -> Any:
     """A msgspec decoder of one event line: `batch` and `step` as typed structs (strict:
     an int field takes only a JSON integer - no bool, no 1.0 - of any size; repeated keys:
     the last one, as the standard library), every other kind this reader knows as an empty
     struct of that tag, fields unread (the line is parsed again as a dict, few are).
     An unknown kind, a missing field or a wrong type is an error: the block then takes
-    the orjson path, which handles and names all of that."""
+    the orjson path, which handles and names all of that. With `head` (attempt, rank,
+    world_size) those three fields must hold exactly those values, so that the decoding
+    itself checks that a block is one process's, with no pass over its events."""
     # The reference path's bounds, checked by msgspec as it decodes (no pass over a column).
     count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
     ranks = Annotated[int, msgspec.Meta(ge=0, le=MAX_RANKS)]
     time = Annotated[float, msgspec.Meta(gt=-_T_LIMIT, lt=_T_LIMIT)]
-    common = [("t", time), ("attempt", count), ("rank", ranks), ("world_size", ranks), ("step", count)]
+    fixed: list[Any] = [count, ranks, ranks] if head is None else [Literal[value] for value in head]  # type: ignore[valid-type]
+    common = [("t", time), *zip(("attempt", "rank", "world_size"), fixed), ("step", count)]
     options = {"tag_field": "kind", "gc": False}
     batch = msgspec.defstruct("Batch", common + [("epoch", count), ("samples", list[int])], tag="batch", **options)
     extra = [("phases", Any, None)] if phases else []  # null reads as None, as for an absent field
@@ -834,16 +838,35 @@ def _typed_decoder(phases: bool = False) -> Any:
     return batch, step, msgspec.json.Decoder(Union[tuple([batch, step] + others)])  # type: ignore[valid-type]
 
 
-_TYPED = _typed_decoder() if msgspec is not None else None
+@functools.lru_cache(maxsize=64)  # a file is one process's: its blocks reuse one; a run's files rarely interleave
+def _typed_for(head: tuple[int, int, int] | None, phases: bool) -> Any:
+    """The typed decoder for one process's blocks (head None: any attempt, rank and world size)."""
+    return _typed_decoder(phases, head)
 
 
-def _typed_with_phases() -> Any:
-    """The typed decoder whose `step` struct also keeps `phases` (built once, on first use)."""
-    cached = globals().get("_TYPED_PHASES")
-    if cached is None:
-        cached = globals()["_TYPED_PHASES"] = _typed_decoder(phases=True)
-    return cached
 _TYPED_HEAD = attrgetter("attempt", "rank", "world_size")
+# How many of a block's first lines are read for its head; a block whose first batch or step
+# lies deeper is decoded without one, its heads then compared in a pass.
+_HEAD_PROBE = 8
+
+
+def _block_head(text: bytes, generic: Any) -> tuple[int, int, int] | None:
+    """(attempt, rank, world_size) of the first batch or step event among the first
+    _HEAD_PROBE lines of `text`, decoded by the decoder for any head; None if none is there."""
+    batch_type, step_type, decoder = generic
+    start = 0
+    for _ in range(_HEAD_PROBE):
+        end = text.find(b"\n", start)
+        try:
+            ev = decoder.decode(text[start:] if end < 0 else text[start:end])
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if type(ev) is batch_type or type(ev) is step_type:
+            return _TYPED_HEAD(ev)
+        if end < 0:
+            return None
+        start = end + 1
+    return None
 
 
 def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: dict[str, int]) -> bool:
@@ -852,13 +875,16 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     columns taken by attribute. The same rules as `_ingest_columns` otherwise: one attempt,
     rank and world size, fields within bounds, the other events validated as dicts; False,
     having changed nothing, for anything else, and the orjson path decides. Bounds are
-    part of the types (`_typed_decoder`): a value beyond one fails the decoding."""
-    if _TYPED is None:
+    part of the types (`_typed_decoder`), and so is the block's head when its first lines
+    name it: a value beyond one fails the decoding."""
+    if msgspec is None:
         return False
-    batch_type, step_type, decoder = _TYPED if not _keeps_phases(history) else _typed_with_phases()
     text = data.rstrip()
     if not text:
         return False
+    phases = _keeps_phases(history)
+    head = _block_head(text, _typed_for(None, phases))
+    batch_type, step_type, decoder = _typed_for(head, phases)
     lines = text.split(b"\n")
     try:
         decoded = list(map(decoder.decode, lines))
@@ -868,10 +894,13 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     step_evs, batch_evs, sparse_at = _split_typed(decoded, types, batch_type, step_type)
     if not step_evs and not batch_evs:
         return False
-    heads = set(map(_TYPED_HEAD, step_evs)) | set(map(_TYPED_HEAD, batch_evs))
-    if len(heads) != 1:
-        return False
-    ((attempt, rank, ws),) = heads
+    if head is None:
+        heads = set(map(_TYPED_HEAD, step_evs)) | set(map(_TYPED_HEAD, batch_evs))
+        if len(heads) != 1:
+            return False
+        ((attempt, rank, ws),) = heads
+    else:
+        attempt, rank, ws = head
     steps, losses, digests = (list(map(attrgetter(k), step_evs)) for k in ("step", "loss", "digest"))
     batch_steps, epochs, samples = (list(map(attrgetter(k), batch_evs)) for k in ("step", "epoch", "samples"))
     numbers = range(first, first + len(lines))
@@ -887,10 +916,10 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     pos = (float(decoded[at].t), src, numbers[at])
     if log.first_pos is None or pos < log.first_pos:
         log.first_pos = pos
-    phases = list(map(attrgetter("phases"), step_evs)) if log.phases is not None else None
+    phases_column = list(map(attrgetter("phases"), step_evs)) if log.phases is not None else None
     _batch_t0(log, list(map(attrgetter("t"), batch_evs)))
-    _extend_log(history, log, steps, losses, digests, list(map(attrgetter("t"), step_evs)), phases, batch_steps,
-                epochs, list(map(len, samples)), list(chain.from_iterable(samples)))
+    _extend_log(history, log, steps, losses, digests, list(map(attrgetter("t"), step_evs)), phases_column,
+                batch_steps, epochs, list(map(len, samples)), list(chain.from_iterable(samples)))
     if history.lines is not None:
         history.lines.setdefault(src, {}).update((numbers[i], lines[i]) for i in sparse_at)
     for kind, ev, line in sparse:

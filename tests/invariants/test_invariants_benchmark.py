@@ -88,6 +88,10 @@ def test_the_msgspec_typed_path_loads_the_same_history_as_the_stdlib_reference(t
     '{"kind": "step", "t": 2.0, "attempt": 0.0, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
     '{"kind": "step", "t": 2.0, "attempt": false, "rank": 0, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
     '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 1.0, "step": 75, "loss": 1.0, "digest": "x"}',
+    # Another process's head in this file (the typed path's decoder holds the block's first head):
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 0, "world_size": 2, "step": 75, "loss": 1.0, "digest": "x"}',
+    '{"kind": "batch", "t": 2.0, "attempt": 1, "rank": 0, "world_size": 1, "step": 75, "epoch": 0, "samples": [1, 2]}',
+    '{"kind": "step", "t": 2.0, "attempt": 0, "rank": 1, "world_size": 1, "step": 75, "loss": 1.0, "digest": "x"}',
 ])
 @pytest.mark.parametrize("typed", [True, False], ids=["msgspec", "orjson"])
 def test_lines_the_fast_paths_refuse_or_read_are_judged_as_the_reference_path_judges_them(
@@ -114,3 +118,23 @@ def test_a_file_the_fast_path_refuses_still_loads_through_the_reference_path(tmp
     assert any("torn last line" in note for note in history.notes)
     # Attempt 0 of write_run stops before update 75; the torn update-100 line is not read.
     assert history.logs[(0, 0)].steps[-1] == 74
+
+
+def test_a_block_that_names_its_process_only_past_its_first_lines_is_still_read_by_the_typed_path(
+        tmp_path: Path, monkeypatch):
+    pytest.importorskip("msgspec")
+    write_run(str(tmp_path), steps=60, ranks=1, batch_per_rank=2)
+    rank_file = sorted((tmp_path / "events").glob("a000-r000-*.jsonl"))[0]
+    lines = rank_file.read_text().splitlines(keepends=True)
+    seeds = [f'{{"kind": "seed", "t": 1699999999.0, "n": {n}}}\n' for n in range(loader._HEAD_PROBE + 2)]
+    rank_file.write_text("".join(seeds + lines))
+    typed, taken = loader._ingest_typed, []
+    monkeypatch.setattr(loader, "_ingest_typed", lambda *args: taken.append(typed(*args)) or taken[-1])
+    heads = loader._block_head
+    monkeypatch.setattr(loader, "_block_head", lambda *args: taken.append(heads(*args)) or taken[-1])
+    with_msgspec = _snapshot(load_history(tmp_path))
+    assert None in taken and True in taken, "the block should be read by the typed path with no head known"
+    monkeypatch.undo()
+    monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)
+    monkeypatch.setattr(loader, "_parse_fast", lambda data: None)
+    assert with_msgspec == _snapshot(load_history(tmp_path))
