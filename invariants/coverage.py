@@ -7,8 +7,9 @@ sample; the slow, exact bookkeeping runs only to describe a violation.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
+from trainwreck.invariants import vectors
 from trainwreck.invariants.history import History, RankLog
 from trainwreck.invariants.lineage import Lineage, Segment, batch_changed, walk_lineage
 from trainwreck.invariants.spill import ascending, bisect_right, same_range
@@ -24,11 +25,33 @@ Part = tuple[Sequence[int], int, int]
 EpochIds = dict[int, tuple[list[Part], list[int]]]
 
 
-def _seen(parts: list[Part]) -> set[int]:
-    seen: set[int] = set()
-    for column, start, stop in parts:
-        seen.update(column[start:stop])
-    return seen
+class Distinct:
+    """The distinct ids of one epoch's parts: a set, or for a long epoch a sorted numpy
+    array (invariants/vectors.py) - the same answers either way."""
+
+    def __init__(self, parts: list[Part]) -> None:
+        ordered = vectors.distinct(parts)
+        if ordered is not None:
+            self.values: Any = ordered
+            self.count, self.lowest, self.highest = len(ordered), int(ordered[0]), int(ordered[-1])
+            return
+        seen: set[int] = set()
+        for column, start, stop in parts:
+            seen.update(column[start:stop])
+        self.values, self.count = seen, len(seen)
+        self.lowest, self.highest = min(seen), max(seen)  # over the distinct ids: cheaper than over every use
+
+    def outside(self, size: int) -> list[int]:
+        """The ids outside 0..size-1, ascending."""
+        if self.lowest >= 0 and self.highest < size:
+            return []
+        if isinstance(self.values, set):
+            return sorted(x for x in self.values if x < 0 or x >= size)
+        values = self.values
+        return [int(x) for x in values[(values < 0) | (values >= size)]]
+
+    def ids(self) -> Iterable[int]:
+        return self.values if isinstance(self.values, set) else self.values.tolist()
 
 
 def check_coverage(history: History, golden: History | None = None) -> Verdict:
@@ -55,24 +78,23 @@ def check_coverage(history: History, golden: History | None = None) -> Verdict:
     ordered = sorted(epochs)
     for n, epoch in enumerate(ordered):
         parts, (used,) = epochs.pop(epoch)
-        seen = _seen(parts)
-        lowest, highest = min(seen), max(seen)  # over the distinct ids: cheaper than over every use
-        if used != len(seen) and not replacement:  # drawn with replacement, an id may come again
+        seen = Distinct(parts)
+        if used != seen.count and not replacement:  # drawn with replacement, an id may come again
             twice, line = _where_twice(history, lineage, epoch)
             duplicated += twice
             twice_by_epoch[epoch] = twice
             evidence.add(line)
-        outside = sorted(x for x in seen if x < 0 or x >= size) if lowest < 0 or highest >= size else []
+        outside = seen.outside(size)
         if outside:
             outside_total += len(outside)
             evidence.add(f"epoch {epoch}: ids outside the dataset 0..{size - 1}: {intervals(outside)}")
         if n + 1 < len(ordered) and not replacement:  # a later epoch is in the lineage: this one completed
-            lost = size - (len(seen) - len(outside))
+            lost = size - (seen.count - len(outside))
             allowed = history.spec["global_batch"] - 1 if history.spec["drop_last"] else 0
             if lost > allowed:
                 uncovered += lost
                 rule = f"drop_last allows fewer than {history.spec['global_batch']}" if history.spec["drop_last"] else "drop_last is false"
-                evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {absent_intervals(seen, size)}")
+                evidence.add(f"epoch {epoch} completed without {lost} id(s) ({rule}): {absent_intervals(seen.ids(), size)}")
     stops: list[str] = []
     mismatched = _compare_golden(history, lineage, golden, evidence, missing, stops) if golden is not None else 0
     counts.update(duplicated_ids=duplicated, ids_outside_dataset=outside_total, ids_not_covered=uncovered, golden_mismatched_steps=mismatched)

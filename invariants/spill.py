@@ -30,6 +30,8 @@ from array import array
 from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
+from trainwreck.invariants import vectors
+
 SPILL_MIN_BYTES = 256 << 20
 """Event files of at least this many bytes in all are read into columns on disk (about 3 M
 events of the benchmark's shape; below it, the arrays take some tens of MB)."""
@@ -381,16 +383,23 @@ def ascending(column: Any, strict: bool, lo: int = 0, hi: int | None = None) -> 
     """Whether the values lo..hi-1 of a column ascend (strictly: no repeat), a chunk at a time on disk."""
     step = int.__lt__ if strict else int.__le__
     hi = len(column) if hi is None else hi
-    if not isinstance(column, _Chunked):
-        values = column[lo:hi] if lo or hi != len(column) else column
+
+    def within(values: Any, lo: int, hi: int) -> bool:
+        fast = vectors.ascending(values, strict, lo, hi)
+        if fast is not None:
+            return fast
+        values = values[lo:hi] if lo or hi != len(values) else values
         return all(map(step, values, values[1:]))
+
+    if not isinstance(column, _Chunked):
+        return within(column, lo, hi)
     last = None
     for part in column._pieces(lo, hi):
         if not part:
             continue
         if last is not None and not step(last, part[0]):
             return False
-        if not all(map(step, part, part[1:])):
+        if not within(part, 0, len(part)):
             return False
         last = part[-1]
     return True

@@ -6,7 +6,9 @@ path over the whole file at once, with every column a plain list, as the checker
 read runs before it streamed. A third way keeps every column on disk
 (invariants/spill.py), as a run too big for memory is read, in chunks of 3 values with
 a cache of two such chunks, so that every column crosses chunk boundaries and the cache evicts.
-`assert_readers_agree` judges a run directory all three ways and compares everything a
+A fourth judges every integer range through numpy's passes (invariants/vectors.py), as
+a long run's are, however short the range.
+`assert_readers_agree` judges a run directory all four ways and compares everything a
 user sees: verdicts, summaries, counts, evidence, notes, or the input error.
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.invariants import InputError, judge, load_history
-from trainwreck.invariants import loader, spill
+from trainwreck.invariants import loader, spill, vectors
 
 COLUMNS = ("steps", "losses", "digests", "batch_steps", "epochs", "offsets", "ids")
 
@@ -66,10 +68,21 @@ def spilled_judgement(run_dir: Path) -> Any:
         spill.SPILL_MIN_BYTES, spill.CHUNK, spill.CACHE_BYTES = saved
 
 
+def vectorised_judgement(run_dir: Path) -> Any:
+    """Judge with numpy's passes over every integer range, however short."""
+    saved = vectors.VECTOR_MIN
+    vectors.VECTOR_MIN = 0
+    try:
+        return _judged(run_dir)
+    finally:
+        vectors.VECTOR_MIN = saved
+
+
 def assert_readers_agree(run_dir: Path) -> None:
     ours, reference = _judged(run_dir), reference_judgement(run_dir)
     assert ours == reference, f"{run_dir}: the streaming reader judged differently from the reference reader"
     assert spilled_judgement(run_dir) == reference, f"{run_dir}: the reader with columns on disk judged differently"
+    assert vectorised_judgement(run_dir) == reference, f"{run_dir}: numpy's passes judged differently"
 
 
 def run_dirs_under(root: Path) -> list[Path]:

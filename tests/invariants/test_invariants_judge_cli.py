@@ -163,15 +163,30 @@ def test_python_dash_m_invariants_runs_the_check(builder):
     assert json.loads(result.stdout)["valid"] is True
 
 
-def test_invariants_import_only_the_standard_library():
+def test_invariants_import_no_torch_and_numpy_only_inside_the_vectors_functions():
+    import ast
+
     from trainwreck import invariants
+    from trainwreck.invariants import vectors
 
     modules = [m for m in sys.modules.values() if getattr(m, "__file__", None) and "/invariants/" in m.__file__]
-    assert invariants.__file__
-    banned = {"torch", "numpy"}
+    assert invariants.__file__ and vectors in modules
     for module in modules:
         source = open(module.__file__).read()
+        banned = {"torch"} if module is vectors else {"torch", "numpy"}
         assert not any(f"import {name}" in source or f"from {name}" in source for name in banned), module
+    top_level = [node for node in ast.parse(open(vectors.__file__).read()).body if isinstance(node, ast.Import)]
+    assert not [alias.name for node in top_level for alias in node.names if alias.name == "numpy"]
+
+
+def test_judging_a_short_run_leaves_numpy_unimported_and_a_long_column_imports_it(builder):
+    run = good_run(builder(total_steps=8, faults=[KILL])).write()
+    probe = ("import sys; from trainwreck.invariants import judge, load_history, vectors; "
+             f"judge(load_history({str(run)!r})); short = 'numpy' in sys.modules; "
+             "vectors.VECTOR_MIN = 0; judge(load_history(sys.argv[1])); print(short, 'numpy' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]
 
 
 def record_golden(run, golden) -> None:
