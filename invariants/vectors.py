@@ -42,6 +42,11 @@ def views(ranges: Iterable[tuple[Any, int, int]]) -> list[Any] | None:
         return None
     out = []
     for column, start, stop in ranges:
+        if isinstance(column, numpy.ndarray):  # one this module made: distinct ids so far
+            if column.dtype.kind != "i":
+                return None
+            out.append(column[start:stop])
+            continue
         if type(column) is not array:  # a column on disk: its range read, as a pure-Python pass reads it
             column, start, stop = column[start:stop], 0, stop - start
         if type(column) is not array or column.typecode not in _INTEGER_CODES:
@@ -75,3 +80,16 @@ def ascending(column: Any, strict: bool, lo: int, hi: int) -> bool | None:
     (values,) = parts
     later, earlier = values[1:], values[:-1]
     return bool((later > earlier).all() if strict else (later >= earlier).all())
+
+
+def bounds(ranges: Sequence[tuple[Any, int, int]]) -> tuple[int, int] | None:
+    """(lowest, highest) value of the ranges; None when `views` declines them or they are empty."""
+    parts = [part for part in views(ranges) or () if len(part)]
+    if not parts:
+        return None
+    return int(min(part.min() for part in parts)), int(max(part.max() for part in parts))
+
+
+def count_within(ordered: Any, lo: int, hi: int) -> int:
+    """How many values of a sorted numpy array lie in lo..hi-1."""
+    return int(ordered.searchsorted(hi, "left") - ordered.searchsorted(lo, "left"))

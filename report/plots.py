@@ -19,6 +19,7 @@ and highest point (`thin`): the same line drawn, without a coordinate per event.
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from html import escape
@@ -27,6 +28,7 @@ from operator import itemgetter, le, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
+from trainwreck.invariants import vectors
 from trainwreck.report.metrics import held_since
 from trainwreck.report.rawlog import RawRun, read_spec
 from trainwreck.rundir.layout import RunDir, iter_events
@@ -154,8 +156,11 @@ class ColumnGrid:
     def id_bounds(self) -> tuple[int, int] | None:
         """(lowest, highest) sample id of every column; None when no column has one (read once)."""
         if "_bounds" not in self.__dict__:
-            slices = [ids for ids in self.chained(0, len(self)) if len(ids)]
-            self._bounds = (min(map(min, slices)), max(map(max, slices))) if slices else None
+            ranges = [r for r in self.ranges(0, len(self)) if r[2] > r[1]]
+            self._bounds = vectors.bounds(ranges)
+            if self._bounds is None and ranges:  # short, or a column of ints past 64 bits
+                slices = [column[i:j] for column, i, j in ranges]
+                self._bounds = (min(map(min, slices)), max(map(max, slices)))
         return self._bounds
 
     def __getitem__(self, col: int) -> tuple[int, int, list[int]]:
@@ -164,6 +169,10 @@ class ColumnGrid:
 
     def chained(self, first: int, end: int) -> Iterator[Any]:
         """The ids of columns first..end-1, a slice of a rank log's ids at a time."""
+        return (column[i:j] for column, i, j in self.ranges(first, end))
+
+    def ranges(self, first: int, end: int) -> Iterator[tuple[Any, int, int]]:
+        """The ids of columns first..end-1 as (a rank log's ids column, start, stop), unread."""
         for lo, hi, attempt in self.segments:
             a, b = max(first, lo), min(end, hi)
             if a >= b:
@@ -171,7 +180,7 @@ class ColumnGrid:
             for log in self.logs[attempt]:
                 i, j = log.batch_range(self.steps[a], self.steps[b - 1])
                 if i < j:
-                    yield log.ids[log.offsets[i]:log.offsets[j]]
+                    yield log.ids, log.offsets[i], log.offsets[j]
 
 
 @dataclass(frozen=True)
@@ -507,10 +516,16 @@ def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int],
     for epoch, group in groupby(epochs[shown:]):
         end = col + sum(1 for _ in group)
         counts = seen.setdefault(epoch, set())
-        before, used = len(counts), 0
-        for ids in (grid.chained(col, end) if isinstance(grid, ColumnGrid) else (g[2] for g in grid[col:end])):
-            counts.update(ids)
-            used += len(ids)
+        before = len(counts)
+        if isinstance(grid, ColumnGrid):
+            ranges = list(grid.ranges(col, end))
+            used = sum(j - i for _, i, j in ranges)
+            counts = seen[epoch] = _with_ids(counts, ranges)
+        else:
+            used = 0
+            for ids in (g[2] for g in grid[col:end]):
+                counts.update(ids)
+                used += len(ids)
         twice += used - (len(counts) - before)
         if epoch < last_epoch and epoch_ends(grid, end - 1, size, counts):
             never += size - len(counts) if within else _unused(counts, size)
@@ -520,8 +535,28 @@ def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int],
     return twice, never
 
 
-def _unused(counts: set[Any], size: int) -> int:
+def _with_ids(counts: Any, ranges: list[tuple[Any, int, int]]) -> Any:
+    """`counts` (an epoch's distinct ids so far: a set, or a sorted numpy array) with the ids of
+    `ranges` added: in numpy when they are many (invariants/vectors.py), else as a set."""
+    prior: list[tuple[Any, int, int]] | None = [(counts, 0, len(counts))] if len(counts) else []
+    if isinstance(counts, set) and counts:
+        try:
+            prior = [(array("q", counts), 0, len(counts))]
+        except (OverflowError, TypeError):  # past 64 bits, or not integers: sets it is
+            prior = None
+    merged = vectors.distinct(prior + ranges) if prior is not None else None
+    if merged is not None:
+        return merged
+    out = counts if isinstance(counts, set) else set(counts.tolist())
+    for column, i, j in ranges:
+        out.update(column[i:j])
+    return out
+
+
+def _unused(counts: Any, size: int) -> int:
     """How many of the ids 0..size-1 `counts` lacks: by its bounds when every id is an int within them."""
+    if not isinstance(counts, set):  # a sorted numpy array of distinct ids (_with_ids)
+        return size - vectors.count_within(counts, 0, size)
     if counts and set(map(type, counts)) == {int} and min(counts) >= 0 and max(counts) < size:
         return size - len(counts)
     return sum(1 for i in range(size) if i not in counts)

@@ -139,7 +139,11 @@ def _reference_counts(grid: list[tuple[int, int, list[int]]], size: int) -> tupl
     return twice, never
 
 
-def test_a_coverage_plot_wider_than_its_viewbox_draws_what_shows_and_counts_every_column(tmp_path: Path):
+@pytest.mark.parametrize("vector_min", [0, 1 << 62], ids=["numpy", "sets"])
+def test_a_coverage_plot_wider_than_its_viewbox_draws_what_shows_and_counts_every_column(
+        tmp_path: Path, monkeypatch, vector_min: int):
+    from trainwreck.invariants import vectors
+    monkeypatch.setattr(vectors, "VECTOR_MIN", vector_min)  # the counts through numpy's passes or through sets
     run = tmp_path / "long"
     write_run(str(run), steps=1500, ranks=2, batch_per_rank=2, save_every=100)  # 1000 updates an epoch
     # A repeated and a missing id in a column far past the visible ones: rank 1 reuses update 1400's ids at 1401.
