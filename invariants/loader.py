@@ -439,26 +439,27 @@ def _load_file(history: History, root: str, path: str, src: str, unknown: dict[s
     alone (fast path, else the reference path), the last one with the torn-line
     allowance. A block is held back until the next arrives, so the final block
     always holds the file's last line."""
-    held: tuple[int, bytes] | None = None
+    held: tuple[int, bytes, int | None] | None = None
     try:
-        for first, block in _blocks(history, root, path, src):
+        for first, block, newlines in _blocks(history, root, path, src):
             if held is not None and block is not None and not block.strip():
                 continue  # blank lines carry nothing; the held block may still end the file
             if held is not None:
-                _load_block(history, held[1], held[0], src, unknown, final=False)
-            held = None if block is None else (first, block)
+                _load_block(history, held[1], held[0], src, unknown, final=False, newlines=held[2])
+            held = None if block is None else (first, block, newlines)
     except FileNotFoundError:
         raise InputError(f"{src}: vanished while being read") from None
     except OSError as exc:
         raise InputError(f"{src}: cannot read: {exc}") from None
     if held is not None:
-        _load_block(history, held[1], held[0], src, unknown, final=True)
+        _load_block(history, held[1], held[0], src, unknown, final=True, newlines=held[2])
 
 
-def _blocks(history: History, root: str, path: str, src: str) -> Iterator[tuple[int, bytes | None]]:
-    """(first line number, whole lines without the final newline) of about BLOCK
-    bytes each, the last one holding what follows the last newline (None: the
-    rest of the file was a torn tail, already noted). A line longer
+def _blocks(history: History, root: str, path: str, src: str) -> Iterator[tuple[int, bytes | None, int | None]]:
+    """(first line number, whole lines without the final newline, the newlines among
+    them) of about BLOCK bytes each, the last one holding what follows the last newline
+    (None: the rest of the file was a torn tail, already noted; its newlines are not
+    counted, None). A line longer
     than MAX_LINE is refused, or skipped as torn when nothing follows it (a NUL
     tail a crash left): it is skimmed in blocks, holes skipped, never held."""
     number, pending = 1, b""
@@ -470,13 +471,14 @@ def _blocks(history: History, root: str, path: str, src: str) -> Iterator[tuple[
                 pending = data
                 if len(pending) > MAX_LINE:
                     _skim_overlong(history, f, src, number, len(pending))
-                    yield number, None  # the block held before the torn tail is not the last
+                    yield number, None, None  # the block held before the torn tail is not the last
                     return
                 continue
-            yield number, data[:cut]
-            number += data.count(b"\n", 0, cut) + 1
+            newlines = data.count(b"\n", 0, cut)
+            yield number, data[:cut], newlines
+            number += newlines + 1
             pending = data[cut + 1 :]
-    yield number, pending
+    yield number, pending, None
 
 
 def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length: int) -> None:
@@ -504,12 +506,13 @@ def _skim_overlong(history: History, f: BinaryIO, src: str, number: int, length:
     history.notes.append(f"{src} line {number}: skipped a torn last line ({length} bytes, longer than any event)")
 
 
-def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool) -> None:
+def _load_block(history: History, data: bytes, first: int, src: str, unknown: dict[str, int], final: bool,
+                newlines: int | None = None) -> None:
     if history.lines is not None and final:  # the report's reader parses every file's last line itself
         text = data.rstrip()
         history.lines.setdefault(src, {})[first + text.count(b"\n")] = text.rpartition(b"\n")[2]
     try:
-        if _ingest_typed(history, data, first, src, unknown):
+        if _ingest_typed(history, data, first, src, unknown, newlines):
             return
     except InputError:
         pass  # _ingest_typed changed nothing; the reference path names the line
@@ -869,7 +872,8 @@ def _block_head(text: bytes, generic: Any) -> tuple[int, int, int] | None:
     return None
 
 
-def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: dict[str, int]) -> bool:
+def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: dict[str, int],
+                  newlines: int | None = None) -> bool:
     """The fastest path, when msgspec is installed: each line decoded straight into a
     typed struct (msgspec checks every field's type, so no pass over a column does), the
     columns taken by attribute. The same rules as `_ingest_columns` otherwise: one attempt,
@@ -885,9 +889,8 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
     phases = _keeps_phases(history)
     head = _block_head(text, _typed_for(None, phases))
     batch_type, step_type, decoder = _typed_for(head, phases)
-    lines = text.split(b"\n")
     try:
-        decoded = list(map(decoder.decode, lines))
+        decoded, lines = _decode_block(decoder, text, newlines)
     except (msgspec.DecodeError, RecursionError):  # ValidationError included; too deep a line
         return False
     types = list(map(type, decoded))
@@ -903,7 +906,9 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
         attempt, rank, ws = head
     steps, losses, digests = (list(map(attrgetter(k), step_evs)) for k in ("step", "loss", "digest"))
     batch_steps, epochs, samples = (list(map(attrgetter(k), batch_evs)) for k in ("step", "epoch", "samples"))
-    numbers = range(first, first + len(lines))
+    numbers = range(first, first + len(decoded))
+    if lines is None and sparse_at:
+        lines = text.split(b"\n")  # the few other lines are read again, as text
     sparse = []
     for i in sparse_at:  # few: read again as dicts, validated before touching the history
         try:
@@ -927,8 +932,23 @@ def _ingest_typed(history: History, data: bytes, first: int, src: str, unknown: 
             _keep_sparse(history, ev, src, line)
         else:
             unknown[kind] = unknown.get(kind, 0) + 1
-    history.event_count += len(lines)
+    history.event_count += len(decoded)
     return True
+
+
+def _decode_block(decoder: Any, text: bytes, newlines: int | None) -> tuple[list[Any], list[bytes] | None]:
+    """(each line of `text` decoded, the lines - None when they were not split); raises what
+    the decoder raises. `decode_lines` takes whitespace-separated values in one call, not
+    lines, so it is used only when each line is certainly one value: every one of the block's
+    `newlines` (counted as it was cut, `_blocks`) sits between "}" and "{" - no blank line, no
+    value across lines, since a JSON string holds no raw newline - and the values number the
+    lines. Otherwise the lines are split and decoded one by one."""
+    if newlines is not None and text.count(b"}\n{") == newlines:
+        decoded = decoder.decode_lines(text)
+        if len(decoded) == newlines + 1:
+            return decoded, None
+    lines = text.split(b"\n")
+    return list(map(decoder.decode, lines)), lines
 
 
 def _split_typed(decoded: list[Any], types: list[type], batch_type: type, step_type: type

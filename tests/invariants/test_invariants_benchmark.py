@@ -138,3 +138,44 @@ def test_a_block_that_names_its_process_only_past_its_first_lines_is_still_read_
     monkeypatch.setattr(loader, "_ingest_typed", lambda *args: False)
     monkeypatch.setattr(loader, "_parse_fast", lambda data: None)
     assert with_msgspec == _snapshot(load_history(tmp_path))
+
+
+def _middle_of(tmp_path: Path, transform: Any) -> Path:
+    """A 300-update run whose rank-0 file has four batch and step lines from line 100 on rewritten by
+    `transform` (a list of lines in, out). Only batch and step: a save or prune line among them would
+    be read again as text, which would find a fault the one-call decoding let through."""
+    write_run(str(tmp_path), steps=300, ranks=2, batch_per_rank=2)
+    rank_file = sorted((tmp_path / "events").glob("a000-r000-*.jsonl"))[0]
+    lines = rank_file.read_text().splitlines()
+    at = next(i for i in range(100, len(lines)) if all('"kind": "batch"' in line or '"kind": "step"' in line
+                                                       for line in lines[i - 8 : i + 12]))
+    rank_file.write_text("\n".join(lines[:at] + transform(lines[at : at + 4]) + lines[at + 4 :]) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("transform", [
+    lambda four: four,  # untouched: decoded in one call
+    lambda four: [four[0] + four[1], "", four[2], four[3]],  # two values on a line, and a blank line to even the count
+    lambda four: [four[0] + four[1], four[2][:20], four[2][20:], four[3]],  # and a value over two lines
+    lambda four: [line + " " for line in four],  # a blank after the value
+    lambda four: [line + "\r" for line in four],  # CRLF endings
+    lambda four: [four[0], "  " + four[1], four[2], four[3]],
+], ids=["clean", "two-values-and-a-blank-line", "two-values-and-a-split-value", "trailing-blank", "crlf",
+        "leading-blanks"])
+def test_a_block_cut_from_the_middle_of_a_file_is_judged_as_the_reference_path_judges_it(
+        tmp_path: Path, monkeypatch, transform: Any):
+    pytest.importorskip("msgspec")
+    from readers import reference_judgement
+    run = _middle_of(tmp_path, transform)
+    monkeypatch.setattr(loader, "BLOCK", 4096)  # every file cut into blocks: all but the last are mid-file
+    calls: list[bool] = []
+    decode = loader._decode_block
+    monkeypatch.setattr(loader, "_decode_block", lambda *args: (lambda out: calls.append(out[1] is None) or out)(
+        decode(*args)))
+    try:
+        ours: Any = {"judgement": judge(load_history(run)).to_json(), "events": load_history(run).event_count}
+    except InputError as exc:
+        ours = f"InputError: {exc}"
+    assert True in calls, "no block was decoded in one call"
+    monkeypatch.undo()
+    assert ours == reference_judgement(run)
