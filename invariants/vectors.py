@@ -35,24 +35,32 @@ def views(ranges: Iterable[tuple[Any, int, int]]) -> list[Any] | None:
     such an array); None otherwise: a list column may hold ints beyond 64 bits.
     A view pins its array: no column may grow while one is held (loaded columns do not)."""
     ranges = list(ranges)
-    if sum(stop - start for _, start, stop in ranges) < VECTOR_MIN or any(isinstance(c, list) for c, _, _ in ranges):
-        return None
-    numpy = _numpy()
-    if numpy is None:
+    if not _long(ranges) or _numpy() is None:
         return None
     out = []
     for column, start, stop in ranges:
-        if isinstance(column, numpy.ndarray):  # one this module made: distinct ids so far
-            if column.dtype.kind != "i":
-                return None
-            out.append(column[start:stop])
-            continue
-        if type(column) is not array:  # a column on disk: its range read, as a pure-Python pass reads it
-            column, start, stop = column[start:stop], 0, stop - start
-        if type(column) is not array or column.typecode not in _INTEGER_CODES:
+        view = _view(column, start, stop)
+        if view is None:
             return None
-        out.append(numpy.asarray(column)[start:stop])
+        out.append(view)
     return out
+
+
+def _long(ranges: list[tuple[Any, int, int]]) -> bool:
+    """Worth numpy: VECTOR_MIN values or more, and no list column among them."""
+    return sum(stop - start for _, start, stop in ranges) >= VECTOR_MIN and not any(
+        isinstance(column, list) for column, _, _ in ranges)
+
+
+def _view(column: Any, start: int, stop: int) -> Any | None:
+    numpy = _numpy()
+    if isinstance(column, numpy.ndarray):  # one this module made: distinct ids so far
+        return column[start:stop] if column.dtype.kind == "i" else None
+    if type(column) is not array:  # a column on disk: its range read, as a pure-Python pass reads it
+        column, start, stop = column[start:stop], 0, stop - start
+    if type(column) is not array or column.typecode not in _INTEGER_CODES:
+        return None
+    return numpy.asarray(column)[start:stop]
 
 
 def distinct(ranges: Sequence[tuple[Any, int, int]]) -> Any | None:
@@ -83,11 +91,19 @@ def ascending(column: Any, strict: bool, lo: int, hi: int) -> bool | None:
 
 
 def bounds(ranges: Sequence[tuple[Any, int, int]]) -> tuple[int, int] | None:
-    """(lowest, highest) value of the ranges; None when `views` declines them or they are empty."""
-    parts = [part for part in views(ranges) or () if len(part)]
-    if not parts:
+    """(lowest, highest) value of the ranges, read one range at a time (a column on disk is never
+    read whole); None when they are empty or not for numpy (see `views`)."""
+    ranges = [r for r in ranges if r[2] > r[1]]
+    if not ranges or not _long(ranges) or _numpy() is None:
         return None
-    return int(min(part.min() for part in parts)), int(max(part.max() for part in parts))
+    lows, highs = [], []
+    for column, start, stop in ranges:
+        view = _view(column, start, stop)
+        if view is None:
+            return None
+        lows.append(int(view.min()))
+        highs.append(int(view.max()))
+    return min(lows), max(highs)
 
 
 def count_within(ordered: Any, lo: int, hi: int) -> int:

@@ -441,15 +441,11 @@ def _phases(raw: RawRun, hung: bool = False) -> dict[str, Any]:
 def _loss(raw: RawRun) -> dict[str, Any]:
     """Rank 0's loss per update, from the attempt that last applied it (the one whose state lives on):
     what a comparison across parallelisms quotes, where digests cannot match bit for bit."""
-    best: dict[int, tuple[int, float]] = {}
-    for (attempt, rank), lane in raw.lanes.items():
-        if rank != 0:
-            continue
-        for step, loss in zip(lane.steps, lane.losses):
-            if loss is not None and (step not in best or attempt >= best[step][0]):
-                best[step] = (attempt, loss)
+    best: dict[int, float] = {}  # a later attempt's loss, and a later row's of one attempt, overwrites
+    for _, lane in sorted((attempt, lane) for (attempt, rank), lane in raw.lanes.items() if rank == 0):
+        best.update((step, loss) for step, loss in zip(lane.steps, lane.losses) if loss is not None)
     steps = sorted(best)
-    return {"steps": steps, "values": [best[s][1] for s in steps], "final": best[steps[-1]][1] if steps else None}
+    return {"steps": steps, "values": list(map(best.__getitem__, steps)), "final": best[steps[-1]] if steps else None}
 
 
 def _golden_loss(report: dict[str, Any]) -> dict[str, Any] | None:

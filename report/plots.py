@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from html import escape
 from itertools import chain, groupby, islice, repeat
-from operator import itemgetter, le, mul, sub
+from operator import attrgetter, itemgetter, le, lt, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
@@ -158,9 +158,9 @@ class ColumnGrid:
         if "_bounds" not in self.__dict__:
             ranges = [r for r in self.ranges(0, len(self)) if r[2] > r[1]]
             self._bounds = vectors.bounds(ranges)
-            if self._bounds is None and ranges:  # short, or a column of ints past 64 bits
-                slices = [column[i:j] for column, i, j in ranges]
-                self._bounds = (min(map(min, slices)), max(map(max, slices)))
+            if self._bounds is None and ranges:  # short, or a column of ints past 64 bits: a slice at a time
+                extremes = [(min(part), max(part)) for part in (column[i:j] for column, i, j in ranges)]
+                self._bounds = (min(map(itemgetter(0), extremes)), max(map(itemgetter(1), extremes)))
         return self._bounds
 
     def __getitem__(self, col: int) -> tuple[int, int, list[int]]:
@@ -203,8 +203,13 @@ class Columns(RunEvents):
         return self.history.logs.values()
 
     def losses(self) -> dict[int, float]:
-        return latest_losses((step, log.attempt, loss) for log in self._logs() if log.rank == 0
-                             for step, loss in zip(log.steps, log.losses))
+        """As `latest_losses` of rank 0's rows, without a tuple per step: the logs in attempt order,
+        each overwriting the steps it reports (one log per attempt and rank)."""
+        best: dict[int, float] = {}
+        for log in sorted((log for log in self._logs() if log.rank == 0), key=attrgetter("attempt")):
+            best.update((step, float(loss)) for step, loss in zip(log.steps, log.losses)
+                        if isinstance(loss, (int, float)))
+        return best if _ascending(best) else {step: best[step] for step in sorted(best)}
 
     def grid(self) -> ColumnGrid:
         return ColumnGrid(self.history)
@@ -248,6 +253,12 @@ class _LanePoints:
         if not self.ordered:
             return thin(list(self), x0, scale)
         return thin_ordered(self.times, self.steps, self.t0, x0, scale)
+
+
+def _ascending(mapping: dict[int, Any]) -> bool:
+    """Whether the keys come in ascending order already (a later attempt redoes steps the earlier
+    one reported, in place, and adds the next ones after them), so no sorted copy is needed."""
+    return all(map(lt, mapping, islice(mapping, 1, None)))
 
 
 def lineage_losses(run_dir: Path, data: RunEvents | None = None) -> dict[int, float]:
@@ -307,7 +318,8 @@ class Frame:
         # Thinned before the stair is drawn: each pixel column keeps its lowest and highest value
         # and the one it enters with (the previous column's last), so the stair covers the same pixels.
         scale = (W - L - R) / (self.x1 - self.x0)
-        pts = points.thinned(self.x0, scale) if isinstance(points, _LanePoints) else thin(list(points), self.x0, scale)
+        pts = points.thinned(self.x0, scale) if isinstance(points, (_LanePoints, _Series)) else thin(
+            list(points), self.x0, scale)
         if step and pts:  # a value that holds until the next point: draw the stair, not the slope
             corners = zip(map(itemgetter(0), pts[1:]), map(itemgetter(1), pts))
             pts = [pts[0], *chain.from_iterable(zip(corners, pts[1:]))]
@@ -389,6 +401,42 @@ def thin_ordered(times: Sequence[float], steps: Sequence[int], t0: float, x0: fl
     return out
 
 
+def thin_xy(xs: Sequence[float], ys: Sequence[float], x0: float, scale: float) -> list[tuple[float, float]]:
+    """`thin` of the points (xs[i], ys[i]) without making every point: when xs never decreases,
+    each pixel column's stretch is found by bisection (the same column formula) and its lowest and
+    highest points by C-level passes over a slice of ys. The same list as `thin(list(zip(xs, ys)), x0, scale)`."""
+    n = len(xs)
+    if n <= THIN_ABOVE or not all(map(le, xs, islice(xs, 1, None))):
+        return list(zip(xs, ys))
+
+    def column(x: float) -> int:
+        return int((x - x0) * scale)
+
+    out: list[tuple[float, float]] = []
+    i = 0
+    while i < n:
+        j = bisect_right(xs, column(xs[i]), lo=i, key=column)
+        if j - i <= 4:
+            keep: Iterable[int] = range(i, j)
+        else:
+            part = ys[i:j]  # the first lowest and first highest, as min and max over the points pick them
+            keep = sorted({i, j - 1, i + part.index(min(part)), i + part.index(max(part))})
+        out.extend((xs[k], ys[k]) for k in keep)
+        i = j
+    return out
+
+
+class _Series:
+    """A line given as its xs and ys (a step -> loss mapping's keys and values), thinned without a
+    tuple per point: a 16 M-event run's loss line has a million of them."""
+
+    def __init__(self, points: dict[int, float]) -> None:
+        self.xs, self.ys = list(points), list(points.values())
+
+    def thinned(self, x0: float, scale: float) -> list[tuple[float, float]]:
+        return thin_xy(self.xs, self.ys, x0, scale)
+
+
 def svg_document(label: str, height: int, body: str, width: int = W) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
             f'height="{height}" role="img" aria-label="{escape(label)}" font-family="system-ui, sans-serif">'
@@ -416,13 +464,13 @@ def _fmt(v: float) -> str:
 def loss_svg(run_dir: Path, golden_dir: Path | None, data: RunEvents | None = None) -> str:
     run = lineage_losses(run_dir, data)
     golden = lineage_losses(golden_dir) if golden_dir is not None and Path(golden_dir).is_dir() else {}
-    values = list(run.values()) + list(golden.values()) or [0.0]
-    steps = list(run) + list(golden) or [1]
-    frame = Frame("loss per update: this run against the golden run", (min(steps), max(steps)),
-                  (min(values), max(values)), "update (lineage step)", "loss")
+    frame = Frame("loss per update: this run against the golden run",
+                  (min(chain(run, golden), default=1), max(chain(run, golden), default=1)),
+                  (min(chain(run.values(), golden.values()), default=0.0),
+                   max(chain(run.values(), golden.values()), default=0.0)), "update (lineage step)", "loss")
     if golden:
-        frame.polyline(golden.items(), GOLDEN_COLOR, "golden run", dash="5 3")
-    frame.polyline(run.items(), RUN_COLOR, "this run")
+        frame.polyline(_Series(golden), GOLDEN_COLOR, "golden run", dash="5 3")
+    frame.polyline(_Series(run), RUN_COLOR, "this run")
     diverged = first_divergence(run, golden)
     if diverged is not None:
         frame.vline(diverged, BAD, f"diverges at step {diverged}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from trainwreck.invariants.spill import DiskNumbers
 from trainwreck.trainer.progress import TIMED_PHASES  # noqa: F401 - the report reads it from here
 from trainwreck.rundir.layout import EventsFile, RunDirError, events_of_text, read_events, read_run_json
 
@@ -154,8 +155,10 @@ def lanes_from_history(raw: RawRun, history: History) -> None:
         if not log.steps:
             continue
         lane = raw.lanes.get((attempt, rank)) or raw.lanes.setdefault((attempt, rank), LaneLog(attempt, rank))
-        times = log.times if isinstance(log.times, array) else array("d", log.times)
-        lane.steps, lane.times = log.steps if isinstance(log.steps, array) else array("q", log.steps), times
+        # The checker's columns themselves, on disk where they are (invariants/spill.py): a copy of
+        # each step's step, time and loss held 24 bytes a step event of a 16 M-event run in memory.
+        times = log.times if _column(log.times) else array("d", log.times)
+        lane.steps, lane.times = log.steps if _column(log.steps) else array("q", log.steps), times
         lane.losses = _numbers(log.losses)
         lane.world_size = log.world_size
         if log.phases and log.phases.count(None) < len(log.phases):  # a run that times its phases
@@ -167,12 +170,16 @@ def lanes_from_history(raw: RawRun, history: History) -> None:
     raw.lanes = dict(sorted(raw.lanes.items()))
 
 
+def _column(values: Sequence[Any]) -> bool:
+    """Whether a History's column can be a lane's as it is: an array, or numbers on disk."""
+    return isinstance(values, (array, DiskNumbers))
+
+
 def _numbers(losses: Sequence[Any]) -> Sequence[float | None]:
-    """A lane's losses: the column itself when every loss is a float, else floats and None."""
-    if isinstance(losses, array):
+    """A lane's losses: the column itself when every loss is a float (on disk, its typecode "d"
+    says so: invariants/spill.py), else floats and None."""
+    if isinstance(losses, array) or getattr(losses, "typecode", None) == "d":
         return losses
-    if getattr(losses, "typecode", None) == "d":  # on disk (invariants/spill.py): every loss a float
-        return array("d", losses)
     values = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in losses]
     return array("d", values) if None not in values else values
 

@@ -5,7 +5,9 @@ the package that re-exports both."""
 from __future__ import annotations
 
 import json
+from itertools import chain
 from pathlib import Path
+from typing import Iterable
 
 from trainwreck.report.html import render_html
 from trainwreck.report.markdown import render_markdown
@@ -22,14 +24,16 @@ def render_report(run_dir: Path) -> Path:
     report, plots = build_report_and_plots(run_dir)
     out = RunDir(run_dir).report
     out.mkdir(exist_ok=True)
-    _write(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    # Written as the encoder makes it: json.dumps of a 16 M-event run's report held the text and the
+    # list of its millions of pieces at once.
+    _write(out / "report.json", chain(json.JSONEncoder(indent=1, default=str).iterencode(report), ["\n"]))
     _write(out / "report.md", render_markdown(report))
     html = out / "report.html"
     _write(html, render_html(report, plots))
     return html
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str | Iterable[str]) -> None:
     """Write then rename, so a reader (a browser, a casebook) never sees half a report; through
     rundir/files.py, so a planted link (report.md.tmp, a report/ linked elsewhere) is never written through."""
     write_atomic(path, text, root=path.parent.parent)

@@ -28,7 +28,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 SMALL_LIMIT = 16 << 20
 """Bytes: run.json, verdicts.json, golden.json, a plan file, a checkpoint manifest or `latest`."""
@@ -144,20 +144,22 @@ def is_regular(path: Path | str) -> bool:
         return False
 
 
-def write_atomic(path: Path | str, data: bytes | str, root: Path | str | None = None,
+def write_atomic(path: Path | str, data: bytes | str | Iterable[str], root: Path | str | None = None,
                  durable: bool = False) -> None:
     """Replace `path` with `data`: a fresh temporary (O_EXCL, in `path`'s own folder) is
     written and renamed over it, so a reader never sees half a file and a link planted at
     `path` or at any guessable temporary name is replaced, never written through. With
-    `root`, the folder must resolve inside it. Only the temporary created here is ever removed."""
+    `root`, the folder must resolve inside it. Only the temporary created here is ever removed.
+    `data` may be pieces of text, written as they come: a big document (a 16 M-event run's
+    report.json) is then never held whole, nor as the list of its pieces."""
     path = Path(path)
     folder = inside(root, path.parent) if root is not None else path.parent
-    # A run directory's name may not be UTF-8 (a report quotes it): such bytes are written as \x escapes.
-    payload = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else data
+    batches = [data] if isinstance(data, bytes) else [_utf8(data)] if isinstance(data, str) else _batched(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)  # O_EXCL | O_NOFOLLOW
     try:
         with os.fdopen(fd, "wb") as file:
-            file.write(payload)
+            for batch in batches:
+                file.write(batch)
             if durable:
                 file.flush()
                 os.fsync(file.fileno())
@@ -165,6 +167,26 @@ def write_atomic(path: Path | str, data: bytes | str, root: Path | str | None = 
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _utf8(text: str) -> bytes:
+    # A run directory's name may not be UTF-8 (a report quotes it): such bytes are written as \\x escapes.
+    return text.encode("utf-8", errors="backslashreplace")
+
+
+def _batched(pieces: Iterable[str], size: int = 1 << 16) -> Iterator[bytes]:
+    """Pieces of text as bytes, joined about `size` characters at a time (a JSON encoder's pieces are
+    a few characters each)."""
+    held: list[str] = []
+    length = 0
+    for piece in pieces:
+        held.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield _utf8("".join(held))
+            held, length = [], 0
+    if held:
+        yield _utf8("".join(held))
 
 
 def _unlink_quietly(path: str) -> None:

@@ -14,7 +14,7 @@ from trainwreck.benchmarks.checker import bench_report, write_run
 from trainwreck.report import rawlog
 from trainwreck.report.html import render_html
 from trainwreck.report.model import build_report_and_plots
-from trainwreck.report.plots import THIN_ABOVE, ColumnGrid, RunEvents, coverage_grid, coverage_svg, thin, thin_ordered
+from trainwreck.report.plots import THIN_ABOVE, ColumnGrid, RunEvents, coverage_grid, coverage_svg, thin, thin_ordered, thin_xy
 from trainwreck.rundir import layout
 from tests.report.rundirs import clean_run, duplicated_sample_run, hung_run, killed_run
 
@@ -71,6 +71,10 @@ def test_a_report_from_columns_on_disk_says_exactly_what_one_from_memory_says(tm
     monkeypatch.setattr(spill, "SPILL_MIN_BYTES", 0)
     report, plots = build_report_and_plots(run)
     assert all(isinstance(log.times, spill.DiskNumbers) for log in plots.history.logs.values())
+    raw = rawlog.read_raw(run, batches=False, history=plots.history)
+    lanes = [lane for lane in raw.lanes.values() if len(lane.steps)]
+    assert lanes and all(isinstance(column, spill.DiskNumbers)  # the lanes read the columns, not copies of them
+                         for lane in lanes for column in (lane.steps, lane.times, lane.losses))
     assert (json.dumps(report, default=str), render_html(report, plots)) == in_memory
 
 
@@ -121,6 +125,23 @@ def test_a_line_that_never_goes_down_is_thinned_by_bisection_to_the_same_points(
     points = [(a - t0, b) for a, b in zip(times, steps)]
     assert thin_ordered(times, steps, t0, x0, scale) == thin(points, x0, scale)
     assert thin_ordered(times[:50], steps[:50], t0, x0, scale) == points[:50]  # a short line as it is
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_line_given_as_xs_and_ys_is_thinned_to_the_points_thin_keeps(seed: int):
+    import random
+
+    rng = random.Random(seed)
+    n = THIN_ABOVE * (1 + seed) + rng.randrange(100)
+    xs, x = [], 0
+    for _ in range(n):  # repeated xs, gaps and bursts; ys that rise, fall, repeat and tie
+        x += rng.choice([0, 0, 1, 1, 3, 40])
+        xs.append(x)
+    ys = [rng.choice([0.5, 1.0, 1.0, rng.random(), -rng.random()]) for _ in range(n)]
+    scale = (640 - 72) / (xs[-1] + 1)
+    assert thin_xy(xs, ys, 0.0, scale) == thin(list(zip(xs, ys)), 0.0, scale)
+    shuffled = xs[::-1]  # not ordered by x: drawn as it is, as thin leaves it
+    assert thin_xy(shuffled, ys, 0.0, scale) == thin(list(zip(shuffled, ys)), 0.0, scale) == list(zip(shuffled, ys))
 
 
 def _reference_counts(grid: list[tuple[int, int, list[int]]], size: int) -> tuple[int, int]:
