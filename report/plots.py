@@ -28,7 +28,7 @@ from operator import attrgetter, itemgetter, le, lt, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from trainwreck.invariants import vectors
+from trainwreck.invariants import spill, vectors
 from trainwreck.report.metrics import held_since
 from trainwreck.report.rawlog import RawRun, read_spec
 from trainwreck.rundir.layout import RunDir, iter_events
@@ -110,6 +110,19 @@ def latest_losses(rows: Iterable[tuple[int, int, Any]]) -> dict[int, float]:
     return {k: v for k, (_, v) in sorted(best.items())}
 
 
+def _outside(first: int, last: int, taken: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The stretches of first..last that no (a, b) of `taken` (sorted) covers."""
+    at = first
+    for a, b in taken:
+        if b < at or a > last:
+            continue
+        if a > at:
+            yield at, a - 1
+        at = max(at, b + 1)
+    if at <= last:
+        yield at, last
+
+
 def _distinct(columns: Iterable[Any]) -> list[Any]:
     """Each column (or tuple of columns) once: ranks that report alike share their column objects
     (invariants/loader.py `_share_columns`), so 8 ranks' batch steps are often one array."""
@@ -127,14 +140,52 @@ class ColumnGrid:
         for log in history.logs.values():
             if len(log.batch_steps):
                 by_attempt.setdefault(log.attempt, []).append(log)
+        self.logs = by_attempt
+        self.segments: list[tuple[int, int, int]] = []  # (first column, end column, attempt)
+        if not self._from_runs():
+            self._from_sets()
+
+    def _from_runs(self) -> bool:
+        """The usual run, built without a set or dict per update: each attempt's ranks reported
+        batches for one run of consecutive updates, once each (their columns shared or equal). Each
+        attempt keeps the updates no later attempt reported, a stretch of its columns each. False,
+        having set nothing, for any other run."""
+        runs: dict[int, tuple[Any, Any]] = {}
+        for attempt, logs in self.logs.items():
+            distinct = _distinct((log.batch_steps, log.epochs) for log in logs)
+            steps = distinct[0][0]
+            if steps[-1] - steps[0] + 1 != len(steps) or not spill.ascending(steps, True) or any(
+                    len(other) != len(steps) or not spill.same_range(other, 0, steps, 0, len(steps))
+                    for other, _ in distinct[1:]):
+                return False
+            runs[attempt] = steps, distinct[0][1]  # the first rank's epochs name each update's epoch
+        claimed: list[tuple[int, int]] = []  # the updates of later attempts, as (first, last)
+        pieces: list[tuple[int, int, int]] = []  # (first update, last update, attempt)
+        for attempt in sorted(runs, reverse=True):
+            steps, _ = runs[attempt]
+            pieces.extend((a, b, attempt) for a, b in _outside(steps[0], steps[-1], claimed))
+            claimed = sorted(claimed + [(steps[0], steps[-1])])
+        pieces.sort()
+        self.steps = list(chain.from_iterable(range(a, b + 1) for a, b, _ in pieces))
+        self.epochs = []
+        at = 0
+        for attempt, group in groupby(pieces, key=itemgetter(2)):
+            first = at
+            for a, b, _ in group:
+                steps, epochs = runs[attempt]
+                self.epochs.extend(epochs[a - steps[0] : b - steps[0] + 1])
+                at += b - a + 1
+            self.segments.append((first, at, attempt))
+        return True
+
+    def _from_sets(self) -> None:
+        by_attempt = self.logs
         top: dict[int, int] = {}  # step -> the last attempt that reported it
         for attempt in sorted(by_attempt, reverse=True):
             for steps in _distinct(log.batch_steps for log in by_attempt[attempt]):
                 top.update(dict.fromkeys(set(steps) - top.keys(), attempt))
-        self.logs = by_attempt
         self.steps = sorted(top)
         attempts = list(map(top.__getitem__, self.steps))
-        self.segments: list[tuple[int, int, int]] = []  # (first column, end column, attempt)
         at = 0
         for attempt, group in groupby(attempts):
             n = sum(1 for _ in group)

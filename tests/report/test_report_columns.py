@@ -212,3 +212,36 @@ def test_the_benchmarks_run_the_report_sections_and_hold_them_to_their_targets()
     assert "report" in names and "report_16m" in names
     assert TARGETS["report_s_1_6m"] == ("<=", 5.0) and TARGETS["report_s_16m"] == ("<=", 60.0)
     assert TARGETS["report_peak_rss_mb_16m"] == ("<=", 512)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_grid_built_from_runs_of_updates_is_the_grid_built_from_sets(monkeypatch: pytest.MonkeyPatch, seed: int):
+    """ColumnGrid's two ways, on random attempts: each a run of updates (nested, overlapping, apart)
+    reported by one to three ranks, some with a gap, a repeat or another rank's epochs."""
+    import random
+    from array import array
+
+    from trainwreck.invariants.history import History, RankLog
+
+    rng = random.Random(seed)
+    taken: list[bool] = []
+    from_runs = ColumnGrid._from_runs
+    monkeypatch.setattr(ColumnGrid, "_from_runs", lambda self: taken.append(from_runs(self)) or taken[-1])
+    for _ in range(40):
+        history = History(run_dir="x", spec={})
+        for attempt in range(rng.randint(1, 5)):
+            first = rng.randint(1, 60)
+            steps = array("q", range(first, first + rng.randint(1, 40)))
+            for rank in range(rng.randint(1, 3)):
+                mine = steps if rank == 0 or rng.random() < 0.7 else array("q", steps)
+                if rng.random() < 0.1:  # a gap or a repeated update: not one run
+                    mine = array("q", [s for s in steps if s != steps[len(steps) // 2]] if rng.random() < 0.5
+                                 else list(steps) + [steps[-1]])
+                epochs = array("q", [s // 17 + (rank if rng.random() < 0.2 else 0) for s in mine])
+                history.logs[(attempt, rank)] = RankLog(attempt, rank, 3, batch_steps=mine, epochs=epochs)
+        fast = ColumnGrid(history)
+        with monkeypatch.context() as patch:
+            patch.setattr(ColumnGrid, "_from_runs", lambda self: False)
+            slow = ColumnGrid(history)
+        assert (fast.steps, fast.epochs, fast.segments) == (slow.steps, slow.epochs, slow.segments)
+    assert any(taken) and not all(taken), "both ways should have been compared"
