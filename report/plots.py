@@ -272,7 +272,11 @@ class Columns(RunEvents):
                 for log in self._logs() if len(log.steps)}
 
     def step_times(self) -> Iterable[float]:
-        return chain.from_iterable(log.times for log in self._logs())
+        """Every step event's time, or, for a long run, each distinct time once (numpy's sort,
+        invariants/vectors.py): the one reader, the checkpoint-age plot, takes a set of them."""
+        columns = [log.times for log in self._logs()]
+        distinct = vectors.distinct_floats(columns)
+        return chain.from_iterable(columns) if distinct is None else distinct
 
 
 class _LanePoints:
