@@ -2,7 +2,9 @@
 
 A pure-Python pass over a column makes a Python int of every value: on the 1.6 M-event
 benchmark run the coverage checker's sets, minima and maxima and the ascending checks took
-most of the judgement. numpy does the same passes in C over the column's own buffer.
+most of the judgement. numpy does the same passes in C over the column's own buffer. The
+report uses them too (report/plots.py: the coverage plot's counts and id bounds, the
+checkpoint-age plot's distinct step times).
 
 numpy is a dependency of the package already (torch's object collectives need it), but it
 costs 0.1-0.3 s to import, so it is imported only for a range of at least VECTOR_MIN values:
