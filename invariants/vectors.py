@@ -126,9 +126,10 @@ def distinct_floats(columns: Sequence[Any]) -> list[float] | None:
 def _sorted_distinct(values: Any) -> Any:
     """A new numpy array of the distinct values, ascending: sorted, then each value unlike the
     one before it (numpy 2's `unique` hashes instead, 10 times slower on 32 000-id epochs here)."""
-    values = values.copy() if values.base is not None else values
+    numpy = _numpy()
+    values = values.copy() if values.base is not None else values  # never sort a column's own buffer
     values.sort()
-    first = _numpy().empty(len(values), dtype=bool)
+    first = numpy.empty(len(values), dtype=bool)
     first[:1] = True
-    _numpy().not_equal(values[1:], values[:-1], out=first[1:])
+    numpy.not_equal(values[1:], values[:-1], out=first[1:])
     return values[first]

@@ -441,11 +441,12 @@ def _phases(raw: RawRun, hung: bool = False) -> dict[str, Any]:
 def _loss(raw: RawRun) -> dict[str, Any]:
     """Rank 0's loss per update, from the attempt that last applied it (the one whose state lives on):
     what a comparison across parallelisms quotes, where digests cannot match bit for bit."""
-    best: dict[int, float] = {}  # a later attempt's loss, and a later row's of one attempt, overwrites
-    for _, lane in sorted((attempt, lane) for (attempt, rank), lane in raw.lanes.items() if rank == 0):
-        best.update((step, loss) for step, loss in zip(lane.steps, lane.losses) if loss is not None)
-    steps = sorted(best)
-    return {"steps": steps, "values": list(map(best.__getitem__, steps)), "final": best[steps[-1]] if steps else None}
+    from trainwreck.report.plots import lanes_losses  # plots imports nothing of the model
+
+    # A lane's losses are floats, None where the event had no number (report/rawlog.py).
+    best = lanes_losses((attempt, lane.steps, lane.losses) for (attempt, rank), lane in raw.lanes.items() if rank == 0)
+    steps = list(best)
+    return {"steps": steps, "values": list(best.values()), "final": best[steps[-1]] if steps else None}
 
 
 def _golden_loss(report: dict[str, Any]) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from html import escape
 from itertools import chain, groupby, islice, repeat
-from operator import attrgetter, itemgetter, le, lt, mul, sub
+from operator import itemgetter, le, lt, mul, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
@@ -121,6 +121,15 @@ def _outside(first: int, last: int, taken: list[tuple[int, int]]) -> Iterator[tu
         at = max(at, b + 1)
     if at <= last:
         yield at, last
+
+
+def lanes_losses(lanes: Iterable[tuple[int, Sequence[int], Sequence[Any]]]) -> dict[int, float]:
+    """`latest_losses` of rows given as one lane per attempt, (attempt, steps, losses), without a
+    tuple per step: the lanes in attempt order, each overwriting the steps it reports."""
+    best: dict[int, float] = {}
+    for _, steps, losses in sorted(lanes, key=itemgetter(0)):
+        best.update((step, float(loss)) for step, loss in zip(steps, losses) if isinstance(loss, (int, float)))
+    return best if _ascending(best) else {step: best[step] for step in sorted(best)}
 
 
 def _distinct(columns: Iterable[Any]) -> list[Any]:
@@ -254,13 +263,7 @@ class Columns(RunEvents):
         return self.history.logs.values()
 
     def losses(self) -> dict[int, float]:
-        """As `latest_losses` of rank 0's rows, without a tuple per step: the logs in attempt order,
-        each overwriting the steps it reports (one log per attempt and rank)."""
-        best: dict[int, float] = {}
-        for log in sorted((log for log in self._logs() if log.rank == 0), key=attrgetter("attempt")):
-            best.update((step, float(loss)) for step, loss in zip(log.steps, log.losses)
-                        if isinstance(loss, (int, float)))
-        return best if _ascending(best) else {step: best[step] for step in sorted(best)}
+        return lanes_losses((log.attempt, log.steps, log.losses) for log in self._logs() if log.rank == 0)
 
     def grid(self) -> ColumnGrid:
         return ColumnGrid(self.history)
@@ -641,12 +644,16 @@ def _count_hidden(grid: Sequence[tuple[int, int, list[int]]], epochs: list[int],
 def _with_ids(counts: Any, ranges: list[tuple[Any, int, int]]) -> Any:
     """`counts` (an epoch's distinct ids so far: a set, or a sorted numpy array) with the ids of
     `ranges` added: in numpy when they are many (invariants/vectors.py), else as a set."""
-    prior: list[tuple[Any, int, int]] | None = [(counts, 0, len(counts))] if len(counts) else []
-    if isinstance(counts, set) and counts:
+    prior: list[tuple[Any, int, int]] | None
+    if not len(counts):
+        prior = []
+    elif isinstance(counts, set):
         try:
             prior = [(array("q", counts), 0, len(counts))]
         except (OverflowError, TypeError):  # past 64 bits, or not integers: sets it is
             prior = None
+    else:
+        prior = [(counts, 0, len(counts))]
     merged = vectors.distinct(prior + ranges) if prior is not None else None
     if merged is not None:
         return merged

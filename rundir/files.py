@@ -170,7 +170,7 @@ def write_atomic(path: Path | str, data: bytes | str | Iterable[str], root: Path
 
 
 def _utf8(text: str) -> bytes:
-    # A run directory's name may not be UTF-8 (a report quotes it): such bytes are written as \\x escapes.
+    # A run directory's name may not be UTF-8 (a report quotes it): such bytes are written as \x escapes.
     return text.encode("utf-8", errors="backslashreplace")
 
 

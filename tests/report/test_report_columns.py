@@ -249,3 +249,21 @@ def test_a_grid_built_from_runs_of_updates_is_the_grid_built_from_sets(monkeypat
             slow = ColumnGrid(history)
         assert (fast.steps, fast.epochs, fast.segments) == (slow.steps, slow.epochs, slow.segments)
     assert any(taken) and not all(taken), "both ways should have been compared"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_losses_taken_a_lane_per_attempt_are_the_rows_latest_losses(seed: int):
+    """lanes_losses (the columns' and the report model's way) against latest_losses over the same rows:
+    the last attempt to report a number for a step wins, and of one attempt its last row."""
+    import random
+
+    from trainwreck.report.plots import lanes_losses, latest_losses
+
+    rng = random.Random(seed)
+    lanes = []
+    for attempt in rng.sample(range(8), rng.randint(1, 5)):  # attempts in any order
+        steps = sorted(rng.choices(range(1, 40), k=rng.randint(0, 30)))  # repeats: a step reported twice
+        losses = [rng.choice([None, rng.random(), rng.randint(0, 3), True]) for _ in steps]
+        lanes.append((attempt, steps, losses))
+    rows = [(step, attempt, loss) for attempt, steps, losses in lanes for step, loss in zip(steps, losses)]
+    assert list(lanes_losses(lanes).items()) == list(latest_losses(rows).items())
