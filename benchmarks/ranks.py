@@ -7,11 +7,14 @@ They are now forked from the harness's command server (harness/launch/cmdserver.
 `--cmd` uses), which imported RANK_MODULES once. Each is still a process of its own, in its own
 process group, running MODULE as `__main__` the way `python -m` does, its output in a log of its own.
 
-The fork is from a server process started fresh, never from this one: `python -m
-trainwreck.benchmarks` has run threaded benchmarks (hashing pools, process groups) before a job,
-and a fork copies whatever lock a thread held at that moment (a job forked from it once
-deadlocked there, idle). A job the server cannot serve starts its ranks cold, as before, and
-says why on stderr.
+The server is forked from this process when it runs one thread, as a benchmark job does when
+it starts (`python -m trainwreck.benchmarks.fsdp`, or one the handbook forked from its own command
+server): it then holds torch and FSDP's modules already, and the job pays no second import (about
+5 s of the handbook's 8 s a measurement here). Otherwise the server is a fresh interpreter: `python
+-m trainwreck.benchmarks` has run threaded benchmarks (hashing pools, process groups) before a job,
+and a fork copies whatever lock a thread held at that moment (a job forked from it once deadlocked
+there, idle). So the server starts before the job's TCPStore, whose own thread would rule the fork
+out. A job the server cannot serve starts its ranks cold, as before, and says why on stderr.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from trainwreck.harness.launch.procs import child_env
-from trainwreck.harness.supervise.command.warm import BENCHMARK_MODULES, fork_command
+from trainwreck.harness.supervise.command.warm import BENCHMARK_MODULES, WarmPlan, fork_command, serving
 
 RANK_MODULES = (*BENCHMARK_MODULES, "trainwreck.benchmarks.ranks")
 """What the server imports for every job (harness/supervise/command/warm.py BENCHMARK_MODULES) and
@@ -39,13 +42,14 @@ JOB_TIMEOUT_S = 300.0
 def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, Any]:
     """One gloo job of `world` ranks of `module`; rank 0's figures. Every rank is reaped or killed;
     a failed job's error quotes the end of each failed rank's log."""
+    server = serving(WarmPlan(RANK_MODULES, child_env()), here=True)  # before the store starts its thread
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
         out = Path(tmp) / "rank0.json"
         argvs = [[sys.executable, "-m", module, "--rank", str(r), "--world", str(world), "--port", str(store.port),
                   "--out", str(out), *args] for r in range(world)]
         logs = [Path(tmp) / f"rank{r}.log" for r in range(world)]
-        codes = _forked(argvs, logs)
+        codes = server if isinstance(server, str) else _forked(argvs, logs)
         if isinstance(codes, str):
             print(f"trainwreck.benchmarks: the {what} ranks start cold (fresh interpreters): {codes}",
                   file=sys.stderr, flush=True)

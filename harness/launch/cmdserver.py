@@ -55,7 +55,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from trainwreck.harness.launch.forkserver import Server, freeze_heap
-from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid
+from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid, thread_count
 
 PREPARE_TIMEOUT_S = 60.0
 """How long the ranks of an attempt may take to prepare (-m imports the module's parent packages)."""
@@ -232,14 +232,6 @@ def exit_status(exc: SystemExit) -> int:
         return exc.code
     print(exc.code, file=sys.stderr)
     return 1
-
-
-def thread_count() -> int:
-    """Threads of this process (any library thread, not only Python's): more than one makes a fork unsafe."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
 
 
 def warm(modules: list[str]) -> list[str]:

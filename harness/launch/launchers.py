@@ -15,12 +15,15 @@ rank also has a parent-death signal, so a dead harness leaves nothing behind.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -89,13 +92,7 @@ class ForkServer:
         the socket's fd, this pid and `args`; `env`: its environment (default child_env())."""
         ours, theirs = socket.socketpair()
         self.owner = os.getpid()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(theirs.fileno()), str(os.getpid()), *args],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-            # Its own session: a Ctrl-C in the terminal reaches only the harness, which
-            # then kills the attempts in order instead of racing them.
-            start_new_session=True, env=child_env() if env is None else env,
-        )
+        self.proc = self.launch(ours, theirs, module, args, env)
         theirs.close()
         self.conn = Connection(ours.detach())
         self.exits: dict[int, int] = {}
@@ -106,6 +103,17 @@ class ForkServer:
         self.pid: int = ready["pid"]
         self.import_s: float = ready["import_s"]
         self.ready: dict[str, Any] = ready
+
+    def launch(self, ours: socket.socket, theirs: socket.socket, module: str, args: tuple[str, ...],
+               env: dict[str, str] | None) -> Any:
+        """The server's process (a fresh interpreter): anything with poll(), wait(timeout) and kill()."""
+        return subprocess.Popen(
+            [sys.executable, "-m", module, str(theirs.fileno()), str(os.getpid()), *args],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the terminal reaches only the harness, which
+            # then kills the attempts in order instead of racing them.
+            start_new_session=True, env=child_env() if env is None else env,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None and os.getpid() == self.owner
@@ -152,6 +160,67 @@ class ForkServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class ForkedServer(ForkServer):
+    """A server forked from this process rather than started as a fresh interpreter: what this
+    process has imported, the server holds without paying for it again (a benchmark job forked
+    from the command server holds torch, and its ranks need nothing more). Only for a process
+    running one thread: a fork copies every lock another thread holds at that moment, held
+    forever (harness/launch/procs.py `thread_count`). The server leaves this process's
+    session and never returns into its frames: it ends by os._exit, running none of this
+    process's atexit handlers. It keeps this process's other open files, as the ranks a fresh
+    server forks keep that server's; `env` is already this process's environment."""
+
+    def launch(self, ours: socket.socket, theirs: socket.socket, module: str, args: tuple[str, ...],
+               env: dict[str, str] | None) -> Any:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ours.close()  # else the server never sees this end's EOF, its signal to stop
+                os.setsid()  # its own session and stdin, as the fresh server has
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.close(null)
+                importlib.import_module(module).main([str(theirs.fileno()), str(parent), *args])
+                code = 0
+            except BaseException:  # noqa: BLE001 - reported, then the process ends: never unwind into the job
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        return ForkedProcess(pid)
+
+
+class ForkedProcess:
+    """A child this process forked, with the part of Popen's interface a server needs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None:
+            pidfd = os.pidfd_open(self.pid)  # readable once the child has ended (Linux 5.3)
+            try:
+                if not select.select([pidfd], [], [], timeout)[0]:
+                    raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            finally:
+                os.close(pidfd)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            signal_pid(self.pid, signal.SIGKILL)
 
 
 class ServerSlot:

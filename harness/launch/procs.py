@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,6 +62,14 @@ def set_parent_death_signal(expected_parent: int | None = None) -> None:
     # The parent may have died before prctl took effect; then nobody would kill us.
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(1)
+
+
+def thread_count() -> int:
+    """Threads of this process (any library thread, not only Python's): more than one makes a fork unsafe."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def signal_pid(pid: int, sig: int) -> None:

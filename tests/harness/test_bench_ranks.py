@@ -1,12 +1,17 @@
-"""benchmarks/ranks.py: a benchmark job's ranks are forked from the warm command server, start cold
-(saying why) when it cannot serve them, and a failed job quotes each failed rank's log."""
+"""benchmarks/ranks.py: a benchmark job's ranks are forked from the warm command server (itself
+forked from a single-threaded job), start cold (saying why) when it cannot serve them, and a failed
+job quotes each failed rank's log."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from trainwreck.benchmarks import ranks
+from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.supervise.command import warm
 
 PROBE = "tests.harness.rank_probe"
@@ -24,7 +29,7 @@ def test_a_jobs_ranks_are_forked_from_the_command_server_and_run_their_module_as
 
 def test_ranks_the_server_cannot_serve_start_cold_and_say_why(monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(ranks, "fork_command", lambda *a, **k: "the server is off for this test")
+    monkeypatch.setattr(ranks, "serving", lambda *a, **k: "the server is off for this test")
     result = ranks.run_ranks(PROBE, 1, [], "probe")
     assert [r["ppid"] for r in result["ranks"]] == [os.getpid()]  # a fresh interpreter of this process
     assert "the probe ranks start cold (fresh interpreters): the server is off for this test" in capsys.readouterr().err
@@ -37,3 +42,26 @@ def test_a_failed_job_names_each_failed_rank_with_the_end_of_its_log() -> None:
     assert "the probe job at world 2 failed: exit codes [3, 3]" in message
     assert "--- rank 0 (exit 3):\nrank 0 refuses to start" in message
     assert "--- rank 1 (exit 3):\nrank 1 refuses to start" in message
+
+
+def _job(*args: str) -> dict[str, object]:
+    """The probe job in a process of its own, with the environment the harness gives a job (one OpenMP thread)."""
+    done = subprocess.run([sys.executable, "-m", "tests.harness.bench_job_probe", *args], env=child_env(),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_single_threaded_job_forks_its_ranks_server_from_itself_not_a_fresh_interpreter() -> None:
+    seen = _job()
+    assert seen["server_parent"] == seen["job"]
+    assert "trainwreck.harness.launch.cmdserver" not in seen["server_cmdline"]  # the job's own command line
+    assert seen["server_cmdline"][1:3] == ["-m", "tests.harness.bench_job_probe"]
+    assert seen["rank_parents"] == [seen["server"], seen["server"]]
+
+
+def test_a_job_running_a_second_thread_starts_its_ranks_server_fresh_instead() -> None:
+    seen = _job("--thread")
+    assert seen["server_parent"] == seen["job"]
+    assert seen["server_cmdline"][1:3] == ["-m", "trainwreck.harness.launch.cmdserver"]
+    assert seen["rank_parents"] == [seen["server"], seen["server"]]

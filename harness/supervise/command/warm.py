@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkServer, ServerSlot, WarmAttempt, \
-    attempt_marker, cmd_env, start_command
-from trainwreck.harness.launch.procs import child_env
+from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkedServer, ForkServer, ServerSlot, \
+    WarmAttempt, attempt_marker, cmd_env, start_command
+from trainwreck.harness.launch.procs import child_env, thread_count
 from trainwreck.harness.launch.rank import SHARDING_MODULES, WARM_MODULES
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.harness.supervise.command.golden_key import command_sources
@@ -114,19 +114,24 @@ _servers = ServerSlot()
 """One command server at a time: it holds a framework's imports (hundreds of MB)."""
 
 
-def command_server(plan: WarmPlan) -> ForkServer:
-    """This process's command server for `plan`, started on demand, replaced when the plan's key changes."""
-    return _servers.get(plan.key, lambda: ForkServer("trainwreck.harness.launch.cmdserver", plan.modules, plan.env))
+def command_server(plan: WarmPlan, here: bool = False) -> ForkServer:
+    """This process's command server for `plan`, started on demand, replaced when the plan's key changes.
+    `here`: forked from this process when it runs one thread (it then holds this process's imports at
+    no cost; the caller vouches that its state is fit for the ranks), else a fresh interpreter."""
+    def start() -> ForkServer:
+        kind = ForkedServer if here and thread_count() == 1 else ForkServer
+        return kind("trainwreck.harness.launch.cmdserver", plan.modules, plan.env)
+    return _servers.get(plan.key, start)
 
 
 def shutdown_command_server() -> None:
     _servers.close()
 
 
-def serving(plan: WarmPlan) -> ForkServer | str:
+def serving(plan: WarmPlan, here: bool = False) -> ForkServer | str:
     """The command server for `plan`, ready to fork; or why it cannot be used."""
     try:
-        server = command_server(plan)
+        server = command_server(plan, here)
     except RuntimeError as exc:
         return f"the command server did not start ({exc})"
     if server.ready.get("threads", 1) > 1:
