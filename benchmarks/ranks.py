@@ -4,7 +4,7 @@ Each rank runs `python -m MODULE --rank R --world W --port P --out F ARGS`; rank
 figures to F as JSON. The ranks used to be fresh interpreters, and importing torch and its FSDP
 modules costs about 5 CPU-seconds a process on the 2-core machine: most of a short measuring job.
 They are now forked from the harness's command server (harness/launch/cmdserver.py, the one
-`--cmd` uses), which imported RANK_MODULES once. Each is still a process of its own, in its own
+`--cmd` uses), which imported BENCHMARK_MODULES once. Each is still a process of its own, in its own
 process group, running MODULE as `__main__` the way `python -m` does, its output in a log of its own.
 
 The server is forked from this process when it runs one thread, as a benchmark job does when
@@ -32,9 +32,6 @@ import torch.distributed as dist
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.supervise.command.warm import BENCHMARK_MODULES, WarmPlan, fork_command, serving
 
-RANK_MODULES = (*BENCHMARK_MODULES, "trainwreck.benchmarks.ranks")
-"""What the server imports for every job (harness/supervise/command/warm.py BENCHMARK_MODULES) and
-this module, which every rank's module imports."""
 JOB_TIMEOUT_S = 300.0
 """How long one job's ranks may take, all together, before they are killed."""
 
@@ -42,7 +39,7 @@ JOB_TIMEOUT_S = 300.0
 def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, Any]:
     """One gloo job of `world` ranks of `module`; rank 0's figures. Every rank is reaped or killed;
     a failed job's error quotes the end of each failed rank's log."""
-    server = serving(WarmPlan(RANK_MODULES, child_env()), here=True)  # before the store starts its thread
+    server = serving(WarmPlan(BENCHMARK_MODULES, child_env()), here=True)  # before the store starts its thread
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
         out = Path(tmp) / "rank0.json"
@@ -67,7 +64,7 @@ def _forked(argvs: list[list[str]], logs: list[Path]) -> list[int | None] | str:
     env, ranks, codes = child_env(), [], []  # one OpenMP thread: numpy's BLAS pool would make the server unforkable
     try:
         for argv, log in zip(argvs, logs):
-            rank = fork_command(argv, Path.cwd(), env, log, RANK_MODULES)
+            rank = fork_command(argv, Path.cwd(), env, log, BENCHMARK_MODULES)
             if isinstance(rank, str):
                 return rank
             ranks.append(rank)

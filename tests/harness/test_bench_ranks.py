@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import threading
 
 import pytest
 
 from trainwreck.benchmarks import ranks
-from trainwreck.harness.launch.procs import child_env
+from trainwreck.harness.launch.launchers import ServerSlot
+from trainwreck.harness.launch.procs import child_env, thread_count
+from trainwreck.harness.suites.handbook import run_benchmark_job
 from trainwreck.harness.supervise.command import warm
 
 PROBE = "tests.harness.rank_probe"
@@ -44,24 +45,35 @@ def test_a_failed_job_names_each_failed_rank_with_the_end_of_its_log() -> None:
     assert "--- rank 1 (exit 3):\nrank 1 refuses to start" in message
 
 
-def _job(*args: str) -> dict[str, object]:
-    """The probe job in a process of its own, with the environment the harness gives a job (one OpenMP thread)."""
-    done = subprocess.run([sys.executable, "-m", "tests.harness.bench_job_probe", *args], env=child_env(),
-                          capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
 
-
-def test_a_single_threaded_job_forks_its_ranks_server_from_itself_not_a_fresh_interpreter() -> None:
-    seen = _job()
+def test_a_handbook_job_forks_its_ranks_server_from_itself_not_a_fresh_interpreter() -> None:
+    code, out, err = run_benchmark_job(["python", "-m", "tests.harness.bench_job_probe"])
+    assert code == 0, err
+    seen = json.loads(out)
     assert seen["server_parent"] == seen["job"]
-    assert "trainwreck.harness.launch.cmdserver" not in seen["server_cmdline"]  # the job's own command line
-    assert seen["server_cmdline"][1:3] == ["-m", "tests.harness.bench_job_probe"]
+    assert seen["server_cmdline"] == seen["job_cmdline"]  # a fresh one's names the job as its parent pid
     assert seen["rank_parents"] == [seen["server"], seen["server"]]
 
 
-def test_a_job_running_a_second_thread_starts_its_ranks_server_fresh_instead() -> None:
-    seen = _job("--thread")
-    assert seen["server_parent"] == seen["job"]
-    assert seen["server_cmdline"][1:3] == ["-m", "trainwreck.harness.launch.cmdserver"]
-    assert seen["rank_parents"] == [seen["server"], seen["server"]]
+def test_a_process_running_a_second_thread_starts_its_server_fresh_instead_of_forking_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(warm, "ForkedServer", lambda *a: started.append("forked from this process"))
+    monkeypatch.setattr(warm, "ForkServer", lambda *a: started.append("a fresh interpreter"))
+    plan = warm.WarmPlan(warm.BENCHMARK_MODULES, child_env())
+    for threads in (1, 2):
+        monkeypatch.setattr(warm, "_servers", ServerSlot())
+        monkeypatch.setattr(warm, "thread_count", lambda: threads)
+        warm.command_server(plan, here=True)
+    assert started == ["forked from this process", "a fresh interpreter"]
+
+
+def test_thread_count_counts_a_thread_as_it_runs() -> None:
+    before, stop = thread_count(), threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert thread_count() == before + 1  # the kernel's count: its task may linger a moment after join
+    finally:
+        stop.set()
+        thread.join()

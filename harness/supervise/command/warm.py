@@ -41,10 +41,11 @@ TORCH_MODULES = tuple(m for m in WARM_MODULES if (m == "torch" or m.startswith("
 """What every command's server imports: the reference fork server's torch modules (rank.py) but FSDP's
 and DCP's, which a script that imports them gets warmed as any other import."""
 BENCHMARK_MODULES = (*TORCH_MODULES, *SHARDING_MODULES, "trainwreck.trainer.parallel", "trainwreck.trainer.data",
-                     "trainwreck.trainer.sampler")
+                     "trainwreck.trainer.sampler", "trainwreck.benchmarks.ranks")
 """What the server imports for the benchmarks' jobs and ranks (benchmarks/ranks.py, the handbook's
-measurements): torch, FSDP's modules and the trainer's pieces the jobs build on. Never a job's own
-module: runpy warns when the `-m` module is already imported."""
+measurements): torch, FSDP's modules, the trainer's pieces the jobs build on and the ranks' runner
+that every rank's module imports. One list for jobs and ranks alike, so one server (one key) serves
+both. Never a job's own module: runpy warns when the `-m` module is already imported."""
 
 VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 """Variables that change between jobs of one harness process but no import reads (pytest names the
