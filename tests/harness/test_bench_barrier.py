@@ -1,6 +1,6 @@
 """benchmarks/barrier.py: torch's monitored_barrier on gloo, run for real with one rank held back, names
 that rank; the rank numbers are read from the error whatever torch's wording (the handbook's hang
-chapter quotes them, tests/report/test_handbook_hang.py)."""
+chapter quotes them, tests/report/test_handbook.py)."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,5 @@
 """Making a handbook of some chapters for a test module: one place for what the --full chapters'
-test modules each need (a private golden cache, the real command line, everything it wrote)."""
+test modules and the default handbook's each need (a private golden cache, the real command line, everything it wrote)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,9 @@ import pytest
 from trainwreck.harness.cli import main as cli
 
 
-def make_handbook(tmp_path_factory: pytest.TempPathFactory, name: str, slugs: Sequence[str]) -> dict[str, Any]:
-    """`trainwreck handbook --chapters SLUGS` into a fresh directory, from an empty golden cache.
+def make_handbook(tmp_path_factory: pytest.TempPathFactory, name: str, slugs: Sequence[str] | None) -> dict[str, Any]:
+    """`trainwreck handbook --chapters SLUGS` (None: the default chapters, as `trainwreck handbook`
+    runs them) into a fresh directory, from an empty golden cache, as on a fresh machine.
 
     Returns the exit code, handbook.json, every run's report.json, the page and the chapters by slug."""
     root = tmp_path_factory.mktemp(name)
@@ -20,7 +21,8 @@ def make_handbook(tmp_path_factory: pytest.TempPathFactory, name: str, slugs: Se
     mp.setenv("TRAINWRECK_GOLDEN_CACHE", str(root / "golden"))
     try:
         out = root / "hb"
-        code = cli(["handbook", "--chapters", ",".join(slugs), "--out", str(out)])
+        chapters = [] if slugs is None else ["--chapters", ",".join(slugs)]
+        code = cli(["handbook", *chapters, "--out", str(out)])
     finally:
         mp.undo()
     record = json.loads((out / "handbook.json").read_text())
