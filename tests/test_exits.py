@@ -44,3 +44,12 @@ def test_a_usage_error_of_the_standalone_trainer_never_imports_torch() -> None:
             "print(code, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "2 False", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv", [["run", "--cmd", "python t.py", "--set", "width=8"],
+                                  ["run", "--plan", "[1]"], ["run", "--fresh-golden"]], ids=["cmd", "plan", "golden"])
+def test_a_refused_trainwreck_run_exits_2_without_importing_torch(argv: list[str]) -> None:
+    code = ("import sys\nfrom trainwreck.harness.cli import main\n"
+            f"code = main({argv!r})\nprint(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "2 False", done.stdout + done.stderr

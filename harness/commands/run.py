@@ -1,4 +1,8 @@
-"""trainwreck run [SCENARIO] [...]: one job under faults, judged against a cached golden run."""
+"""trainwreck run [SCENARIO] [...]: one job under faults, judged against a cached golden run.
+
+The judge's runner imports torch (seconds on a busy machine), so it is imported only once the
+arguments have passed their checks: a usage error or a bad plan exits 2 without waiting for it.
+The import runs with SIGINT/SIGTERM deferred (interrupts.py `deferred`), as the dispatcher's does."""
 from __future__ import annotations
 
 import argparse
@@ -6,17 +10,20 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainwreck.harness.launch import gpus
 from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, launcher_help, launcher_names, default_launcher
-from trainwreck.harness.judge.runner import JudgedRun, run_judged, spec_for, verdict_lines
+from trainwreck.harness.supervise.interrupts import deferred
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.rundir.arguments import load_json_arg
 from trainwreck.trainer.config import BACKENDS, PARALLELISMS, backend_fields, parse_set_items
 from trainwreck.rundir.errors import InputError
+
+if TYPE_CHECKING:
+    from trainwreck.harness.judge.runner import JudgedRun
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +64,8 @@ def main(args: argparse.Namespace) -> int:
     scenario = build_scenario(args)
     gpus.check_gpus(scenario.config, scenario.world_sizes)  # before the golden run: nccl wants a GPU per rank
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    with deferred():
+        from trainwreck.harness.judge.runner import run_judged, spec_for
     spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)
     judged = run_judged(spec, args.scenario)
     print_result(judged, args.json)
@@ -97,6 +106,8 @@ def parse_plan_arg(text: str) -> list[dict[str, Any]]:
 
 
 def print_result(judged: JudgedRun, as_json: bool) -> None:
+    from trainwreck.harness.judge.runner import verdict_lines  # imported by now: it ran the job
+
     if as_json:
         payload = {**judged.judgement.to_json(), "run_dir": str(judged.record.run_dir),
                    "outcome": judged.record.outcome, "reproduce": judged.reproduce,
@@ -141,6 +152,8 @@ def main_cmd(args: argparse.Namespace) -> int:
                    # record; the built-in scenarios' few seconds are for the warm reference.
                    hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
                    run_dir=out, keep=True)
+    with deferred():
+        from trainwreck.harness.judge.runner import run_judged
     judged = run_judged(spec, fresh_golden=args.fresh_golden)
     print_result(judged, args.json)
     return judged.exit_code
