@@ -56,17 +56,18 @@ def test_a_handbook_job_forks_its_ranks_server_from_itself_not_a_fresh_interpret
     assert seen["rank_parents"] == [seen["server"], seen["server"]]
 
 
-def test_a_process_running_a_second_thread_starts_its_server_fresh_instead_of_forking_itself(
+def test_a_process_running_a_second_thread_or_not_on_linux_starts_its_server_fresh_instead_of_forking_itself(
         monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[str] = []
     monkeypatch.setattr(warm, "ForkedServer", lambda *a: started.append("forked from this process"))
     monkeypatch.setattr(warm, "ForkServer", lambda *a: started.append("a fresh interpreter"))
     plan = warm.WarmPlan(warm.BENCHMARK_MODULES, child_env())
-    for threads in (1, 2):
+    for platform, threads in (("linux", 1), ("linux", 2), ("darwin", 1)):
         monkeypatch.setattr(warm, "_servers", ServerSlot())
         monkeypatch.setattr(warm, "thread_count", lambda: threads)
+        monkeypatch.setattr(warm.sys, "platform", platform)
         warm.command_server(plan, here=True)
-    assert started == ["forked from this process", "a fresh interpreter"]
+    assert started == ["forked from this process", "a fresh interpreter", "a fresh interpreter"]
 
 
 def test_thread_count_counts_threads_python_does_not_know_of() -> None:

@@ -118,9 +118,10 @@ _servers = ServerSlot()
 def command_server(plan: WarmPlan, here: bool = False) -> ForkServer:
     """This process's command server for `plan`, started on demand, replaced when the plan's key changes.
     `here`: forked from this process when it runs one thread (it then holds this process's imports at
-    no cost; the caller vouches that its state is fit for the ranks), else a fresh interpreter."""
+    no cost; the caller vouches that its state is fit for the ranks), else a fresh interpreter. Linux
+    only: elsewhere no /proc counts a library's threads, and no pidfd waits for the server."""
     def start() -> ForkServer:
-        kind = ForkedServer if here and thread_count() == 1 else ForkServer
+        kind = ForkedServer if here and sys.platform.startswith("linux") and thread_count() == 1 else ForkServer
         return kind("trainwreck.harness.launch.cmdserver", plan.modules, plan.env)
     return _servers.get(plan.key, start)
 
