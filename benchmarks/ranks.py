@@ -39,14 +39,17 @@ JOB_TIMEOUT_S = 300.0
 def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, Any]:
     """One gloo job of `world` ranks of `module`; rank 0's figures. Every rank is reaped or killed;
     a failed job's error quotes the end of each failed rank's log."""
-    server = serving(WarmPlan(BENCHMARK_MODULES, child_env()), here=True)  # before the store starts its thread
+    # One OpenMP thread: numpy's BLAS pool would make the server unforkable. The same environment
+    # for the server and the ranks, so the ranks find it under its key.
+    env = child_env()
+    server = serving(WarmPlan(BENCHMARK_MODULES, env), here=True)  # before the store starts its thread
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory(prefix="trainwreck-bench-") as tmp:
         out = Path(tmp) / "rank0.json"
         argvs = [[sys.executable, "-m", module, "--rank", str(r), "--world", str(world), "--port", str(store.port),
                   "--out", str(out), *args] for r in range(world)]
         logs = [Path(tmp) / f"rank{r}.log" for r in range(world)]
-        codes = server if isinstance(server, str) else _forked(argvs, logs)
+        codes = server if isinstance(server, str) else _forked(argvs, logs, env)
         if isinstance(codes, str):
             print(f"trainwreck.benchmarks: the {what} ranks start cold (fresh interpreters): {codes}",
                   file=sys.stderr, flush=True)
@@ -58,10 +61,10 @@ def run_ranks(module: str, world: int, args: list[str], what: str) -> dict[str, 
         return json.loads(out.read_text())
 
 
-def _forked(argvs: list[list[str]], logs: list[Path]) -> list[int | None] | str:
+def _forked(argvs: list[list[str]], logs: list[Path], env: dict[str, str]) -> list[int | None] | str:
     """Each rank forked from the command server, then reaped (killed past JOB_TIMEOUT_S); the exit
     codes (None: killed or lost). Why not, having left nothing running, when one could not fork."""
-    env, ranks, codes = child_env(), [], []  # one OpenMP thread: numpy's BLAS pool would make the server unforkable
+    ranks, codes = [], []
     try:
         for argv, log in zip(argvs, logs):
             rank = fork_command(argv, Path.cwd(), env, log, BENCHMARK_MODULES)

@@ -7,23 +7,19 @@ from __future__ import annotations
 import json
 import os
 
+import psutil
+
 from trainwreck.benchmarks.ranks import run_ranks
 from trainwreck.harness.supervise.command import warm
-
-
-def cmdline(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return f.read().decode().split("\0")[:-1]
 
 
 def main() -> None:
     result = run_ranks("tests.harness.rank_probe", 2, [], "probe")
     server = warm._servers.server
     assert server is not None
-    with open(f"/proc/{server.pid}/status") as f:
-        parent = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
-    print(json.dumps({"job": os.getpid(), "job_cmdline": cmdline(os.getpid()), "server": server.pid,
-                      "server_parent": parent, "server_cmdline": cmdline(server.pid),
+    job, served = psutil.Process(os.getpid()), psutil.Process(server.pid)
+    print(json.dumps({"job": job.pid, "job_cmdline": job.cmdline(), "server": served.pid,
+                      "server_parent": served.ppid(), "server_cmdline": served.cmdline(),
                       "rank_parents": [r["ppid"] for r in result["ranks"]]}))
 
 

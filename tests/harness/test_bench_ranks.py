@@ -46,7 +46,6 @@ def test_a_failed_job_names_each_failed_rank_with_the_end_of_its_log() -> None:
     assert "--- rank 1 (exit 3):\nrank 1 refuses to start" in message
 
 
-
 def test_a_handbook_job_forks_its_ranks_server_from_itself_not_a_fresh_interpreter() -> None:
     code, out, err = run_benchmark_job(["python", "-m", "tests.harness.bench_job_probe"])
     assert code == 0, err
