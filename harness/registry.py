@@ -71,7 +71,8 @@ class LauncherKind:
     """True: a world-size schedule may only shrink (Ray Train's elastic group restarts smaller when a
     node is lost; nothing here adds a node back for it to grow)."""
     startup_floor_s: float = 0.0
-    """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing."""
+    """Startup budget = max(hang_timeout_s, this): fresh interpreters import torch before publishing
+    (and at least CUDA_STARTUP_S for ranks on CUDA)."""
     planted_watchdogs: bool = True
     """False: only the reference watchdog (harness/supervise/watchdog_variants.py) can supervise it."""
     fork_server: bool = False
@@ -80,8 +81,10 @@ class LauncherKind:
     """True: an agent between the harness and the ranks reaps them, so a rank's own exit code and
     error reach the harness only through the agent's log (the root-cause finder reads it there)."""
 
-    def startup_budget_s(self, hang_timeout_s: float) -> float:
-        return max(hang_timeout_s, self.startup_floor_s)
+    def startup_budget_s(self, hang_timeout_s: float, cuda: bool = False) -> float:
+        """The watchdog's budget while a rank sets up (watchdog.py `setting_up`); `cuda`: the ranks
+        run on CUDA devices, and each creates its own CUDA context."""
+        return max(hang_timeout_s, self.startup_floor_s, CUDA_STARTUP_S if cuda else 0.0)
 
     def supervisor_class(self) -> Any:
         return load(self.supervisor)
@@ -96,6 +99,11 @@ class LauncherKind:
 
 SPAWN_STARTUP_S = 120.0
 """Fresh interpreters import torch first, several seconds each, all at once on a few shared cores."""
+CUDA_STARTUP_S = 60.0
+"""A rank on a CUDA device creates its CUDA context itself (a fork server cannot hold one: CUDA does
+not survive a fork). On one H200 with up to 16 such ranks starting at once, a rank took up to 4.3 s
+from its start to its first update, and two restarted ranks sat in `torch.cuda.set_device` past a
+2 s hang timeout (a false hang alarm, 2026-11-28)."""
 REPLICA_STARTUP_S = 180.0
 """A replica rank imports torch and torchft before its first progress: over 20 s each on a loaded
 2-core machine, every group at once."""

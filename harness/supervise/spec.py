@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 
 from trainwreck import trainer
 from trainwreck.harness.errors import SpecError
+from trainwreck.harness.launch import gpus
 from trainwreck.harness.registry import (DEFAULT_LAUNCHER, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind,
                                          UnknownLauncher, default_launcher, get_launcher)
 from trainwreck.harness.supervise.scenarios import custom_scenario
@@ -375,7 +376,8 @@ class JobSpec:
     checkpoint_timeout_s: float | None = None
     """Budget while a rank is in the checkpoint phase; None means 3 x hang_timeout_s."""
     startup_timeout_s: float | None = None
-    """Budget while a rank has not published yet; None: hang_timeout_s (warm) or 120 s (spawn, torchrun)."""
+    """Budget while a rank sets up (not yet in its first update); None: hang_timeout_s (warm) or 120 s
+    (spawn, torchrun), at least 60 s for ranks on CUDA (harness/registry.py CUDA_STARTUP_S)."""
     exit_timeout_s: float | None = None
     """Budget from a rank's "done" to its exit; None means 3 x hang_timeout_s, at least MIN_EXIT_BUDGET_S.
     A rank over it is stack-dumped, killed and recorded (`exit_overdue`); its training was over, so the
@@ -479,7 +481,19 @@ class JobSpec:
     def startup_budget_s(self) -> float:
         if self.startup_timeout_s is not None:
             return self.startup_timeout_s
-        return self.launcher_kind.startup_budget_s(self.hang_timeout_s)
+        return self.launcher_kind.startup_budget_s(self.hang_timeout_s, cuda=self.on_cuda)
+
+    @property
+    def on_cuda(self) -> bool:
+        """Whether the reference trainer's ranks may run on CUDA devices in some attempt: nccl or
+        device=cuda; device=auto when the GPUs cover an attempt's ranks (trainer/launch.py
+        `pick_device`). A command's device is unknown; its launchers' floor is longer anyway."""
+        cfg = self.config
+        if cfg is None or cfg.device == "cpu":
+            return False
+        if cfg.device == "cuda" or cfg.backend == "nccl":
+            return True
+        return gpus.cuda_device_count() >= min(self.world_sizes)
 
     @property
     def launcher_kind(self) -> LauncherKind:

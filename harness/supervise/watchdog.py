@@ -7,9 +7,14 @@ collective. The job is hung when *no* rank's progress changed for `hang_timeout_
 changing its own board, so a slow job is never a hung job. The suspects are the ranks
 furthest behind in (step, phase index); the rest are "waiting" (usually blocked in a
 collective for the suspects). A rank that has not published yet sits at (-1, -1):
-it is behind everyone, and its silence counts from the attempt start, against a
-startup budget (a fresh interpreter spends seconds importing torch before it can
-publish anything).
+it is behind everyone, and its silence counts from the attempt start.
+
+The startup budget, not the hang timeout, holds while some rank is still setting up: it
+has not published (a fresh interpreter spends seconds importing torch), or it published
+only the probe's start, update 0, and has not entered its first update (joining the
+process group, building the model, restoring a checkpoint; on a GPU, creating the CUDA
+context, measured at up to 4.3 s from the start to the first update with many ranks
+sharing one GPU). Updates count from 1, so update 0 is never training.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ class WatchdogConfig:
     checkpoint_timeout_s: float
     """The same budget while any live rank is in the checkpoint phase (saves can be slow)."""
     startup_timeout_s: float
-    """The budget while some rank has not published at all (interpreter start, imports)."""
+    """The budget while some rank is setting up (`setting_up`: interpreter start, imports, joining the
+    group, building the model, restoring, a CUDA context)."""
     exit_timeout_s: float = 30.0
     """Seconds a rank may take from publishing "done" to exiting (its teardown) before it is
     called stuck: no hang (its training is over), but nothing else would ever end it."""
@@ -94,7 +100,7 @@ class Watchdog:
         return time.monotonic() - self.done_since[rank] if rank in self.done_since else 0.0
 
     def budget(self, live: Iterable[int]) -> float:
-        if any(self.board[r] is None for r in live):
+        if any(setting_up(self.board[r]) for r in live):
             return self.config.startup_timeout_s
         in_checkpoint = any((p := self.board[r]) is not None and p.phase == "checkpoint" for r in live)
         return self.config.checkpoint_timeout_s if in_checkpoint else self.config.hang_timeout_s
@@ -114,6 +120,12 @@ class Watchdog:
         suspects = [r for r in live if position[r] == behind]
         return Hang(suspects=suspects, waiting=[r for r in live if r not in suspects],
                     last_step=behind[0], detected_after_s=round(silent, 3), detected_at=time.time())
+
+
+def setting_up(entry: BoardEntry | None) -> bool:
+    """The rank has not entered its first update: it published nothing, or only update 0, which
+    the probe's start publishes before the rank joins its group, builds its model and restores."""
+    return entry is None or entry.step < 1
 
 
 def record_hang(events: EventLog, run_dir: Path, attempt: int, hang: Hang, pids: dict[int, int],

@@ -12,7 +12,8 @@ import pytest
 
 from tests.test_architecture import TOPS
 from trainwreck.harness.supervise.command.target import Command
-from trainwreck.harness.registry import (COMMAND, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind, UnknownLauncher,
+from trainwreck.harness.launch import gpus
+from trainwreck.harness.registry import (COMMAND, CUDA_STARTUP_S, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind, UnknownLauncher,
                                          get_launcher, launcher_names, load)
 from trainwreck.harness.supervise.spec import JobSpec, SpecError
 from trainwreck.harness.supervise.spec import Reference, ReplicaGroups
@@ -113,7 +114,8 @@ def test_a_launcher_that_does_not_serve_the_target_is_refused_naming_one_that_do
         JobSpec(target=Command("python t.py"), launcher="spawn")
 
 
-def test_startup_budgets_and_fixed_world_sizes_come_from_the_declaration() -> None:
+def test_startup_budgets_and_fixed_world_sizes_come_from_the_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpus, "cuda_device_count", lambda: 0)  # the sample's device=auto stays on the CPU
     for name, kind in LAUNCHERS.items():
         target = SAMPLE_TARGETS[kind.serves[0]]
         spec = JobSpec(target=target, launcher=name, hang_timeout_s=5.0)
@@ -121,6 +123,27 @@ def test_startup_budgets_and_fixed_world_sizes_come_from_the_declaration() -> No
         if kind.fixed_world_size:
             with pytest.raises(SpecError, match="cannot change between attempts"):
                 JobSpec(target=target, launcher=name, world_sizes=(4, 2))
+
+
+def test_ranks_that_may_run_on_cuda_get_the_cuda_startup_floor_whatever_the_launcher(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each CUDA rank creates its own context (seconds, more with many at once): a 2 s hang timeout
+    must not cover it, or a restarted attempt is a false hang alarm."""
+    found = {"gpus": 0}
+    monkeypatch.setattr(gpus, "cuda_device_count", lambda: found["gpus"])
+
+    def budget(launcher: str = "warm", world_sizes: tuple[int, ...] = (2,), **config: str) -> float:
+        return JobSpec(config=TrainConfig.tiny(**config), launcher=launcher, world_sizes=world_sizes,
+                       hang_timeout_s=2.0).startup_budget_s
+
+    assert budget(device="cuda", backend="gloo") == budget(backend="nccl") == CUDA_STARTUP_S
+    assert budget(device="cpu") == budget(device="auto") == 2.0
+    found["gpus"] = 2
+    assert budget(device="cpu") == 2.0
+    assert budget(device="auto", world_sizes=(4, 2)) == CUDA_STARTUP_S  # the second attempt's ranks fit the GPUs
+    assert budget(device="auto", world_sizes=(4,)) == 2.0  # pick_device keeps them all on the CPU
+    assert budget("spawn", device="cuda", backend="gloo") == max(LAUNCHERS["spawn"].startup_floor_s, CUDA_STARTUP_S)
+    assert JobSpec(config=TrainConfig.tiny(device="cuda"), hang_timeout_s=2.0, startup_timeout_s=5.0).startup_budget_s == 5.0
 
 
 def test_a_new_launcher_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
