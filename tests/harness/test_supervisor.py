@@ -138,7 +138,7 @@ def test_an_agent_that_never_restarts_its_group_ends_the_job_as_no_progress_sayi
     from trainwreck.harness.registry import RAY_TRAIN, LauncherKind
     from trainwreck.harness.supervise.command.target import Command
 
-    monkeypatch.setattr(LauncherKind, "startup_budget_s", lambda self, hang_timeout_s: hang_timeout_s)
+    monkeypatch.setattr(LauncherKind, "startup_budget_s", lambda self, hang_timeout_s, cuda=False: hang_timeout_s)
     agent = f"{sys.executable} -c 'import time; time.sleep(600)'"  # runs, and starts no worker ever
     spec = JobSpec(target=Command(agent), launcher=RAY_TRAIN, hang_timeout_s=2.0, run_dir=tmp_path / "run")
     records = []
