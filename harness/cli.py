@@ -60,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(argv: list[str]) -> int:
+    from trainwreck.harness.launch.procs import one_openmp_thread  # stdlib-only
     from trainwreck.harness.launch.torchcache import keep_torch_cache_out_of_tmp  # stdlib-only
     from trainwreck.invariants.verdict import EXIT_UNKNOWN, EXIT_VALID
     from trainwreck.rundir.arguments import OneLineParser
 
     keep_torch_cache_out_of_tmp()  # before any command imports torch; its ranks inherit it
+    one_openmp_thread()  # likewise: torch's OpenMP pool would make this process unsafe to fork a server from
 
     if not argv or argv[0] in ("-h", "--help"):
         print_usage()

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from trainwreck.report import NotARun, render_casebook, render_report
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
+from trainwreck.harness.supervise.interrupts import deferred
 from trainwreck.harness.supervise.scenarios import get_scenario, scenario_names
 from trainwreck.rundir.layout import RunDir
 
@@ -46,6 +47,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_demo(names: list[str], out: Path) -> int:
+    with deferred():  # before the progress line's thread, which would make the fork unsafe
+        from trainwreck.harness.launch.launchers import fork_server_from_here
+        fork_server_from_here()
     progress = ProgressLine(len(names), sys.stdout)
     print(f"trainwreck demo: {len(names)} scenarios → {out}", flush=True)
     started, run_dirs, words = time.monotonic(), [], []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainwreck.harness.launch import gpus
-from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, launcher_help, launcher_names, default_launcher
+from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, default_launcher, get_launcher, launcher_help, launcher_names
 from trainwreck.harness.supervise.interrupts import deferred
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
 from trainwreck.invariants.verdict import verdict_word
@@ -62,11 +62,15 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--fresh-golden applies to --cmd only: the reference trainer's golden key already "
                          "covers its config and source; leave it out")
     scenario = build_scenario(args)
+    launcher = args.launcher or DEFAULT_LAUNCHER
     gpus.check_gpus(scenario.config, scenario.world_sizes)  # before the golden run: nccl wants a GPU per rank
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     with deferred():
         from trainwreck.harness.judge.runner import run_judged, spec_for
-    spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)
+        if get_launcher(launcher).fork_server:  # now: torch is imported, no run file is open yet
+            from trainwreck.harness.launch.launchers import fork_server_from_here
+            fork_server_from_here()
+    spec = spec_for(scenario, out, launcher=launcher)
     judged = run_judged(spec, args.scenario)
     print_result(judged, args.json)
     return judged.exit_code

@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol
 
 from trainwreck.faults.foreign import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.faults.between_attempts import corrupt_before
-from trainwreck.harness.launch.procs import child_env, descendants, end_processes, marked_processes, \
+from trainwreck.harness.launch.procs import child_env, descendants, end_processes, forkable_here, marked_processes, \
     process_group_kwargs, set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.launch.rank import ctx_to_json
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
@@ -170,11 +170,15 @@ class ForkedServer(ForkServer):
     forever (harness/launch/procs.py `thread_count`). The server leaves this process's
     session and never returns into its frames: it ends by os._exit, running none of this
     process's atexit handlers. It keeps this process's other open files, as the ranks a fresh
-    server forks keep that server's; `env` is already this process's environment."""
+    server forks keep that server's. Its environment becomes `env` (default child_env(), as a
+    fresh server's: gloo on loopback), and its signal state a fresh interpreter's."""
 
     def launch(self, ours: socket.socket, theirs: socket.socket, module: str, args: tuple[str, ...],
                env: dict[str, str] | None) -> Any:
         parent = os.getpid()
+        environment = child_env() if env is None else env
+        sys.stdout.flush()  # else text still in this process's buffers could be written again by the server
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -184,6 +188,9 @@ class ForkedServer(ForkServer):
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)
                 os.close(null)
+                fresh_signal_state()
+                os.environ.clear()  # read by what runs later: gloo's interface, a rank's subprocesses
+                os.environ.update(environment)
                 importlib.import_module(module).main([str(theirs.fileno()), str(parent), *args])
                 code = 0
             except BaseException:  # noqa: BLE001 - reported, then the process ends: never unwind into the job
@@ -191,6 +198,18 @@ class ForkedServer(ForkServer):
             finally:
                 os._exit(code)
         return ForkedProcess(pid)
+
+
+def fresh_signal_state() -> None:
+    """The signal state a fresh interpreter starts with, in a forked server: this process's
+    handlers (the harness's interrupt handlers would swallow a SIGTERM meant to end the server),
+    its blocked signals and its wakeup fd do not carry over."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
+        if callable(handler) and handler is not signal.default_int_handler:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
 class ForkedProcess:
@@ -253,6 +272,16 @@ _servers = ServerSlot()
 def fork_server() -> ForkServer:
     """This process's fork server, started (or replaced, if it died) on demand."""
     return _servers.get("", ForkServer)
+
+
+def fork_server_from_here() -> None:
+    """Start this process's fork server now, forked from this process, when that is safe
+    (procs.py `forkable_here`): it then holds the torch this process imported instead of a fresh
+    interpreter importing it again, about 2 s of a 4.5 s start on two busy cores. Call it before
+    opening run files, locks or sockets, which the server would hold too. Otherwise nothing
+    happens, and `fork_server` starts a fresh server when the first attempt asks for one."""
+    if forkable_here():
+        _servers.get("", ForkedServer)
 
 
 def shutdown_fork_server() -> None:

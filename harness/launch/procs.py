@@ -72,6 +72,21 @@ def thread_count() -> int:
         return threading.active_count()
 
 
+def one_openmp_thread() -> None:
+    """OMP_NUM_THREADS=1 for this process, before it imports torch (the CLI's dispatcher): unset,
+    torch's import (and numpy's OpenBLAS) starts a second thread, which makes forking a server
+    from this process unsafe (`forkable_here`). The harness trains nothing itself, and every
+    child gets this value anyway (`child_env`); a value the user set is kept."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def forkable_here() -> bool:
+    """Whether this process may fork a server from itself: Linux (elsewhere no /proc counts a
+    library's threads, and no pidfd waits for the child) and one thread (a fork copies every lock
+    another thread holds at that moment, held forever)."""
+    return sys.platform.startswith("linux") and thread_count() == 1
+
+
 def signal_pid(pid: int, sig: int) -> None:
     """Send `sig` to a pid we started; one that already exited is not an error."""
     try:

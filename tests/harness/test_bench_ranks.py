@@ -12,6 +12,7 @@ import pytest
 
 from trainwreck.benchmarks import ranks
 from trainwreck.harness.launch.launchers import ServerSlot
+from trainwreck.harness.launch import procs
 from trainwreck.harness.launch.procs import child_env
 from trainwreck.harness.suites.handbook import run_benchmark_job
 from trainwreck.harness.supervise.command import warm
@@ -63,8 +64,8 @@ def test_a_process_running_a_second_thread_or_not_on_linux_starts_its_server_fre
     plan = warm.WarmPlan(warm.BENCHMARK_MODULES, child_env())
     for platform, threads in (("linux", 1), ("linux", 2), ("darwin", 1)):
         monkeypatch.setattr(warm, "_servers", ServerSlot())
-        monkeypatch.setattr(warm, "thread_count", lambda: threads)
-        monkeypatch.setattr(warm.sys, "platform", platform)
+        monkeypatch.setattr(procs, "thread_count", lambda: threads)
+        monkeypatch.setattr(procs.sys, "platform", platform)
         warm.command_server(plan, here=True)
     assert started == ["forked from this process", "a fresh interpreter", "a fresh interpreter"]
 

@@ -28,7 +28,7 @@ from typing import Any
 from trainwreck.faults.between_attempts import corrupt_before
 from trainwreck.harness.launch.launchers import AttemptChildren, CmdLauncher, ForkedServer, ForkServer, ServerSlot, \
     WarmAttempt, attempt_marker, cmd_env, start_command
-from trainwreck.harness.launch.procs import child_env, thread_count
+from trainwreck.harness.launch.procs import child_env, forkable_here
 from trainwreck.harness.launch.rank import SHARDING_MODULES, WARM_MODULES
 from trainwreck.harness.launch.store import HarnessStore, Rendezvous
 from trainwreck.harness.supervise.command.golden_key import command_sources
@@ -121,7 +121,7 @@ def command_server(plan: WarmPlan, here: bool = False) -> ForkServer:
     no cost; the caller vouches that its state is fit for the ranks), else a fresh interpreter. Linux
     only: elsewhere no /proc counts a library's threads, and no pidfd waits for the server."""
     def start() -> ForkServer:
-        kind = ForkedServer if here and sys.platform.startswith("linux") and thread_count() == 1 else ForkServer
+        kind = ForkedServer if here and forkable_here() else ForkServer
         return kind("trainwreck.harness.launch.cmdserver", plan.modules, plan.env)
     return _servers.get(plan.key, start)
 
