@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 
 from trainwreck.faults.foreign import HOOKS_FACTORY as CMD_HOOKS_FACTORY
 from trainwreck.faults.between_attempts import corrupt_before
+from trainwreck.harness.launch import gpus
 from trainwreck.harness.launch.procs import child_env, descendants, end_processes, forkable_here, marked_processes, \
     process_group_kwargs, set_parent_death_signal, signal_group, signal_pid
 from trainwreck.harness.launch.rank import ctx_to_json
@@ -278,9 +279,11 @@ def fork_server_from_here() -> None:
     """Start this process's fork server now, forked from this process, when that is safe
     (procs.py `forkable_here`): it then holds the torch this process imported instead of a fresh
     interpreter importing it again, about 2 s of a 4.5 s start on two busy cores. Call it before
-    opening run files, locks or sockets, which the server would hold too. Otherwise nothing
+    opening run files, locks or sockets, which the server would hold too. Not where torch sees a
+    CUDA device: asking it for the count started CUDA's driver in this process (`check_gpus` asks
+    before any job), and a forked child cannot use a driver its parent started. Otherwise nothing
     happens, and `fork_server` starts a fresh server when the first attempt asks for one."""
-    if forkable_here():
+    if forkable_here() and gpus.cuda_device_count() == 0:
         _servers.get("", ForkedServer)
 
 

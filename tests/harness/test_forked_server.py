@@ -40,11 +40,16 @@ def test_a_server_forked_from_a_harness_starts_with_a_fresh_interpreters_signals
     assert (seen["gloo_interface"], seen["marker"]) == ("lo", "yes")
 
 
-def test_fork_server_from_here_starts_nothing_in_a_process_unsafe_to_fork(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launchers, "forkable_here", lambda: False)
+@pytest.mark.parametrize(("forkable", "gpus"), [(False, 0), (True, 1)], ids=["a second thread", "a CUDA device"])
+def test_fork_server_from_here_starts_nothing_in_a_process_with_a_second_thread_or_a_cuda_device(
+        monkeypatch: pytest.MonkeyPatch, forkable: bool, gpus: int) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(launchers, "forkable_here", lambda: forkable)
+    monkeypatch.setattr(launchers.gpus, "cuda_device_count", lambda: gpus)  # the count started CUDA's driver here
+    monkeypatch.setattr(launchers, "ForkedServer", lambda *a: started.append("forked"))
     monkeypatch.setattr(launchers, "_servers", launchers.ServerSlot())
     launchers.fork_server_from_here()
-    assert launchers._servers.server is None  # the first attempt starts a fresh one, as before
+    assert started == []  # the first attempt starts a fresh one, as before
 
 
 def test_trainwreck_run_forks_its_server_from_itself_once_torch_is_imported(tmp_path: Path) -> None:
