@@ -47,7 +47,10 @@ def test_a_usage_error_of_the_standalone_trainer_never_imports_torch() -> None:
 
 
 @pytest.mark.parametrize("argv", [["run", "--cmd", "python t.py", "--set", "width=8"],
-                                  ["run", "--plan", "[1]"], ["run", "--fresh-golden"]], ids=["cmd", "plan", "golden"])
+                                  ["run", "--plan", "[1]"], ["run", "--fresh-golden"],
+                                  ["run", "--hang-timeout", "inf"], ["run", "--world-sizes", "0,-1"],
+                                  ["run", "--total-steps", "-5"], ["run", "--set", "width=2000000000"]],
+                         ids=["cmd", "plan", "golden", "hang-timeout", "world-sizes", "total-steps", "width"])
 def test_a_refused_trainwreck_run_exits_2_without_importing_torch(argv: list[str]) -> None:
     code = ("import sys\nfrom trainwreck.harness.cli import main\n"
             f"code = main({argv!r})\nprint(code, 'torch' in sys.modules)")

@@ -1,7 +1,8 @@
 """trainwreck run [SCENARIO] [...]: one job under faults, judged against a cached golden run.
 
 The judge's runner imports torch (seconds on a busy machine), so it is imported only once the
-arguments have passed their checks: a usage error or a bad plan exits 2 without waiting for it.
+arguments have passed their checks: a usage error, a bad plan or a bad field of the job (its
+JobSpec is built first, torch-free) exits 2 without waiting for it.
 The import runs with SIGINT/SIGTERM deferred (interrupts.py `deferred`), as the dispatcher's does."""
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainwreck.harness.launch import gpus
-from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, default_launcher, get_launcher, launcher_help, launcher_names
+from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, default_launcher, launcher_help, launcher_names
 from trainwreck.harness.supervise.interrupts import deferred
 from trainwreck.harness.supervise.scenarios import Scenario, custom_scenario, get_scenario, scenario_names
+from trainwreck.harness.supervise.spec import spec_for
 from trainwreck.invariants.verdict import verdict_word
 from trainwreck.faults.plan import PlanError
 from trainwreck.rundir.arguments import load_json_arg
@@ -62,15 +64,14 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--fresh-golden applies to --cmd only: the reference trainer's golden key already "
                          "covers its config and source; leave it out")
     scenario = build_scenario(args)
-    launcher = args.launcher or DEFAULT_LAUNCHER
-    gpus.check_gpus(scenario.config, scenario.world_sizes)  # before the golden run: nccl wants a GPU per rank
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)  # checks every field, torch-free
     with deferred():
-        from trainwreck.harness.judge.runner import run_judged, spec_for
-        if get_launcher(launcher).fork_server:  # now: torch is imported, no run file is open yet
+        gpus.check_gpus(scenario.config, scenario.world_sizes)  # imports torch; nccl wants a GPU per rank
+        from trainwreck.harness.judge.runner import run_judged
+        if spec.launcher_kind.fork_server:  # now: torch is imported, no run file is open yet
             from trainwreck.harness.launch.launchers import fork_server_from_here
             fork_server_from_here()
-    spec = spec_for(scenario, out, launcher=launcher)
     judged = run_judged(spec, args.scenario)
     print_result(judged, args.json)
     return judged.exit_code

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trainwreck.harness.errors import GoldenFailed
 from trainwreck.harness.judge.golden import golden_for
-from trainwreck.harness.registry import DEFAULT_LAUNCHER
 from trainwreck.report.crash_cause import RootCause, root_cause
-from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import RunRecord
 from trainwreck.harness.supervise.supervisor import run_job
-from trainwreck.harness.supervise.spec import MAX_INLINE_PLAN, reproduce_command  # noqa: F401 - re-exported
+from trainwreck.harness.supervise.spec import MAX_INLINE_PLAN, reproduce_command, spec_for  # noqa: F401 - re-exported
 from trainwreck.invariants import Judgement
 from trainwreck.invariants.verdict import UNKNOWN, Validity, Verdict, exit_code, verdict_word
 from trainwreck.rundir.files import write_atomic
@@ -113,14 +110,6 @@ def failure_section(judged: JudgedRun, report: Path | None = None) -> str:
         lines.append(f"report: {report}")
     lines.append(f"reproduce: {judged.reproduce}")
     return "\n".join(lines)
-
-
-def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, variant: str = "reference",
-             **overrides: Any) -> JobSpec:
-    return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
-                   plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
-                   launcher=launcher, run_dir=out, keep=True,
-                   scenario=None if scenario.name == CUSTOM else scenario.about(), **overrides)
 
 
 def run_judged(spec: JobSpec, scenario: str | None = None, golden_cache: Path | None = None,

@@ -35,7 +35,7 @@ from trainwreck.harness.errors import SpecError
 from trainwreck.harness.launch import gpus
 from trainwreck.harness.registry import (DEFAULT_LAUNCHER, LAUNCHERS, REFERENCE, REPLICA_GROUPS, LauncherKind,
                                          UnknownLauncher, default_launcher, get_launcher)
-from trainwreck.harness.supervise.scenarios import custom_scenario
+from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario, custom_scenario
 from trainwreck.invariants import InputError, Judgement, judge, load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import ConfigError, TrainConfig
@@ -545,3 +545,13 @@ class JobSpec:
 
 def _planted_watchdog_launchers() -> list[str]:
     return [n for n, k in LAUNCHERS.items() if k.planted_watchdogs]
+
+
+def spec_for(scenario: Scenario, out: Path, launcher: str = DEFAULT_LAUNCHER, variant: str = "reference",
+             **overrides: Any) -> JobSpec:
+    """The job of a built-in or custom scenario, its run directory kept. Here, beside JobSpec and free
+    of torch, so `trainwreck run` refuses a bad field before it imports torch."""
+    return JobSpec(config=replace(scenario.train_config(), variant=variant), world_sizes=scenario.world_sizes,
+                   plan=[dict(f) for f in scenario.plan], hang_timeout_s=scenario.hang_timeout_s,
+                   launcher=launcher, run_dir=out, keep=True,
+                   scenario=None if scenario.name == CUSTOM else scenario.about(), **overrides)
