@@ -101,6 +101,42 @@ def bounds(ranges: Sequence[tuple[Any, int, int]]) -> tuple[int, int] | None:
     return min(lows), max(highs)
 
 
+def never_decreases(column: Any) -> bool | None:
+    """Whether no value of a column of numbers is below the one before it (a NaN anywhere: False,
+    as Python's `<=` says), read a chunk at a time (a column on disk is never read whole); None when
+    it holds fewer than VECTOR_MIN values or is not an array of integers or doubles."""
+    if len(column) < VECTOR_MIN or _numpy() is None:
+        return None
+    numpy = _numpy()
+    last = None
+    for part in (column.chunks() if hasattr(column, "chunks") else [column]):
+        if type(part) is not array or part.typecode not in _INTEGER_CODES | {"d"}:
+            return None
+        if not len(part):
+            continue
+        values = numpy.asarray(part)
+        if last is not None and not values[0] >= last:
+            return False
+        if not (values[1:] >= values[:-1]).all():
+            return False
+        last = values[-1]
+    return True
+
+
+def consecutive_runs(column: Any) -> list[list[int]] | None:
+    """The column's distinct values as runs of consecutive integers, [[first, last], ...] ascending
+    ([1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]); None when `views` declines the column."""
+    values = distinct([(column, 0, len(column))])
+    if values is None:
+        return None
+    numpy = _numpy()
+    if not len(values):
+        return []
+    breaks = (numpy.flatnonzero(values[1:] != values[:-1] + 1) + 1).tolist()
+    starts, ends = [0, *breaks], [*breaks, len(values)]
+    return [[int(values[i]), int(values[j - 1])] for i, j in zip(starts, ends)]
+
+
 def count_within(ordered: Any, lo: int, hi: int) -> int:
     """How many values of a sorted numpy array lie in lo..hi-1."""
     return int(ordered.searchsorted(hi, "left") - ordered.searchsorted(lo, "left"))

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from itertools import compress, islice, repeat
 from operator import add, ge, le, ne
-from typing import Any, Iterable
+from typing import Any, Iterable, Sized
 
 from trainwreck.report.angles import interview_angles
 from trainwreck.report.violation_cause import cause_claims
@@ -24,7 +24,7 @@ from trainwreck.report.period import slowdowns
 from trainwreck.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.report.crash_cause import root_cause
 from trainwreck.report.stackdump import by_faulthandler, thread_stacks, training_thread
-from trainwreck.invariants import InputError, Lineage, judge, load_history, walk_lineage
+from trainwreck.invariants import InputError, Lineage, judge, load_history, vectors, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
@@ -252,7 +252,11 @@ def _lane(lane: LaneLog, segments: list[tuple[int, int]], code: Any, raw: RawRun
 def ranges(steps: Iterable[int]) -> list[list[int]]:
     """[1, 2, 3, 7, 8] -> [[1, 3], [7, 8]]: contiguous runs, so a picture draws bars, not cells.
     C-level passes (a run has a hundred thousand steps per lane): the run breaks where a step
-    is not one more than the one before."""
+    is not one more than the one before; numpy's for a long column (invariants/vectors.py)."""
+    if isinstance(steps, Sized):
+        runs = vectors.consecutive_runs(steps)
+        if runs is not None:
+            return runs
     ks = sorted(set(steps))
     if not ks:
         return []
