@@ -21,6 +21,7 @@ trainwreck-spill-*, and removed with its history (or at exit).
 from __future__ import annotations
 
 import bisect as _bisect
+import operator
 import os
 import re
 import shutil
@@ -380,8 +381,9 @@ def seal(columns: Iterable[Any]) -> None:
 
 
 def ascending(column: Any, strict: bool, lo: int = 0, hi: int | None = None) -> bool:
-    """Whether the values lo..hi-1 of a column ascend (strictly: no repeat), a chunk at a time on disk."""
-    step = int.__lt__ if strict else int.__le__
+    """Whether the values lo..hi-1 of a column of numbers ascend (strictly: no repeat), a chunk at a
+    time on disk."""
+    step = operator.lt if strict else operator.le
     hi = len(column) if hi is None else hi
 
     def within(values: Any, lo: int, hi: int) -> bool:

@@ -76,11 +76,17 @@ def distinct(ranges: Sequence[tuple[Any, int, int]]) -> Any | None:
 
 
 def ascending(column: Any, strict: bool, lo: int, hi: int) -> bool | None:
-    """Whether column[lo:hi] ascends (strictly: no repeat); None when `views` declines it."""
-    parts = views([(column, lo, hi)])
-    if parts is None:
-        return None
-    (values,) = parts
+    """Whether column[lo:hi] ascends (strictly: no repeat; a NaN anywhere: no, as Python's
+    comparisons say); None when `views` declines it, an array of doubles aside (a lane's times)."""
+    if type(column) is array and column.typecode == "d":
+        if hi - lo < VECTOR_MIN or _numpy() is None:
+            return None
+        values = _numpy().asarray(column)[lo:hi]
+    else:
+        parts = views([(column, lo, hi)])
+        if parts is None:
+            return None
+        (values,) = parts
     later, earlier = values[1:], values[:-1]
     return bool((later > earlier).all() if strict else (later >= earlier).all())
 
@@ -99,28 +105,6 @@ def bounds(ranges: Sequence[tuple[Any, int, int]]) -> tuple[int, int] | None:
         lows.append(int(view.min()))
         highs.append(int(view.max()))
     return min(lows), max(highs)
-
-
-def never_decreases(column: Any) -> bool | None:
-    """Whether no value of a column of numbers is below the one before it (a NaN anywhere: False,
-    as Python's `<=` says), read a chunk at a time (a column on disk is never read whole); None when
-    it holds fewer than VECTOR_MIN values or is not an array of integers or doubles."""
-    if len(column) < VECTOR_MIN or _numpy() is None:
-        return None
-    numpy = _numpy()
-    last = None
-    for part in (column.chunks() if hasattr(column, "chunks") else [column]):
-        if type(part) is not array or part.typecode not in _INTEGER_CODES | {"d"}:
-            return None
-        if not len(part):
-            continue
-        values = numpy.asarray(part)
-        if last is not None and not values[0] >= last:
-            return False
-        if not (values[1:] >= values[:-1]).all():
-            return False
-        last = values[-1]
-    return True
 
 
 def consecutive_runs(column: Any) -> list[list[int]] | None:

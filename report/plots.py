@@ -289,7 +289,7 @@ class _LanePoints:
 
     def __init__(self, times: Sequence[float], steps: Sequence[int], t0: float) -> None:
         self.times, self.steps, self.t0 = times, steps, t0
-        self.ordered = _never_decreases(times) and _never_decreases(steps)
+        self.ordered = spill.ascending(times, strict=False) and spill.ascending(steps, strict=False)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -310,13 +310,6 @@ class _LanePoints:
         if not self.ordered:
             return thin(list(self), x0, scale)
         return thin_ordered(self.times, self.steps, self.t0, x0, scale)
-
-
-def _never_decreases(column: Sequence[Any]) -> bool:
-    """numpy's pass, a chunk at a time, for a long column (invariants/vectors.py); else pairwise in
-    Python, without slicing: a slice of a column on disk (invariants/spill.py) is a copy."""
-    fast = vectors.never_decreases(column)
-    return fast if fast is not None else all(map(le, column, islice(column, 1, None)))
 
 
 def _ascending(mapping: dict[int, Any]) -> bool:
