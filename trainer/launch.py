@@ -198,13 +198,19 @@ def pick_device(device: str, local_rank: int, local_world_size: int = 1) -> torc
     import torch
 
     gpus = cuda_count()
-    if device == "cpu" or (device == "auto" and gpus < local_world_size):
+    if not takes_cuda(device, gpus, local_world_size):
         return torch.device("cpu")
     if gpus == 0:
         raise ConfigError("device='cuda' was requested but CUDA is not available; use device='cpu'")
     index = local_rank % gpus
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+def takes_cuda(device: str, gpus: int, local_world_size: int) -> bool:
+    """Whether a rank of `device` goes on a CUDA GPU (`pick_device`): 'cuda' always (with no GPU it
+    is refused), 'auto' only when this host has a GPU for every one of its ranks, 'cpu' never."""
+    return device == "cuda" or (device == "auto" and gpus >= local_world_size)
 
 
 def check_nccl_devices(local_world_size: int, gpus: int) -> None:

@@ -39,6 +39,7 @@ from trainwreck.harness.supervise.scenarios import CUSTOM, Scenario, custom_scen
 from trainwreck.invariants import InputError, Judgement, judge, load_history
 from trainwreck.invariants.verdict import UNKNOWN
 from trainwreck.trainer.config import ConfigError, TrainConfig
+from trainwreck.trainer.launch import takes_cuda
 from trainwreck.rundir.events import FORMAT
 from trainwreck.rundir.layout import RunDir
 from trainwreck.trainer.standalone import run_json_fields
@@ -485,15 +486,13 @@ class JobSpec:
 
     @property
     def on_cuda(self) -> bool:
-        """Whether the reference trainer's ranks may run on CUDA devices in some attempt: nccl or
-        device=cuda; device=auto when the GPUs cover an attempt's ranks (trainer/launch.py
-        `pick_device`). A command's device is unknown; its launchers' floor is longer anyway."""
+        """Whether the reference trainer's ranks may run on CUDA devices in some attempt: nccl, or
+        `pick_device`'s rule (trainer/launch.py `takes_cuda`) for the smallest attempt. A command's
+        device is unknown; its launchers' floor is longer anyway."""
         cfg = self.config
-        if cfg is None or cfg.device == "cpu":
+        if cfg is None or cfg.device == "cpu":  # never counts the GPUs, which starts CUDA's driver here
             return False
-        if cfg.device == "cuda" or cfg.backend == "nccl":
-            return True
-        return gpus.cuda_device_count() >= min(self.world_sizes)
+        return cfg.backend == "nccl" or takes_cuda(cfg.device, gpus.cuda_device_count(), min(self.world_sizes))
 
     @property
     def launcher_kind(self) -> LauncherKind:
