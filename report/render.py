@@ -4,12 +4,12 @@ Its own module, so the casebook (which renders a missing report) imports it with
 the package that re-exports both."""
 from __future__ import annotations
 
-import json
 from itertools import chain
 from pathlib import Path
 from typing import Iterable
 
 from trainwreck.report.html import render_html
+from trainwreck.report.json_text import iterencode
 from trainwreck.report.markdown import render_markdown
 from trainwreck.report.model import build_report_and_plots
 from trainwreck.rundir.files import write_atomic
@@ -26,7 +26,7 @@ def render_report(run_dir: Path) -> Path:
     out.mkdir(exist_ok=True)
     # Written as the encoder makes it: json.dumps of a 16 M-event run's report held the text and the
     # list of its millions of pieces at once.
-    _write(out / "report.json", chain(json.JSONEncoder(indent=1, default=str).iterencode(report), ["\n"]))
+    _write(out / "report.json", chain(iterencode(report, indent=1), ["\n"]))
     _write(out / "report.md", render_markdown(report))
     html = out / "report.html"
     _write(html, render_html(report, plots))
