@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right
+from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right, positions, take
 
 FORMAT = "trainwreck-run/1"
 SAMPLINGS = ("without_replacement", "with_replacement")
@@ -143,6 +143,10 @@ class RankLog:
         a dict of every step: `steps` is ascending and unique."""
         i = bisect_left(self.steps, step)
         return self.digests[i] if i < len(self.steps) and self.steps[i] == step else None
+
+    def digests_at(self, steps: Sequence[int]) -> list[Any]:
+        """digest_at of each of some updates, ascending: on disk, the steps read once (spill.positions)."""
+        return take(self.digests, positions(self.steps, steps))
 
     def step_index(self) -> dict[int, int]:
         cache = self.__dict__.get("_step_index")

@@ -65,6 +65,44 @@ def _view(column: Any, start: int, stop: int) -> Any | None:
     return numpy.asarray(column)[start:stop]
 
 
+def numbers(values: Any) -> Any | None:
+    """A numpy view of an array of integers or of doubles holding VECTOR_MIN values or more; None
+    otherwise (a list may hold ints beyond 64 bits or None), and for doubles with a NaN among them:
+    Python's min() and max() answer by the NaN's place, numpy's by its presence."""
+    if type(values) is not array or len(values) < VECTOR_MIN or _numpy() is None:
+        return None
+    if values.typecode not in _INTEGER_CODES and values.typecode != "d":
+        return None
+    view = _numpy().asarray(values)
+    if values.typecode == "d" and _numpy().isnan(view).any():
+        return None
+    return view
+
+
+def last_by_key(pairs: Sequence[tuple[Any, Any]]) -> tuple[list[int], list[float]] | None:
+    """Each key of some (keys, values) pairs of columns with its value from the last pair to have it,
+    keys ascending, as two lists: what a dict updated pair by pair and sorted would hold. None unless
+    the keys are integers and the values doubles, in arrays or columns on disk (read whole, as the
+    lists made of them are whole anyway), VECTOR_MIN of them or more together."""
+    numpy = _numpy()
+    if sum(len(keys) for keys, _ in pairs) < VECTOR_MIN or numpy is None:
+        return None
+    keys_read, values_read = [], []
+    for keys, values in pairs:
+        keys, values = (c if type(c) is array else c[0 : len(c)] if hasattr(c, "typecode") else None
+                        for c in (keys, values))
+        if keys is None or values is None or keys.typecode not in _INTEGER_CODES or values.typecode != "d":
+            return None
+        keys_read.append(numpy.asarray(keys).astype(numpy.int64, copy=False))
+        values_read.append(numpy.asarray(values))
+    every_key, every_value = numpy.concatenate(keys_read), numpy.concatenate(values_read)
+    order = every_key.argsort(kind="stable")  # a key's values stay in pair order: its last one is last
+    every_key, every_value = every_key[order], every_value[order]
+    last = numpy.ones(len(every_key), dtype=bool)
+    numpy.not_equal(every_key[1:], every_key[:-1], out=last[:-1])
+    return every_key[last].tolist(), every_value[last].tolist()
+
+
 def distinct(ranges: Sequence[tuple[Any, int, int]]) -> Any | None:
     """The distinct values of the ranges, sorted, as one numpy array of int64; None when
     `views` declines them."""

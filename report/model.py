@@ -24,7 +24,7 @@ from trainwreck.report.period import slowdowns
 from trainwreck.report.rawlog import TIMED_PHASES, LaneLog, RawRun, read_raw
 from trainwreck.report.crash_cause import root_cause
 from trainwreck.report.stackdump import by_faulthandler, thread_stacks, training_thread
-from trainwreck.invariants import InputError, Lineage, judge, load_history, vectors, walk_lineage
+from trainwreck.invariants import InputError, Lineage, judge, load_history, spill, vectors, walk_lineage
 from trainwreck.invariants.history import History
 from trainwreck.invariants.loader import load_spec
 from trainwreck.trainer.config import saves_after_step
@@ -556,7 +556,7 @@ def _recovery_row(raw: RawRun, att: dict[str, Any], nxt: dict[str, Any] | None,
     fault = _failing_fault(raw, mine, hang, death)
     cause_ev = fault or hang or death
     fail_t = cause_ev["t"] if cause_ev else raw.t0 + (att["end_s"] or 0.0)
-    reached = [max(compress(lane.steps, map(le, lane.times, repeat(fail_t))), default=None)
+    reached = [spill.extreme_where(lane.steps, lane.times, le, fail_t, highest=True)
                for (aa, _), lane in raw.lanes.items() if aa == a]
     progress = max((k for k in reached if k is not None), default=0)
     save = max((ev for ev in raw.of_kind("save") if ev["t"] <= fail_t and type(ev.get("step")) is int),
@@ -616,7 +616,7 @@ def _cause(fault: dict[str, Any] | None, hang: dict[str, Any] | None, death: dic
 
 def _resume_times(raw: RawRun, nxt: dict[str, Any], fail_t: float, progress: int) -> dict[str, Any]:
     back = min((t for (a, _), lane in raw.lanes.items() if a >= nxt["attempt"]
-                for t in [min(compress(lane.times, map(ge, lane.steps, repeat(progress))), default=None)]
+                for t in [spill.extreme_where(lane.times, lane.steps, ge, progress, highest=False)]
                 if t is not None), default=None)
     t0 = raw.t0 or 0.0
     return {

@@ -126,8 +126,12 @@ def _outside(first: int, last: int, taken: list[tuple[int, int]]) -> Iterator[tu
 def lanes_losses(lanes: Iterable[tuple[int, Sequence[int], Sequence[Any]]]) -> dict[int, float]:
     """`latest_losses` of rows given as one lane per attempt, (attempt, steps, losses), without a
     tuple per step: the lanes in attempt order, each overwriting the steps it reports."""
+    lanes = sorted(lanes, key=itemgetter(0))
+    fast = vectors.last_by_key([(steps, losses) for _, steps, losses in lanes])
+    if fast is not None:  # columns of doubles: every loss a float, as the loop below keeps them
+        return dict(zip(*fast))
     best: dict[int, float] = {}
-    for _, steps, losses in sorted(lanes, key=itemgetter(0)):
+    for _, steps, losses in lanes:
         best.update((step, float(loss)) for step, loss in zip(steps, losses) if isinstance(loss, (int, float)))
     return best if _ascending(best) else {step: best[step] for step in sorted(best)}
 
@@ -255,7 +259,7 @@ class Columns(RunEvents):
         events = [ev for ev in raw.events if isinstance(ev.get("t"), (int, float))]
         of = {k: [ev for ev in events if ev.get("kind") == k] for k in ("save", "hang", "fault")}
         firsts = [t for t in (log.batch_t0 for log in history.logs.values()) if t is not None]
-        t0 = min([ev["t"] for ev in events] + firsts + [min(lane.times) for lane in raw.lanes.values() if len(lane.times)],
+        t0 = min([ev["t"] for ev in events] + firsts + [spill.extremes(lane.times)[0] for lane in raw.lanes.values() if len(lane.times)],
                  default=0.0)
         return cls([], [], of["save"], of["hang"], of["fault"], t0, history)
 

@@ -9,12 +9,11 @@ this reader skips what it cannot parse and says so instead of raising.
 from __future__ import annotations
 
 from array import array
-from itertools import islice
-from operator import gt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from trainwreck.invariants import spill
 from trainwreck.invariants.spill import DiskNumbers
 from trainwreck.trainer.progress import TIMED_PHASES  # noqa: F401 - the report reads it from here
 from trainwreck.rundir.layout import EventsFile, RunDirError, events_of_text, read_events, read_run_json
@@ -121,7 +120,7 @@ def read_raw(run_dir: Path, batches: bool = True, history: History | None = None
         raw.columns = True
     raw.events.sort(key=lambda ev: ev["t"])
     for lane in raw.lanes.values():
-        if any(map(gt, lane.steps, islice(lane.steps, 1, None))):  # hand-written logs may be out of order
+        if not spill.ascending(lane.steps, strict=False):  # hand-written logs may be out of order
             order = sorted(range(len(lane.steps)), key=lambda i: (lane.steps[i], lane.times[i]))
             lane.steps = [lane.steps[i] for i in order]
             lane.times = [lane.times[i] for i in order]
@@ -165,8 +164,9 @@ def lanes_from_history(raw: RawRun, history: History) -> None:
             for step, t, phases in zip(log.steps, times, log.phases):
                 if phases is not None:
                     _add_phases(lane, step, t, phases)
-        _span(raw, min(times))
-        _span(raw, max(times))
+        low, high = spill.extremes(times)  # not empty: steps and times are one length
+        _span(raw, low)
+        _span(raw, high)
     raw.lanes = dict(sorted(raw.lanes.items()))
 
 

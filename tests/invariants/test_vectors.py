@@ -80,3 +80,80 @@ def test_consecutive_runs_are_the_runs_the_python_pass_finds(everywhere: Path, v
     assert vectors.consecutive_runs(array("q", values)) == expected
     assert vectors.consecutive_runs(on_disk(everywhere, "q", values)) == expected
     assert ranges(on_disk(everywhere, "q", values)) == expected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=FUNCTION_FIXTURE)
+@given(values=st.lists(st.one_of(st.floats(-5, 5), st.just(math.nan)), min_size=1, max_size=30))
+def test_extremes_are_min_and_max_nans_included_on_disk_and_in_memory(everywhere: Path, values: list[float]) -> None:
+    expected = (min(values), max(values))
+    for column in (array("d", values), on_disk(everywhere, "d", values), list(values)):
+        found = spill.extremes(column)
+        assert found is not None
+        assert [repr(x) for x in found] == [repr(x) for x in expected]  # a NaN where min() puts one
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=FUNCTION_FIXTURE)
+@given(keys=st.lists(st.integers(0, 20), min_size=0, max_size=30), bound=st.integers(-1, 21),
+       highest=st.booleans(), at_most=st.booleans())
+def test_extreme_where_is_the_compress_pass_across_chunks(everywhere: Path, keys: list[int], bound: int,
+                                                         highest: bool, at_most: bool) -> None:
+    from itertools import compress, repeat
+    from operator import ge
+
+    values = [k * 0.5 - 3 for k in reversed(keys)]
+    keep = le if at_most else ge
+    pick = max if highest else min
+    expected = pick(compress(values, map(keep, keys, repeat(bound))), default=None)
+    for column_values, column_keys in ((array("d", values), array("q", keys)),
+                                       (on_disk(everywhere, "d", values), on_disk(everywhere.with_suffix(".k"), "q", keys)),
+                                       (values, keys)):
+        assert spill.extreme_where(column_values, column_keys, keep, bound, highest) == expected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=FUNCTION_FIXTURE)
+@given(present=st.sets(st.integers(0, 60), max_size=30),
+       asked=st.sets(st.integers(-3, 63) | st.sampled_from([-(10**30), 10**30]), max_size=20))
+def test_positions_find_each_asked_update_as_a_bisect_would(everywhere: Path, present: set[int], asked: set[int]) -> None:
+    column, wanted = sorted(present), sorted(asked)
+    expected = [column.index(x) if x in present else -1 for x in wanted]
+    assert spill.positions(on_disk(everywhere, "q", column), wanted) == expected
+    assert spill.positions(array("q", column), wanted) == expected
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=FUNCTION_FIXTURE)
+@given(lanes=st.lists(st.lists(st.tuples(st.integers(0, 30), st.floats(allow_nan=False)), max_size=12),
+                      min_size=1, max_size=4))
+def test_the_loss_of_each_step_is_the_last_lanes_as_the_dict_pass_says(everywhere: Path, lanes: list) -> None:
+    from trainwreck.report import plots
+
+    rows = []
+    for attempt, lane in enumerate(lanes):
+        steps = sorted({s for s, _ in lane})
+        losses = [float(i) / 7 for i in range(len(steps))]
+        rows.append((attempt, steps, losses))
+    expected = {}
+    for _, steps, losses in rows:
+        expected.update(zip(steps, losses))
+    expected = dict(sorted(expected.items()))
+    columns = [(a, on_disk(everywhere.with_suffix(f".s{a}"), "q", s), on_disk(everywhere.with_suffix(f".l{a}"), "d", l))
+               for a, s, l in rows]
+    fast = vectors.last_by_key([(s, l) for _, s, l in columns])
+    assert fast == ((list(expected), list(expected.values())) if expected else None)  # nothing: below VECTOR_MIN
+    assert list(plots.lanes_losses(reversed(columns)).items()) == list(expected.items())  # lanes in attempt order
+    assert list(plots.lanes_losses(rows).items()) == list(expected.items())  # lists: the dict pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FUNCTION_FIXTURE)
+@given(digests=st.lists(st.one_of(st.none(), st.sampled_from(["aa", "bb", "cc"])), max_size=25),
+       picks=st.sets(st.integers(-1, 30), max_size=12))
+def test_take_reads_what_indexing_reads_on_disk_in_chunks_of_strings_and_numbers(
+        everywhere: Path, digests: list, picks: set[int]) -> None:
+    indices = sorted(i for i in picks if i < len(digests))
+    expected = [digests[i] if i >= 0 else None for i in indices]
+    strings = spill.DiskStrings(str(everywhere))
+    strings.extend(digests[: len(digests) // 2])  # part written, part still in the tail
+    strings.extend(digests[len(digests) // 2 :])
+    assert spill.take(strings, indices) == expected
+    numbers = list(range(100, 100 + len(digests)))
+    assert spill.take(on_disk(everywhere.with_suffix(".n"), "q", numbers), indices) == [
+        numbers[i] if i >= 0 else None for i in indices]
