@@ -305,11 +305,11 @@ def golden_cache(request: pytest.FixtureRequest) -> Path:
 
 def golden_cache_dir(config: pytest.Config) -> Path:
     """The golden_cache option (flag, $TRAINWRECK_GOLDEN_CACHE, ini), else the CLI's own cache
-    (harness/judge/golden.py `default_cache_dir`). A golden run is keyed by what shapes it, so
+    (harness/judge/cache_dir.py `default_cache_dir`). A golden run is keyed by what shapes it, so
     one built by any session or `trainwreck run` is reused, not rebuilt every session. xdist
     workers and concurrent sessions share it safely: each entry is built in a scratch
     directory and renamed into place."""
-    from trainwreck.harness.judge.golden import default_cache_dir
+    from trainwreck.harness.judge.cache_dir import default_cache_dir
 
     value, _ = resolve(config, GOLDEN_CACHE)
     return Path(value) if value else default_cache_dir()

@@ -3,8 +3,10 @@
 command line does, no longer imports torch._dynamo."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,16 @@ def test_a_refused_trainwreck_run_exits_2_without_importing_torch(argv: list[str
             f"code = main({argv!r})\nprint(code, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "2 False", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv", [["run", "--plan", "[]"], ["run", "--cmd", "python train.py"], ["demo"]],
+                         ids=["reference", "cmd", "demo"])
+def test_a_golden_cache_it_cannot_use_is_refused_before_torch_is_imported(argv: list[str], tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    code = ("import sys\nfrom trainwreck.harness.cli import main\n"
+            f"code = main({[*argv, '--out', str(tmp_path / 'o')]!r})\nprint(code, 'torch' in sys.modules)")
+    env = dict(os.environ, TRAINWRECK_GOLDEN_CACHE=str(tmp_path / "file" / "below"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert done.stdout.strip() == "2 False", done.stdout + done.stderr
+    assert "the golden cache" in done.stderr and not (tmp_path / "o").exists()

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from trainwreck.report import NotARun, render_casebook, render_report
 from trainwreck.invariants.verdict import compose, exit_code, verdict_word, word_validity
+from trainwreck.harness.judge.cache_dir import usable_cache_dir
 from trainwreck.harness.supervise.interrupts import deferred
 from trainwreck.harness.supervise.scenarios import get_scenario, scenario_names
 from trainwreck.rundir.layout import RunDir
@@ -42,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     names = args.scenarios.split(",") if args.scenarios else demo_names()
     for name in names:
         get_scenario(name)  # an unknown name fails here (an InputError), before anything runs
+    usable_cache_dir()
     out = args.out or Path("trainwreck-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     return run_demo(names, out)
 

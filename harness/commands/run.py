@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainwreck.harness.judge.cache_dir import usable_cache_dir
 from trainwreck.harness.launch import gpus
 from trainwreck.harness.registry import COMMAND, DEFAULT_LAUNCHER, default_launcher, launcher_help, launcher_names
 from trainwreck.harness.supervise.interrupts import deferred
@@ -66,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
     scenario = build_scenario(args)
     out = args.out or Path("trainwreck-out") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = spec_for(scenario, out, launcher=args.launcher or DEFAULT_LAUNCHER)  # checks every field, torch-free
+    usable_cache_dir()
     with deferred():
         gpus.check_gpus(scenario.config, scenario.world_sizes)  # imports torch; nccl wants a GPU per rank
         from trainwreck.harness.judge.runner import run_judged
@@ -157,6 +159,7 @@ def main_cmd(args: argparse.Namespace) -> int:
                    # record; the built-in scenarios' few seconds are for the warm reference.
                    hang_timeout_s=args.hang_timeout if args.hang_timeout is not None else CMD_HANG_TIMEOUT_S,
                    run_dir=out, keep=True)
+    usable_cache_dir()
     with deferred():
         from trainwreck.harness.judge.runner import run_judged
     judged = run_judged(spec, fresh_golden=args.fresh_golden)

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,27 +22,12 @@ from typing import Callable
 import psutil
 
 from trainwreck.harness.errors import GoldenFailed, SpecError
-from trainwreck.harness.launch.torchcache import user_cache_dir
 from trainwreck.harness.supervise.spec import JobSpec
 from trainwreck.harness.supervise.supervisor import run_job
 from trainwreck.rundir import files
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.rundir.layout import RunDir, iter_events
-
-CACHE_ENV = "TRAINWRECK_GOLDEN_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """$TRAINWRECK_GOLDEN_CACHE, else the user's cache folder by the XDG rule
-    ($XDG_CACHE_HOME/trainwreck/golden, else ~/.cache/trainwreck/golden: `user_cache_dir`)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    path = user_cache_dir("golden")
-    if path is None:
-        raise SpecError(f"$HOME is {os.environ.get('HOME', '')!r} and the account has no home folder, so the golden "
-                        f"cache has no place: set {CACHE_ENV} to a writable folder")
-    return path
-
+from trainwreck.harness.judge.cache_dir import CACHE_ENV, default_cache_dir, ensure_cache_dir
 
 MANIFEST = "golden.json"
 """sha256 of every file the judge reads (run.json, events/*.jsonl), written last before publishing."""
@@ -139,20 +123,6 @@ def discard(entry: Path) -> None:
         doomed.unlink()
     else:
         shutil.rmtree(doomed, ignore_errors=True)
-
-
-def ensure_cache_dir(cache_dir: Path) -> None:
-    """Create the cache folder and prove it writable with a real write (root passes every
-    permission check, a read-only mount or a file in its place does not); SpecError (exit 2,
-    one line) when it cannot be used, before any golden run starts."""
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=cache_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise SpecError(f"the golden cache {cache_dir} cannot be used ({exc.strerror or exc}): free or fix it, "
-                        f"or set {CACHE_ENV} to a writable folder") from None
 
 
 def _publish(scratch: Path, final: Path) -> None:

@@ -99,7 +99,7 @@ def test_trainwreck_chaos_runs_plans_until_the_budget_is_spent_and_summarises(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from trainwreck.harness.commands import chaos as command
-    from trainwreck.harness.judge.golden import CACHE_ENV
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     out = tmp_path / "chaos"

@@ -132,7 +132,7 @@ def test_a_driver_killed_mid_campaign_resumes_without_rerunning_its_finished_pla
     import subprocess
     import time
 
-    from trainwreck.harness.judge.golden import CACHE_ENV
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     out = tmp_path / "campaign"

@@ -117,7 +117,7 @@ def test_a_two_node_cluster_judges_every_plan_with_the_local_engine_s_verdicts_o
         two_nodes: TwoNodes, tmp_path: Path, golden_cache: Path, warm_launcher: Any,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from trainwreck.harness.commands import chaos
-    from trainwreck.harness.judge.golden import CACHE_ENV
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV
 
     wide = [(pid, name, ip, port) for pid, name, ip, port in listeners() if ip not in LOOPBACK]
     assert not wide, f"the local cluster listens beyond loopback: {wide}"

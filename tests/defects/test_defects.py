@@ -98,7 +98,7 @@ def test_trainwreck_defects_json_prints_one_row_per_defect_and_exits_zero(
         capsys: pytest.CaptureFixture[str], warm_launcher: Any, golden_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from trainwreck.harness.commands import defects as command
-    from trainwreck.harness.judge.golden import CACHE_ENV
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(golden_cache))
     args = argparse.Namespace(json=True, only="sigterm_exits_clean", out=None, launcher="warm")

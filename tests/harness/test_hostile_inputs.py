@@ -277,7 +277,7 @@ def test_a_golden_cache_that_is_a_file_exits_2_in_one_line(tmp_path: Path, cache
 
 
 def test_an_empty_home_never_puts_the_golden_cache_at_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainwreck.harness.judge.golden import CACHE_ENV, default_cache_dir
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV, default_cache_dir
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)

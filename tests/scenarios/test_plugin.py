@@ -131,7 +131,7 @@ def test_a_failing_scenario_test_reports_its_verdicts_run_directory_and_reproduc
 
 def test_golden_runs_persist_in_the_clis_user_cache_unless_an_option_names_another(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainwreck.harness.judge.golden import CACHE_ENV, default_cache_dir
+    from trainwreck.harness.judge.cache_dir import CACHE_ENV, default_cache_dir
 
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
