@@ -477,9 +477,16 @@ def extremes(column: Any) -> tuple[Any, Any] | None:
         if not len(part):
             continue
         fast = vectors.numbers(part)
-        low = _fold(min, low, part if fast is None else [fast.min().item()])
-        high = _fold(max, high, part if fast is None else [fast.max().item()])
+        low = _fold(min, low, _as_python(part, None if fast is None else fast.min().item()))
+        high = _fold(max, high, _as_python(part, None if fast is None else fast.max().item()))
     return (low[0], high[0]) if low else None
+
+
+def _as_python(values: Any, found: Any) -> Any:
+    """[numpy's `found`], or the values themselves for pick() to read where numpy declined them
+    (None) or found a zero of doubles: numpy's min of 0.0 and -0.0 is the one it met last, min()'s the
+    first, and a report prints the sign."""
+    return values if found is None or (found == 0 and type(found) is float) else [found]
 
 
 def _fold(pick: Any, best: list[Any], values: Iterable[Any]) -> list[Any]:
@@ -505,7 +512,8 @@ def extreme_where(values: Any, keys: Any, keep: Any, bound: Any, highest: bool) 
             continue
         chosen = fast[keep(fast_keys, bound)]
         if len(chosen):
-            best = _fold(pick, best, [(chosen.max() if highest else chosen.min()).item()])
+            found = (chosen.max() if highest else chosen.min()).item()
+            best = _fold(pick, best, _as_python(compress(some, map(keep, their_keys, repeat(bound))), found))
     return best[0] if best else None
 
 
