@@ -78,3 +78,19 @@ def test_the_gpu_checkpoint_figures_are_measured_by_the_same_code_on_the_cpu() -
         detail["verified_save_s"] / detail["plain_durable_save_s"], rel=0.02, abs=0.002)
     assert figures["gpu_async_stall_of_step_1mb"] == pytest.approx(
         detail["async_stall_s"] / detail["training_step_s"], rel=0.02, abs=0.002)
+
+
+@pytest.mark.parametrize("writes_its_own", [True, False])
+def test_the_benchmarks_write_the_bytecode_caches_an_interpreter_without_them_would_skip(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes_its_own: bool) -> None:
+    import importlib.util
+    import sys
+
+    from trainwreck.benchmarks.__main__ import cache_bytecode
+
+    module = tmp_path / "pkg" / "sub" / "mod.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("X = 1\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", not writes_its_own)  # PYTHONDONTWRITEBYTECODE, -B
+    assert cache_bytecode([str(tmp_path / "pkg")]) is (not writes_its_own)
+    assert Path(importlib.util.cache_from_source(str(module))).exists() is (not writes_its_own)
