@@ -111,8 +111,7 @@ def _reported_digests(history: History, saves: list[dict[str, Any]]) -> dict[tup
         wanted.setdefault(save["attempt"], set()).add(save["step"])
     reported: dict[tuple[int, int], set[Any]] = {}
     for attempt, steps in wanted.items():
-        # Only integer steps can be an update's; a save's other `step` (a string, a float) matches none.
-        ordered = sorted(s for s in steps if type(s) is int)
+        ordered = sorted(steps)  # the loader admits integer steps only
         for log in history.ranks_of(attempt):
             for step, digest in zip(ordered, log.digests_at(ordered)):
                 if digest is not None:

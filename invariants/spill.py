@@ -507,13 +507,13 @@ def extreme_where(values: Any, keys: Any, keep: Any, bound: Any, highest: bool) 
     best: list[Any] = []
     for some, their_keys in aligned(values, keys):
         fast, fast_keys = vectors.numbers(some), vectors.numbers(their_keys)
-        if fast is None or fast_keys is None:
-            best = _fold(pick, best, compress(some, map(keep, their_keys, repeat(bound))))
-            continue
-        chosen = fast[keep(fast_keys, bound)]
-        if len(chosen):
+        found = None
+        if fast is not None and fast_keys is not None:
+            chosen = fast[keep(fast_keys, bound)]
+            if not len(chosen):
+                continue
             found = (chosen.max() if highest else chosen.min()).item()
-            best = _fold(pick, best, _as_python(compress(some, map(keep, their_keys, repeat(bound))), found))
+        best = _fold(pick, best, _as_python(compress(some, map(keep, their_keys, repeat(bound))), found))
     return best[0] if best else None
 
 
