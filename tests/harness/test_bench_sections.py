@@ -94,3 +94,12 @@ def test_the_benchmarks_write_the_bytecode_caches_an_interpreter_without_them_wo
     monkeypatch.setattr(sys, "dont_write_bytecode", not writes_its_own)  # PYTHONDONTWRITEBYTECODE, -B
     assert cache_bytecode([str(tmp_path / "pkg")]) is (not writes_its_own)
     assert Path(importlib.util.cache_from_source(str(module))).exists() is (not writes_its_own)
+
+
+def test_the_packages_whose_bytecode_is_cached_are_pyprojects() -> None:
+    import tomllib
+
+    from trainwreck.benchmarks.__main__ import PACKAGES
+
+    declared = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert sorted(PACKAGES) == sorted(p.split(".")[1] for p in declared if p.count(".") == 1)
