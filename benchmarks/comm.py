@@ -6,7 +6,8 @@ pass), so no run's phases show it; this job times the collective alone. A ring a
 2(n-1)/n * D bytes per rank for a D-byte message; the JSON says which n and D it timed, and the
 handbook's "comm" chapter does the arithmetic from them. The per-parameter list is the parameters
 of benchmarks/fsdp.py's model (the model the handbook's byte measurements count), so the comparison
-is the one trainer/gradsync.py pays for exact digests.
+is the one trainer/gradsync.py pays for exact digests on a model past DDP's first bucket, as this one is
+(`model.hook` says which of its two layouts the trainer's hook gives this model).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch.distributed as dist
 
 from trainwreck.benchmarks.fsdp import SPEC
 from trainwreck.benchmarks.ranks import gloo_rank, run_ranks
+from trainwreck.trainer.gradsync import ONE_BUCKET_BYTES, ParameterOrder
 from trainwreck.trainer.model import MLP
 
 SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
@@ -56,12 +58,15 @@ def _measure(world: int) -> dict[str, Any]:
     for nbytes in SIZES_BYTES:
         buf = torch.ones(nbytes // 4)
         sizes.append({"bytes": nbytes, "seconds": _timed(lambda: dist.all_reduce(buf))})
-    shapes = [p.shape for p in MLP(SPEC).parameters()]
+    model = MLP(SPEC)
+    shapes = [p.shape for p in model.parameters()]
     grads = [torch.ones(s) for s in shapes]
     flat = torch.ones(sum(g.numel() for g in grads))
     return {"world_size": world, "backend": dist.get_backend(), "dtype": "float32", "repeats": REPEATS,
             "sizes": sizes,
             "model": {"parameters": len(grads), "numel": flat.numel(), "bytes": flat.nbytes,
+                      "one_bucket_bytes": ONE_BUCKET_BYTES,
+                      "hook": "flat" if ParameterOrder(model).flat else "per_parameter",
                       "per_parameter_s": _timed(_per_parameter(grads)),
                       "bucketed_s": _timed(lambda: dist.all_reduce(flat))}}
 

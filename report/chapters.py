@@ -48,8 +48,10 @@ def one_step(ev: Evidence) -> list[Paragraph]:
         ev.s("One step is one optimizer update: load a batch (data), forward, backward, an explicit sync, the "
              "optimizer step, and every few updates a checkpoint."),
         ev.s("In backward DDP hands the gradients to a communication hook bucket by bucket; the reference trainer's "
-             "hook (<code>trainer/gradsync.py</code>) all-reduces them one parameter at a time, so the order of "
-             "each sum never depends on the bucket layout and digests can match bit for bit."),
+             "hook (<code>trainer/gradsync.py</code>) lays them out in the module's parameter order, as one flat "
+             "all-reduce when the whole model fits in DDP's first bucket (its own does) and one all-reduce per "
+             "parameter when it does not, so no element's place in the tensor reduced, and so the order of its sum, "
+             "depends on DDP's bucket layout, and digests can match bit for bit."),
         ev.s(f"The reference trainer, killed mid-epoch and resumed, spent: {_phase_row(ev, 'resume', 0)}."),
         ev.s(f"Its median update took {ev.q('resume', 'phases', 'median_step_s', unit=' s')}."),
     ], [
@@ -600,8 +602,8 @@ def communication(ev: Evidence) -> list[Paragraph]:
              fact(f"sizes.{big}.seconds", ">", t_small, run=run)),
     ], [
         ev.s(f"The reference model's gradients are {ev.q(run, 'model', 'parameters')} tensors, "
-             f"{ev.q(run, 'model', 'bytes')} bytes. Reduced one parameter at a time, as the trainer's hook "
-             f"(<code>trainer/gradsync.py</code>) does, they took {ev.q(run, 'model', 'per_parameter_s', unit=' s')}; "
+             f"{ev.q(run, 'model', 'bytes')} bytes. Reduced one parameter at a time, {_hook_layout(ev, run)}, they "
+             f"took {ev.q(run, 'model', 'per_parameter_s', unit=' s')}; "
              f"as one bucket of the same bytes, {ev.q(run, 'model', 'bucketed_s', unit=' s')}: "
              + ev.derive("per_parameter_over_bucketed", per / flat, "per_parameter_s / bucketed_s",
                          {"per_parameter_s": per, "bucketed_s": flat}, "×") + " the time."),
@@ -612,10 +614,21 @@ def communication(ev: Evidence) -> list[Paragraph]:
              f"pay {ev.q(run, 'model', 'parameters')} fixed costs, small against {ev.q(run, 'model', 'bytes')} bytes "
              "(and a shared machine's noise is larger); a model of hundreds of small tensors pays that fixed cost hundreds of times per step, which "
              "is what DDP's buckets (25 MB by default) avoid.", fact("model.per_parameter_s", "<=", flat, run=run)),
-        ev.s("The trainer pays for per-parameter reduction to be exact: each element then sits at the same offset "
-             "of the tensor reduced in every attempt, so the order of each sum, and the digests, do not depend on "
-             "how DDP laid out its buckets (chapter 1)."),
+        ev.s("The trainer pays for per-parameter reduction, on a model past DDP's first bucket, to be exact: each "
+             "element then sits at the same offset of the tensor reduced in every attempt, so the order of each sum, "
+             "and the digests, do not depend on how DDP laid out its buckets (chapter 1); a model within it is one "
+             "bucket in every update, reduced as one tensor in parameter order for the same reason."),
     ]]
+
+
+def _hook_layout(ev: Evidence, run: str) -> str:
+    """What the trainer's own hook does with the measured model, from the job's record of it."""
+    cap = f"{ev.q(run, 'model', 'one_bucket_bytes')} bytes"
+    if ev.get(run, "model", "hook") == "per_parameter":
+        return (f"as the trainer's hook (<code>trainer/gradsync.py</code>) does for a model past DDP's first bucket "
+                f"of {cap}, as this one is")
+    return (f"which the trainer's hook (<code>trainer/gradsync.py</code>) does only for a model past DDP's first "
+            f"bucket of {cap} (this one is within it, and is reduced as one flat tensor)")
 
 
 PIPELINE_CASES: tuple[tuple[int, int], ...] = ((4, 4), (4, 16), (8, 16), (10, 4), (10, 32))

@@ -578,9 +578,9 @@ def judgement(ev: Evidence) -> list[Paragraph]:
              "than an object store; communication faults reach the trainer through one seam (trainer/hooks.py)."),
         ev.s("When to redesign instead of tune: when the measured cost is in the contract, not the setting. A "
              "synchronous save stalls every rank whatever ckpt_interval says, so the fix was a new boundary, the "
-             "snapshot-then-write of trainer/async_ckpt.py; the per-parameter all-reduce of trainer/gradsync.py is "
-             "kept on purpose for exact digests, and chapter comm measures what bucketing would buy, the number "
-             "that would justify redesigning it."),
+             "snapshot-then-write of trainer/async_ckpt.py; the per-parameter all-reduce of trainer/gradsync.py, for "
+             "a model past DDP's first bucket, is kept on purpose for exact digests, and chapter comm measures what "
+             "bucketing would buy, the number that would justify redesigning it."),
         ev.s(f"What not to build in an interview: the trainer runs DDP and FSDP only (trainer/parallel.py); tensor "
              f"parallelism and a parameter server exist here as benchmarks of one file each, enough to measure "
              f"their communication (one all-reduce of {ev.q(tp, 'allreduce_bytes_per_layer', unit=' bytes')} in "

@@ -22,7 +22,7 @@ from trainwreck.trainer.checkpoint import CheckpointRejected, CheckpointStore, F
     Verified, from_bytes
 from trainwreck.trainer.config import TrainConfig
 from trainwreck.trainer.data import SyntheticDataset
-from trainwreck.trainer.gradsync import per_parameter_allreduce
+from trainwreck.trainer.gradsync import ParameterOrder, canonical_allreduce
 from trainwreck.trainer.hooks import Hooks
 from trainwreck.trainer.launch import RankContext
 from trainwreck.trainer.model import draw_noise_key
@@ -89,7 +89,8 @@ class Trainer:
         self.state = self._fresh_state()
         self.ddp = wrap(cfg, self.state, device)  # DDP, or the FSDP-sharded model (trainer/parallel.py)
         if isinstance(self.ddp, DistributedDataParallel):
-            self.ddp.register_comm_hook(None, hooks.wrap_comm_hook(per_parameter_allreduce))  # type: ignore[arg-type]
+            self.ddp.register_comm_hook(ParameterOrder(self.ddp.module),  # type: ignore[arg-type]
+                                       hooks.wrap_comm_hook(canonical_allreduce))
         self.checkpoint_root = RunDir(ctx.run_dir).checkpoints
         raw_storage = hooks.wrap_storage(LocalStorage(self.checkpoint_root, within=ctx.run_dir))
         storage = Heartbeat(raw_storage, lambda: probe.phase(self.state.step, "checkpoint"))

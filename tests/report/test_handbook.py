@@ -469,9 +469,10 @@ def test_the_handbook_check_fails_on_a_sentence_whose_verdict_is_turned_over(han
     assert any(p.startswith("resume: resume.") and "verdicts.continuity.valid == True" in p for p in problems)
 
 
-def test_chapter_1_says_what_the_trainer_reduces_per_parameter_not_bucket_by_bucket(handbook: dict[str, Any]) -> None:
+def test_chapter_1_says_the_trainer_reduces_in_parameter_order_not_bucket_by_bucket(handbook: dict[str, Any]) -> None:
     text = plain(handbook, "step")
-    assert "all-reduces them one parameter at a time" in text and "trainer/gradsync.py" in text
+    assert "lays them out in the module's parameter order, as one flat all-reduce" in text
+    assert "one all-reduce per parameter when it does not" in text and "trainer/gradsync.py" in text
 
 
 def test_chapter_2_says_where_the_sampler_went_back_not_from_its_start(handbook: dict[str, Any]) -> None:
@@ -569,6 +570,9 @@ def test_the_comm_chapter_quotes_the_measured_all_reduce_and_the_ring_arithmetic
     assert f"{fmt(big['bytes'])} bytes took {fmt(big['seconds'])} s" in text
     wins, loses = "Bucketing wins because", "Here one all-reduce per parameter was not slower"
     assert (wins in text) == (model["per_parameter_s"] > model["bucketed_s"]) and (loses in text) != (wins in text)
+    # The model measured is past DDP's first bucket, so the trainer's hook would reduce it per parameter.
+    assert model["bytes"] >= model["one_bucket_bytes"] and model["hook"] == "per_parameter"
+    assert f"does for a model past DDP's first bucket of {fmt(model['one_bucket_bytes'])} bytes, as this one is" in text
 
 
 def test_the_memory_chapter_computes_zero_stages_from_the_measured_bytes(handbook: dict[str, Any]) -> None:
