@@ -20,7 +20,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from trainwreck.invariants.spill import DiskNumbers, DiskStrings, bisect_left, bisect_right, positions, take
+from trainwreck.invariants.spill import (DiskNumbers, DiskStrings, bisect_left, bisect_right, extend_array, positions,
+                                         take)
 
 FORMAT = "trainwreck-run/1"
 SAMPLINGS = ("without_replacement", "with_replacement")
@@ -60,20 +61,21 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
             column = list(column)
     if isinstance(column, array):
         # Most values fit the column as it is: try that first (one C-level pass, no
-        # min/max); an array refuses a value that does not fit with OverflowError,
-        # having appended the values before it, which are taken back.
-        size = len(column)
+        # min/max); a value that does not fit raises OverflowError, nothing appended.
         try:
-            column.extend(values)
+            extend_array(column, values)
             return column
         except OverflowError:
-            del column[size:]
+            pass
         lo, hi = min(values), max(values)
         bits = column.itemsize * 8 - 1
         if lo < -(1 << bits) or hi >= 1 << bits:
             code = next((c for c, b in _WIDTHS if b > bits and -(1 << b) <= lo and hi < 1 << b), None)
             column = array(code, column) if code else list(column)
-    column.extend(values)
+    if isinstance(column, array):
+        extend_array(column, values)
+    else:
+        column.extend(values)
     return column
 
 
@@ -87,7 +89,10 @@ def extend_losses(column: "array[float] | list[Any] | DiskNumbers", values: Sequ
     (None, an int, a string) turns the column into a list, values unchanged."""
     if isinstance(column, (array, DiskNumbers)) and not set(map(type, values)) <= {float}:
         column = list(column)
-    column.extend(values)
+    if isinstance(column, array):
+        extend_array(column, values)
+    else:
+        column.extend(values)
     return column
 
 

@@ -230,6 +230,16 @@ class _Chunked:
         return sum(part.count(value) for part in self.chunks())
 
 
+def extend_array(column: array, values: Iterable[Any]) -> None:
+    """Append `values` to an array in C, whole or not at all: OverflowError or TypeError, nothing
+    appended, for a value its type cannot hold. An array built from a list and then appended
+    (a copy) is faster than `array.extend` of the list, which appends value by value: 400 000
+    ids took 9 ms against 24 (2026-11-28), and the ids are the largest column a block adds."""
+    if not (isinstance(values, array) and values.typecode == column.typecode):
+        values = array(column.typecode, values)
+    column.extend(values)
+
+
 class DiskNumbers(_Chunked):
     """Integers ('q': 64-bit) or floats ('d') on disk."""
 
@@ -283,12 +293,7 @@ class DiskNumbers(_Chunked):
 
     def extend(self, values: Iterable[Any]) -> None:
         """Append; OverflowError or TypeError (nothing appended) for a value the type cannot hold."""
-        size = len(self.tail)
-        try:
-            self.tail.extend(values)
-        except (OverflowError, TypeError):
-            del self.tail[size:]
-            raise
+        extend_array(self.tail, values)
         self._flush(False)
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainwreck.invariants import InputError, load_history, spill
-from trainwreck.invariants.history import extend_digests, extend_ints, extend_losses
+from trainwreck.invariants.history import extend_digests, extend_ints, extend_losses, floats, ints
 
 
 @pytest.fixture
@@ -106,6 +106,19 @@ def test_a_value_a_disk_column_cannot_hold_turns_it_into_a_list_with_nothing_los
     assert isinstance(losses, spill.DiskNumbers)
     mixed = extend_losses(losses, [None, 1])
     assert type(mixed) is list and mixed == [0.5] * 6 + [None, 1]
+
+
+def test_an_in_memory_column_widens_to_the_narrowest_type_that_holds_a_block_and_keeps_every_value() -> None:
+    column = extend_ints(ints(), [1, 2, 3])
+    assert column.typecode == "b"
+    column = extend_ints(column, [4, 300, 5])  # 300 is past int8: the block is appended once, at int16
+    assert column.typecode == "h" and list(column) == [1, 2, 3, 4, 300, 5]
+    column = extend_ints(column, array("q", [6, 1 << 40]))
+    assert column.typecode == "q" and list(column)[-3:] == [5, 6, 1 << 40]
+    column = extend_ints(column, [7, 1 << 70])
+    assert type(column) is list and column == [1, 2, 3, 4, 300, 5, 6, 1 << 40, 7, 1 << 70]
+    losses = extend_losses(floats(), [0.5, 1.5])
+    assert losses.typecode == "d" and list(extend_losses(losses, [2.5])) == [0.5, 1.5, 2.5]
 
 
 def test_the_scratch_folder_goes_with_its_history_and_a_forked_child_leaves_it_alone() -> None:
