@@ -168,9 +168,13 @@ def main(argv: list[str]) -> None:
     # Before the seconds of torch's import, not after: a harness SIGKILLed while the server
     # still imports would otherwise leave it running until the import ends.
     set_parent_death_signal(parent)  # the harness dies -> the server dies -> its ranks die
-    from trainwreck.harness.launch.rank import warm_imports  # imports torch
+    from trainwreck.harness.launch.rank import warm_imports, warm_kernels  # imports torch
 
     warm_imports()
+    try:
+        warm_kernels()
+    except Exception:  # noqa: BLE001 - said, and the ranks then pay the first-call work themselves
+        traceback.print_exc()
     freeze_heap()  # the one expensive collection, paid here, before the server says it is ready
     conn = Connection(fd)
     conn.send({"op": "ready", "pid": os.getpid(), "import_s": time.perf_counter() - started})

@@ -84,6 +84,42 @@ def warm_imports() -> None:
         pass
 
 
+def warm_kernels() -> None:
+    """The reference trainer's forward pass and optimizer step, once, in the fork server: a rank
+    forked after it finds torch's first-call work done (a child's first update of the tiny model
+    took 12.4-13.5 ms forked cold, 6.1-7.7 ms forked after this; 2026-11-28). On the CPU, one
+    thread, and no backward: autograd's engine starts a thread per GPU at its first backward on
+    a GPU host, and a child forked after that cannot backpropagate. The RNG streams and the
+    thread count are put back, so what the ranks inherit is only warmer."""
+    import random
+
+    import torch
+    import torch.nn.functional as F
+
+    from trainwreck.trainer.config import TrainConfig
+    from trainwreck.trainer.data import SyntheticDataset
+    from trainwreck.trainer.state import fresh_state
+
+    threads, streams = torch.get_num_threads(), (random.getstate(), torch.get_rng_state())
+    torch.set_num_threads(1)
+    try:
+        cfg = TrainConfig.tiny()
+        state = fresh_state(cfg, torch.device("cpu"))
+        ids = torch.arange(cfg.global_batch)
+        x, y = SyntheticDataset(cfg.seed, cfg.dataset_size, cfg.input_dim, cfg.num_classes).batch(ids)
+        with torch.no_grad():
+            F.cross_entropy(state.model(x, ids, 0), y, reduction="sum")
+        for param in state.model.parameters():
+            param.grad = torch.zeros_like(param)
+        state.optimizer.step()
+        state.scheduler.step()
+        state.optimizer.zero_grad(set_to_none=True)
+    finally:
+        torch.set_num_threads(threads)
+        random.setstate(streams[0])
+        torch.set_rng_state(streams[1])
+
+
 def arm_stack_dump(ctx: RankContext) -> Path:
     """SIGUSR1 makes faulthandler write every thread's Python stack, even inside a C call."""
     path = RunDir(ctx.run_dir).rank_stacks(ctx.attempt, ctx.rank, os.getpid())
