@@ -1,5 +1,6 @@
 """What a gradient all-reduce costs, measured: gloo on loopback across message sizes, and the
-reference trainer's one all-reduce per parameter against one bucketed all-reduce of the same bytes.
+one all-reduce per parameter, as the reference trainer's hook reduces a model past DDP's first bucket,
+against one bucketed all-reduce of the same bytes.
 
 The trainer folds the all-reduce into its "backward" phase (DDP overlaps it with the backward
 pass), so no run's phases show it; this job times the collective alone. A ring all-reduce moves
