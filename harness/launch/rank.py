@@ -84,13 +84,25 @@ def warm_imports() -> None:
         pass
 
 
+def accelerator_built() -> bool:
+    """Whether this torch was built with an accelerator (CUDA, ROCm, XPU, MPS): read from how it
+    was compiled, never by asking a device, which would start its driver in this process."""
+    import torch
+
+    return bool(torch.version.cuda or torch.version.hip or getattr(torch._C, "_has_xpu", False)
+                or torch.backends.mps.is_built())
+
+
 def warm_kernels() -> None:
     """The reference trainer's forward pass and optimizer step, once, in the fork server: a rank
     forked after it finds torch's first-call work done (a child's first update of the tiny model
-    took 12.4-13.5 ms forked cold, 6.1-7.7 ms forked after this; 2026-11-28). On the CPU, one
-    thread, and no backward: autograd's engine starts a thread per GPU at its first backward on
-    a GPU host, and a child forked after that cannot backpropagate. The RNG streams and the
-    thread count are put back, so what the ranks inherit is only warmer."""
+    took 12.4-13.5 ms forked cold, 6.1-7.7 ms forked after this; 2026-11-28). Only where torch has
+    no accelerator built in: an optimizer's step asks torch for the accelerator's current stream,
+    which starts CUDA, and no child forked after that can use CUDA. On the CPU, one thread, and no
+    backward either (autograd's first backward starts a thread per device). The RNG streams and
+    the thread count are put back, so what the ranks inherit is only warmer."""
+    if accelerator_built():
+        return
     import random
 
     import torch

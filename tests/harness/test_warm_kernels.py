@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from trainwreck.harness.launch.procs import thread_count
-from trainwreck.harness.launch.rank import warm_kernels
+from trainwreck.harness.launch.rank import accelerator_built, warm_kernels
+from trainwreck.trainer import state
 
 
 def test_warming_the_servers_kernels_starts_no_thread_and_leaves_the_rng_streams_and_thread_count() -> None:
@@ -35,3 +37,18 @@ def test_the_server_runs_no_backward_before_it_forks() -> None:
     finally:
         torch.autograd.backward = real
     assert seen == []
+
+
+def test_with_an_accelerator_built_in_the_server_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The optimizer's step asks for the accelerator's current stream: on a GPU host that starts CUDA
+    # in the server, and no rank forked from it could use CUDA again.
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(state, "fresh_state", lambda *a, **k: pytest.fail("the warm-up built a state"))
+    assert accelerator_built()
+    warm_kernels()
+
+
+@pytest.mark.skipif(bool(torch.version.cuda or torch.version.hip), reason="an accelerator build: no warm-up there")
+def test_the_cpu_build_is_one_the_server_warms() -> None:
+    # CI installs the CPU wheel (torch==2.13.0): the warm-up must not silently never run there.
+    assert not accelerator_built()
