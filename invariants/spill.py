@@ -426,7 +426,7 @@ def positions(column: Any, wanted: Sequence[int]) -> list[int]:
     """The index of each value of `wanted` (ascending) in a column that ascends without a repeat, -1
     where it is absent: a bisect each in memory; on disk the column read once, a chunk at a time, each
     chunk searched for all the values it can hold at once (a bisect each read a chunk, 17 us apiece)."""
-    numpy = vectors._numpy() if isinstance(column, _Chunked) and len(wanted) >= 2 else None
+    numpy = vectors.numpy_or_none() if isinstance(column, _Chunked) and len(wanted) >= 2 else None
     if numpy is None:
         found = [bisect_left(column, x) for x in wanted]
         return [i if i < len(column) and column[i] == x else -1 for i, x in zip(found, wanted)]

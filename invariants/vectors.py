@@ -23,7 +23,8 @@ VECTOR_MIN = 1 << 14
 _INTEGER_CODES = frozenset("bhilq")
 
 
-def _numpy() -> Any:
+def numpy_or_none() -> Any:
+    """numpy, imported on first use (a small run's check never loads it); None without it."""
     try:
         import numpy
     except ImportError:  # pragma: no cover - numpy is a dependency; the callers fall back
@@ -37,7 +38,7 @@ def views(ranges: Iterable[tuple[Any, int, int]]) -> list[Any] | None:
     such an array); None otherwise: a list column may hold ints beyond 64 bits.
     A view pins its array: no column may grow while one is held (loaded columns do not)."""
     ranges = list(ranges)
-    if not _long(ranges) or _numpy() is None:
+    if not _long(ranges) or numpy_or_none() is None:
         return None
     out = []
     for column, start, stop in ranges:
@@ -55,7 +56,7 @@ def _long(ranges: list[tuple[Any, int, int]]) -> bool:
 
 
 def _view(column: Any, start: int, stop: int) -> Any | None:
-    numpy = _numpy()
+    numpy = numpy_or_none()
     if isinstance(column, numpy.ndarray):  # one this module made: distinct ids so far
         return column[start:stop] if column.dtype.kind == "i" else None
     if type(column) is not array:  # a column on disk: its range read, as a pure-Python pass reads it
@@ -69,12 +70,12 @@ def numbers(values: Any) -> Any | None:
     """A numpy view of an array of integers or of doubles holding VECTOR_MIN values or more; None
     otherwise (a list may hold ints beyond 64 bits or None), and for doubles with a NaN among them:
     Python's min() and max() answer by the NaN's place, numpy's by its presence."""
-    if type(values) is not array or len(values) < VECTOR_MIN or _numpy() is None:
+    if type(values) is not array or len(values) < VECTOR_MIN or numpy_or_none() is None:
         return None
     if values.typecode not in _INTEGER_CODES and values.typecode != "d":
         return None
-    view = _numpy().asarray(values)
-    if values.typecode == "d" and _numpy().isnan(view).any():
+    view = numpy_or_none().asarray(values)
+    if values.typecode == "d" and numpy_or_none().isnan(view).any():
         return None
     return view
 
@@ -84,7 +85,7 @@ def last_by_key(pairs: Sequence[tuple[Any, Any]]) -> tuple[list[int], list[float
     keys ascending, as two lists: what a dict updated pair by pair and sorted would hold. None unless
     the keys are integers and the values doubles, in arrays or columns on disk (read whole, as the
     lists made of them are whole anyway), VECTOR_MIN of them or more together."""
-    numpy = _numpy()
+    numpy = numpy_or_none()
     if sum(len(keys) for keys, _ in pairs) < VECTOR_MIN or numpy is None:
         return None
     keys_read, values_read = [], []
@@ -109,7 +110,7 @@ def distinct(ranges: Sequence[tuple[Any, int, int]]) -> Any | None:
     parts = views(ranges)
     if parts is None:
         return None
-    numpy = _numpy()
+    numpy = numpy_or_none()
     return _sorted_distinct(numpy.concatenate([part.astype(numpy.int64, copy=False) for part in parts]))
 
 
@@ -117,9 +118,9 @@ def ascending(column: Any, strict: bool, lo: int, hi: int) -> bool | None:
     """Whether column[lo:hi] ascends (strictly: no repeat; a NaN anywhere: no, as Python's
     comparisons say); None when `views` declines it, an array of doubles aside (a lane's times)."""
     if type(column) is array and column.typecode == "d":
-        if hi - lo < VECTOR_MIN or _numpy() is None:
+        if hi - lo < VECTOR_MIN or numpy_or_none() is None:
             return None
-        values = _numpy().asarray(column)[lo:hi]
+        values = numpy_or_none().asarray(column)[lo:hi]
     else:
         parts = views([(column, lo, hi)])
         if parts is None:
@@ -133,7 +134,7 @@ def bounds(ranges: Sequence[tuple[Any, int, int]]) -> tuple[int, int] | None:
     """(lowest, highest) value of the ranges, read one range at a time (a column on disk is never
     read whole); None when they are empty or not for numpy (see `views`)."""
     ranges = [r for r in ranges if r[2] > r[1]]
-    if not ranges or not _long(ranges) or _numpy() is None:
+    if not ranges or not _long(ranges) or numpy_or_none() is None:
         return None
     lows, highs = [], []
     for column, start, stop in ranges:
@@ -151,7 +152,7 @@ def consecutive_runs(column: Any) -> list[list[int]] | None:
     values = distinct([(column, 0, len(column))])
     if values is None:
         return None
-    numpy = _numpy()
+    numpy = numpy_or_none()
     if not len(values):
         return []
     breaks = (numpy.flatnonzero(values[1:] != values[:-1] + 1) + 1).tolist()
@@ -168,9 +169,9 @@ def distinct_floats(columns: Sequence[Any]) -> list[float] | None:
     """Each distinct value of some columns of doubles once, ascending, as Python floats; None when
     they hold fewer than VECTOR_MIN values together or one is not of doubles (a column on disk is
     read one column at a time: one copy of it and the distinct values so far are held at once)."""
-    if sum(map(len, columns)) < VECTOR_MIN or _numpy() is None:
+    if sum(map(len, columns)) < VECTOR_MIN or numpy_or_none() is None:
         return None
-    numpy = _numpy()
+    numpy = numpy_or_none()
     seen = numpy.empty(0)
     for column in columns:
         if type(column) is not array and getattr(column, "typecode", None) == "d":
@@ -184,7 +185,7 @@ def distinct_floats(columns: Sequence[Any]) -> list[float] | None:
 def _sorted_distinct(values: Any) -> Any:
     """A new numpy array of the distinct values, ascending: sorted, then each value unlike the
     one before it (numpy 2's `unique` hashes instead, 10 times slower on 32 000-id epochs here)."""
-    numpy = _numpy()
+    numpy = numpy_or_none()
     values = values.copy() if values.base is not None else values  # never sort a column's own buffer
     values.sort()
     first = numpy.empty(len(values), dtype=bool)
