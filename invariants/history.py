@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from trainwreck.invariants.spill import (DiskNumbers, DiskStrings, bisect_left, bisect_right, extend_array, positions,
+from trainwreck.invariants.spill import (DiskNumbers, DiskStrings, bisect_left, bisect_right, extend_column, positions,
                                          take)
 
 FORMAT = "trainwreck-run/1"
@@ -63,7 +63,7 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
         # Most values fit the column as it is: try that first (one C-level pass, no
         # min/max); a value that does not fit raises OverflowError, nothing appended.
         try:
-            extend_array(column, values)
+            extend_column(column, values)
             return column
         except OverflowError:
             pass
@@ -72,10 +72,7 @@ def extend_ints(column: Ints, values: Sequence[int]) -> Ints:
         if lo < -(1 << bits) or hi >= 1 << bits:
             code = next((c for c, b in _WIDTHS if b > bits and -(1 << b) <= lo and hi < 1 << b), None)
             column = array(code, column) if code else list(column)
-    if isinstance(column, array):
-        extend_array(column, values)
-    else:
-        column.extend(values)
+    extend_column(column, values)
     return column
 
 
@@ -89,10 +86,7 @@ def extend_losses(column: "array[float] | list[Any] | DiskNumbers", values: Sequ
     (None, an int, a string) turns the column into a list, values unchanged."""
     if isinstance(column, (array, DiskNumbers)) and not set(map(type, values)) <= {float}:
         column = list(column)
-    if isinstance(column, array):
-        extend_array(column, values)
-    else:
-        column.extend(values)
+    extend_column(column, values)
     return column
 
 

@@ -971,10 +971,7 @@ def _extend_log(history: History, log: RankLog, steps: list[int], losses: list[A
     log.steps = extend_ints(log.steps, steps)
     log.losses = extend_losses(log.losses, losses)
     log.digests = extend_digests(log.digests, _shared(history, log, steps, digests))
-    if isinstance(log.times, array):
-        spill.extend_array(log.times, times)
-    else:
-        log.times.extend(times)
+    spill.extend_column(log.times, times)
     if log.phases is not None and phases is not None:
         log.phases.extend(phases)
     log.batch_steps = extend_ints(log.batch_steps, batch_steps)

@@ -230,11 +230,15 @@ class _Chunked:
         return sum(part.count(value) for part in self.chunks())
 
 
-def extend_array(column: array, values: Iterable[Any]) -> None:
-    """Append `values` to an array in C, whole or not at all: OverflowError or TypeError, nothing
-    appended, for a value its type cannot hold. An array built from a list and then appended
-    (a copy) is faster than `array.extend` of the list, which appends value by value: 400 000
-    ids took 9 ms against 24 (2026-11-28), and the ids are the largest column a block adds."""
+def extend_column(column: Any, values: Iterable[Any]) -> None:
+    """Append `values` to a column. To an array in C, whole or not at all: OverflowError or
+    TypeError, nothing appended, for a value its type cannot hold. An array built from a list and
+    then appended (a copy) is faster than `array.extend` of the list, which appends value by value:
+    400 000 ids took 9 ms against 24 (2026-11-28), and the ids are the largest column a block adds.
+    Any other column (a list, a column on disk) appends by its own `extend`."""
+    if not isinstance(column, array):
+        column.extend(values)
+        return
     if not (isinstance(values, array) and values.typecode == column.typecode):
         values = array(column.typecode, values)
     column.extend(values)
@@ -293,7 +297,7 @@ class DiskNumbers(_Chunked):
 
     def extend(self, values: Iterable[Any]) -> None:
         """Append; OverflowError or TypeError (nothing appended) for a value the type cannot hold."""
-        extend_array(self.tail, values)
+        extend_column(self.tail, values)
         self._flush(False)
 
 
