@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trainwreck.harness.judge.runner import run_judged, spec_for
+from trainwreck.harness.launch.launchers import fork_server
 from trainwreck.harness.supervise.scenarios import Scenario, get_scenario
 from trainwreck.trainer.config import backend_fields
 from trainwreck.rundir.layout import iter_events
@@ -148,12 +149,14 @@ def bench_throughput(runs: int = 5, concurrency: int = SIDE_BY_SIDE) -> dict[str
     `runs` scenarios each: finished scenarios per minute of the wall from the common start to the last."""
     with tempfile.TemporaryDirectory(prefix="tw-throughput-") as tmp:
         walls, ratios, splits = run_scenarios(Path(tmp), runs)
+        huge = fork_server().huge_bytes  # the scenarios' server: how much of its heap is on huge pages
         side_by_side_s = _side_by_side(Path(tmp), concurrency, runs) if concurrency > 1 else sum(walls)
     return {"scenarios_per_min": round(60.0 * concurrency * runs / side_by_side_s, 1),
             "scenarios_concurrency": concurrency,
             "scenarios_per_min_single": round(60.0 / statistics.median(walls), 1),
             "scenario_wall_s": round(statistics.median(walls), 3),
             "scenario_wall_to_compute_ratio": round(statistics.median(ratios), 1),
+            "fork_server_huge_mb": None if huge is None else round(huge / (1 << 20)),  # harness/launch/pages.py
             # each part's median over the scenarios alone (so the parts need not add up to the median wall)
             "scenario_split_s": {name: round(statistics.median(s[name] for s in splits), 3) for name in splits[0]}}
 

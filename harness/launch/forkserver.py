@@ -8,11 +8,14 @@ safe. Everything the server holds when it forks is frozen out of the garbage col
 (`gc.freeze`): a rank's own collections, and the full one a rank runs before it tears its
 process group down, then walk only what the rank made, not the ~300k objects of torch's
 imports (measured: 0.2 s of CPU per rank per collection, and the copy-on-write of every
-page they sit on). Protocol (pickled dicts over a socket the harness passes as a file descriptor):
+page they sit on). Before the second attempt forks, the heap moves onto huge pages
+(harness/launch/pages.py): each later fork copies ~110 page-table entries of it, not ~55 000.
+Protocol (pickled dicts over a socket the harness passes as a file descriptor):
 
     harness -> server  {"op": "start", "ctxs": [json...], "logs": [path...]}
     server -> harness  {"op": "ready", "pid", "import_s"}  once, after the warm imports
                        {"op": "started", "pids": [...], "pgid"}  reply to start
+                       {"op": "pages", "huge_bytes"}  once, before the second "started": the heap on huge pages
                        {"op": "exit", "pid", "code"}    a child ended (negative: killed by that signal)
 
     python -m harness.launch.forkserver FD PARENT_PID
@@ -28,12 +31,15 @@ import traceback
 from multiprocessing.connection import Connection, wait
 from typing import Callable
 
+from trainwreck.harness.launch.pages import collapse_heap
 from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid
 
 class Server:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.children: set[int] = set()
+        self.attempts = 0  # started so far
+        self.settled = False  # the heap is on huge pages (or the kernel refused): see settle
         # SIGCHLD writes to this pipe, so one wait() covers requests and child exits.
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -59,7 +65,20 @@ class Server:
                     self.shutdown()
                     return
                 if msg["op"] == "start":
+                    self.settle()
                     self.on_start(msg)
+                    self.attempts += 1
+
+    def settle(self) -> None:
+        """Once, before the server's second attempt forks, with no rank of the first alive: the heap
+        onto huge pages (harness/launch/pages.py), so that this fork and every later one copy less.
+        Not at the start: a run of one attempt would wait for it and gain nothing. Not while ranks
+        run: their first writes hold the pages it moves, and the kernel refuses those (measured:
+        18-176 MB of ~190 MB moved, against all of it with no child). Says how much moved, for a
+        reader who checks (launchers.py `ForkServer.huge_bytes`)."""
+        if self.attempts and not self.settled and not self.children:
+            self.settled = True
+            self.conn.send({"op": "pages", "huge_bytes": collapse_heap()})
 
     def on_start(self, msg: dict) -> None:
         """One attempt's request (harness/launch/cmdserver.py serves a user's command instead)."""

@@ -97,6 +97,7 @@ class ForkServer:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.exits: dict[int, int] = {}
+        self.huge_bytes: int | None = None  # of the server's heap on huge pages, once it says (forkserver.py)
         if not self.conn.poll(SERVER_START_TIMEOUT_S):
             self.close()
             raise RuntimeError(f"the fork server did not become ready in {SERVER_START_TIMEOUT_S}s")
@@ -126,6 +127,8 @@ class ForkServer:
             raise RuntimeError("the fork server died; see the log of the ranks or rerun") from exc
         if msg["op"] == "exit":
             self.exits[msg["pid"]] = msg["code"]
+        elif msg["op"] == "pages":
+            self.huge_bytes = msg["huge_bytes"]
         return msg
 
     def pump(self) -> None:

@@ -1,0 +1,112 @@
+"""The fork server's heap on huge pages (harness/launch/pages.py): which ranges, once, and that the
+kernel did it where it can."""
+from __future__ import annotations
+
+import mmap
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwreck.harness.launch import forkserver, launchers, pages
+from trainwreck.harness.supervise.spec import JobSpec
+from trainwreck.harness.supervise.supervisor import run_job
+from trainwreck.trainer.config import TrainConfig
+from tests.harness.conftest import assert_no_leftover_processes
+
+MiB = 1 << 20
+MAPS = """\
+55d0c0000000-55d0c0200000 r--p 00000000 08:01 1234    /usr/bin/python3.11
+55d0c0200000-55d0c0400000 rw-p 00200000 08:01 1234    /usr/bin/python3.11
+55d0c1100000-55d0c8100000 rw-p 00000000 00:00 0       [heap]
+7f0000100000-7f0000900000 rw-p 00000000 00:00 0
+7f0001000000-7f0001100000 rw-p 00000000 00:00 0
+7f0002000000-7f0002600000 r--p 00000000 00:00 0
+7f0003000000-7f0003400000 rw-s 00000000 00:01 99      /dev/zero (deleted)
+7f0004000000-7f0004400000 rw-p 00000000 00:00 0       [anon:cpython:pymalloc]
+7f0005000000-7f0005400000 rw-p 00000000 00:00 0       [vvar]
+7ffd00000000-7ffd00400000 rw-p 00000000 00:00 0       [stack]
+"""
+
+
+def test_only_the_heap_and_private_anonymous_writable_mappings_are_made_huge_in_whole_aligned_pages() -> None:
+    assert pages.collapsible(MAPS, 2 * MiB) == [
+        (0x55D0C1200000, 0x55D0C8000000 - 0x55D0C1200000),  # the heap, its ends rounded inwards
+        (0x7F0000200000, 6 * MiB),  # 0x...100000-0x...900000: the whole 2 MiB pages inside it
+        (0x7F0004000000, 4 * MiB),  # an anonymous mapping its allocator named
+    ]
+    # A mapping with no whole huge page inside, a read-only or shared one, a file's, the kernel's
+    # and the stack are left alone; a larger page size leaves fewer whole pages.
+    assert pages.collapsible(MAPS, 64 * MiB) == [(0x55D0C4000000, 64 * MiB)]
+
+
+def test_the_huge_page_size_is_the_kernels_and_two_mib_where_it_does_not_say(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    said = tmp_path / "hpage_pmd_size"
+    said.write_text("536870912\n")
+    monkeypatch.setattr(pages, "PMD_SIZE_FILE", str(said))
+    assert pages.huge_page_size() == 512 * MiB  # arm64 with 64 KiB pages
+    said.write_text("never\n")
+    assert pages.huge_page_size() == 2 * MiB
+    monkeypatch.setattr(pages, "PMD_SIZE_FILE", str(tmp_path / "absent"))
+    assert pages.huge_page_size() == 2 * MiB
+
+
+class _Said:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+
+def test_the_server_collapses_its_heap_once_before_its_second_attempt_with_no_rank_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not through __init__ (that installs the server's signal handlers in this process): what settle reads.
+    server = object.__new__(forkserver.Server)
+    server.conn, server.settled, server.attempts, server.children = _Said(), False, 0, set()  # type: ignore[assignment]
+    calls: list[int] = []
+    monkeypatch.setattr(forkserver, "collapse_heap", lambda: calls.append(1) or 6 * MiB)
+    server.settle()
+    assert calls == []  # before the first attempt: a run of one attempt never pays for it
+    server.attempts, server.children = 1, {4242}
+    server.settle()
+    assert calls == []  # a rank of the first attempt still runs: its writes hold the pages
+    server.children = set()
+    for _ in range(3):
+        server.settle()
+    assert calls == [1] and server.conn.messages == [{"op": "pages", "huge_bytes": 6 * MiB}]  # type: ignore[attr-defined]
+
+
+PROBE = """
+import mmap, sys
+m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+m.write(b"x" * (8 << 20))
+try:
+    m.madvise(25, 0, 8 << 20)  # MADV_COLLAPSE, linux/mman.h: written here apart from pages.py
+except OSError:
+    sys.exit(3)
+"""
+
+
+def _kernel_collapses() -> bool:
+    """Whether this kernel makes huge pages on request, asked in a process of its own."""
+    if not hasattr(mmap.mmap, "madvise"):
+        return False
+    return subprocess.run([sys.executable, "-c", PROBE], timeout=60).returncode == 0
+
+
+def test_a_warm_run_leaves_its_fork_server_on_huge_pages_where_the_kernel_makes_them(tmp_path: Path) -> None:
+    if not _kernel_collapses():
+        pytest.skip("this kernel makes no huge page on request (MADV_COLLAPSE: Linux 6.1 and later, THP not off)")
+    for run in ("first", "second"):  # the second attempt this process's server starts, at the latest
+        run_job(JobSpec(config=TrainConfig.tiny(total_steps=2), world_sizes=(2,), run_dir=tmp_path / run,
+                        launcher="warm"))
+    server = launchers.fork_server()
+    assert server.huge_bytes is not None and server.huge_bytes >= 64 * MiB, server.huge_bytes  # torch's heap
+    with open(f"/proc/{server.pid}/smaps_rollup", encoding="ascii") as f:
+        huge_kb = next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
+    assert huge_kb > 0, "the server said it collapsed its heap, and the kernel counts no huge page in it"
+    assert_no_leftover_processes()
