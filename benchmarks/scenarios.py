@@ -6,7 +6,9 @@ the harness, restarts and judging cost on top of the training itself. A scenario
 measured alone (`scenario_wall_s`, `scenarios_per_min_single`), and `scenarios_per_min`
 counts scenarios finished per minute of wall with `scenarios_concurrency` of them side by
 side: that many harness processes, each with its own fork server, as `pytest -n N` runs a
-suite. Much of one scenario is waiting (fsyncs, a rank waiting for its peer, process
+suite. Each harness warms up before it is measured (`warm_up`): its golden run, its fork
+server's start and the server's one move of its heap onto huge pages, costs paid once however
+many scenarios follow. Much of one scenario is waiting (fsyncs, a rank waiting for its peer, process
 start and exit), which another scenario's ranks can use.
 
 Hang latency: inject a SIGSTOP hang N times and measure fault → `hang` event,
@@ -113,13 +115,31 @@ def job_split(run_dir: Path) -> dict[str, float]:
     return split
 
 
+WARM_UP_MAX = 8
+"""At most this many scenarios warm a harness up. A kill-and-resume scenario forks 4 ranks, so its
+fork server settles in the fifth (COLLAPSE_AFTER_FORKS / 4 + 1); one that never does (a rank
+alive at every start) is measured as it is."""
+
+
+def warm_up(scenario: Scenario, out: Path) -> int:
+    """Scenarios run unmeasured before a harness is timed: the first builds the golden run and
+    starts the fork server; more follow until the server has moved its heap onto huge pages, or
+    said the kernel refused (harness/launch/forkserver.py `Server.settle`, once it has forked
+    COLLAPSE_AFTER_FORKS ranks). How many ran."""
+    for count in range(1, WARM_UP_MAX + 1):
+        run_judged(spec_for(scenario, out / f"warmup{count}"), scenario.name)
+        if fork_server().huge_bytes is not None:
+            break
+    return count
+
+
 def run_scenarios(out: Path, runs: int) -> tuple[list[float], list[float], list[dict[str, float]]]:
     """`runs` kill-resume scenarios one after another in this process (after an unmeasured one that
     builds the golden run and the fork server): each one's wall seconds, wall/compute ratio and
     `scenario_split`. Raises unless every scenario was judged valid."""
     scenario = cpu_scenario("kill-resume")
     walls, ratios, splits = [], [], []
-    run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden + fork server
+    warm_up(scenario, out)
     for i in range(runs):
         with timed_runner() as steps:
             started = time.perf_counter()
@@ -206,7 +226,7 @@ def _worker(out: Path, runs: int) -> None:
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     scenario = cpu_scenario("kill-resume")
-    run_judged(spec_for(scenario, out / "warmup"), scenario.name)  # golden (cached) + this process's fork server
+    warm_up(scenario, out)
     print("ready", file=protocol, flush=True)
     if sys.stdin.readline().strip() != "go":
         return

@@ -32,7 +32,7 @@ Protocol (as the fork server's, over the socket the harness passes):
                         "errs": [...] (optional: stderr apart from the log, per rank)}
     server -> harness  {"op": "ready", "pid", "import_s", "imported": [...], "threads"}
                        {"op": "started", "pids", "pgid"}  every rank prepared and running
-                       {"op": "pages", "huge_bytes"}      once, before the second start (forkserver.py)
+                       {"op": "pages", "huge_bytes"}      once, before a "started" (forkserver.py settle)
                        {"op": "refused", "reason"}        no rank ran; start the attempt cold
                        {"op": "exit", "pid", "code"}
 

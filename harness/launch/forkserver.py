@@ -8,14 +8,14 @@ safe. Everything the server holds when it forks is frozen out of the garbage col
 (`gc.freeze`): a rank's own collections, and the full one a rank runs before it tears its
 process group down, then walk only what the rank made, not the ~300k objects of torch's
 imports (measured: 0.2 s of CPU per rank per collection, and the copy-on-write of every
-page they sit on). Before the second attempt forks, the heap moves onto huge pages
+page they sit on). Once it has forked 16 ranks, the heap moves onto huge pages
 (harness/launch/pages.py): each later fork copies ~110 page-table entries of it, not ~55 000.
 Protocol (pickled dicts over a socket the harness passes as a file descriptor):
 
     harness -> server  {"op": "start", "ctxs": [json...], "logs": [path...]}
     server -> harness  {"op": "ready", "pid", "import_s"}  once, after the warm imports
                        {"op": "started", "pids": [...], "pgid"}  reply to start
-                       {"op": "pages", "huge_bytes"}  once, before the second "started": the heap on huge pages
+                       {"op": "pages", "huge_bytes"}  once, before a "started": the heap on huge pages (settle)
                        {"op": "exit", "pid", "code"}    a child ended (negative: killed by that signal)
 
     python -m harness.launch.forkserver FD PARENT_PID
@@ -34,11 +34,19 @@ from typing import Callable
 from trainwreck.harness.launch.pages import collapse_heap
 from trainwreck.harness.launch.procs import set_parent_death_signal, signal_pid
 
+COLLAPSE_AFTER_FORKS = 16
+"""Ranks a server forks before it moves its heap onto huge pages (`Server.settle`). The move costs
+about what 16 forks then save (~0.3 s of CPU, against ~20 ms a fork: 10 of the server's and 10 of
+the rank's, measured 2026-11-28); both grow with the heap, so the count does not. A server that
+forks fewer, as a short `trainwreck run` does, never pays; one that forks many pays at most twice
+what knowing its future would have cost."""
+
+
 class Server:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.children: set[int] = set()
-        self.attempts = 0  # started so far
+        self.forked = 0  # ranks forked so far
         self.settled = False  # the heap is on huge pages (or the kernel refused): see settle
         # SIGCHLD writes to this pipe, so one wait() covers requests and child exits.
         self.wake_r, self.wake_w = os.pipe()
@@ -67,16 +75,15 @@ class Server:
                 if msg["op"] == "start":
                     self.settle()
                     self.on_start(msg)
-                    self.attempts += 1
 
     def settle(self) -> None:
-        """Once, before the server's second attempt forks, with no rank of the first alive: the heap
-        onto huge pages (harness/launch/pages.py), so that this fork and every later one copy less.
-        Not at the start: a run of one attempt would wait for it and gain nothing. Not while ranks
-        run: their first writes hold the pages it moves, and the kernel refuses those (measured:
-        18-176 MB of ~190 MB moved, against all of it with no child). Says how much moved, for a
-        reader who checks (launchers.py `ForkServer.huge_bytes`)."""
-        if self.attempts and not self.settled and not self.children:
+        """Once the server has forked COLLAPSE_AFTER_FORKS ranks, before its next attempt forks and
+        with no rank alive: the heap onto huge pages (harness/launch/pages.py), so that every later
+        fork copies less. Never before: a short run would pay for it and gain nothing. Never while
+        ranks run: their first writes hold the pages it moves, and the kernel refuses those
+        (measured: 18-176 MB of ~190 MB moved, against all of it with no child). Says how much
+        moved, for a reader who checks (launchers.py `ForkServer.huge_bytes`)."""
+        if self.forked >= COLLAPSE_AFTER_FORKS and not self.settled and not self.children:
             self.settled = True
             self.conn.send({"op": "pages", "huge_bytes": collapse_heap()})
 
@@ -101,8 +108,7 @@ class Server:
         self.children.update(pids)
         self.conn.send({"op": "started", "pids": pids, "pgid": pgid})
 
-    @staticmethod
-    def fork_attempt(bodies: list[Callable[[int], None]]) -> tuple[list[int], int]:
+    def fork_attempt(self, bodies: list[Callable[[int], None]]) -> tuple[list[int], int]:
         """One child per body, all in one new process group that the first leads: each child runs
         `body(pgid)` (0 for the first: it leads), which never returns. The children's pids and the group."""
         pgid, pids = 0, []
@@ -118,6 +124,7 @@ class Server:
             except OSError:
                 pass  # it already died, or the leader did; kills by pid still reach it
             pids.append(pid)
+        self.forked += len(pids)
         return pids, pgid
 
     def leave_server(self, pgid: int, log: str, err: str | None = None) -> int:

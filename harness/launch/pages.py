@@ -11,7 +11,7 @@ later; MADV_COLLAPSE, which this uses, exists from 6.1, so no kernel that collap
 Measured on the 2-core box, 2026-11-28, kill-and-resume scenarios (4 forks each), alternating
 six runs of 20: the server's system time per scenario 0.056 -> 0.017 s, the ranks' 0.33 ->
 0.28 s, wall 0.68-0.75 -> 0.56-0.64 s. The collapse costs ~1.6 ms of CPU per MB, once (~0.3 s
-for torch's imports), before the server's second attempt (forkserver.py `Server.settle`).
+for torch's imports), once the server has forked 16 ranks (forkserver.py `Server.settle`).
 
 Best effort by design: a kernel without MADV_COLLAPSE, with transparent huge pages off, or
 with no 2 MiB free, refuses, and the server forks as before, only slower.

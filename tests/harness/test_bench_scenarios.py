@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trainwreck.benchmarks import scenarios
 from trainwreck.benchmarks.scenarios import job_split, run_scenarios
 
 
@@ -49,7 +50,7 @@ def test_an_attempt_without_its_events_is_refused_not_split(tmp_path: Path) -> N
         job_split(run)
 
 
-@pytest.mark.slow  # nightly: a golden run and two kill-and-resume scenarios
+@pytest.mark.slow  # nightly: a golden run, the warm-up's kill-and-resume scenarios and one measured
 def test_a_measured_scenarios_parts_add_up_to_its_wall(tmp_path: Path) -> None:
     walls, _, splits = run_scenarios(tmp_path, runs=1)
     (split,) = splits
@@ -57,3 +58,23 @@ def test_a_measured_scenarios_parts_add_up_to_its_wall(tmp_path: Path) -> None:
                           "job_other", "judge", "root_cause", "publish"}
     assert sum(split.values()) == pytest.approx(walls[0], abs=0.01)
     assert all(split[name] > 0 for name in ("fork", "setup", "compute", "saves", "teardown", "between", "publish"))
+
+
+class _Server:
+    huge_bytes: int | None = None
+
+
+@pytest.mark.parametrize(("settles_after", "ran"), [(3, 3), (None, scenarios.WARM_UP_MAX)],
+                         ids=["the server settles in the third", "it never does"])
+def test_a_harness_warms_up_until_its_fork_server_has_settled_and_no_longer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settles_after: int | None, ran: int) -> None:
+    server, runs = _Server(), []
+
+    def run_judged(spec: object, name: str) -> None:
+        runs.append(name)
+        if len(runs) == settles_after:
+            server.huge_bytes = 194 << 20  # the "pages" message arrived during this scenario
+
+    monkeypatch.setattr(scenarios, "run_judged", run_judged)
+    monkeypatch.setattr(scenarios, "fork_server", lambda: server)
+    assert scenarios.warm_up(scenarios.cpu_scenario("kill-resume"), tmp_path) == ran == len(runs)

@@ -62,18 +62,19 @@ class _Said:
         self.messages.append(message)
 
 
-def test_the_server_collapses_its_heap_once_before_its_second_attempt_with_no_rank_alive(
+def test_the_server_collapses_its_heap_once_when_it_has_forked_enough_ranks_and_none_is_alive(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Not through __init__ (that installs the server's signal handlers in this process): what settle reads.
     server = object.__new__(forkserver.Server)
-    server.conn, server.settled, server.attempts, server.children = _Said(), False, 0, set()  # type: ignore[assignment]
+    server.conn, server.settled, server.children = _Said(), False, set()  # type: ignore[assignment]
     calls: list[int] = []
     monkeypatch.setattr(forkserver, "collapse_heap", lambda: calls.append(1) or 6 * MiB)
+    server.forked = forkserver.COLLAPSE_AFTER_FORKS - 1
     server.settle()
-    assert calls == []  # before the first attempt: a run of one attempt never pays for it
-    server.attempts, server.children = 1, {4242}
+    assert calls == []  # fewer forks than the collapse saves: a short run never pays for it
+    server.forked, server.children = forkserver.COLLAPSE_AFTER_FORKS, {4242}
     server.settle()
-    assert calls == []  # a rank of the first attempt still runs: its writes hold the pages
+    assert calls == []  # a rank still runs: its writes hold the pages
     server.children = set()
     for _ in range(3):
         server.settle()
@@ -101,9 +102,11 @@ def _kernel_collapses() -> bool:
 def test_a_warm_run_leaves_its_fork_server_on_huge_pages_where_the_kernel_makes_them(tmp_path: Path) -> None:
     if not _kernel_collapses():
         pytest.skip("this kernel makes no huge page on request (MADV_COLLAPSE: Linux 6.1 and later, THP not off)")
-    for run in ("first", "second"):  # the second attempt this process's server starts, at the latest
-        run_job(JobSpec(config=TrainConfig.tiny(total_steps=2), world_sizes=(2,), run_dir=tmp_path / run,
-                        launcher="warm"))
+    # Enough ranks that this process's server has forked COLLAPSE_AFTER_FORKS, then one attempt more.
+    for run, ranks in (("wide", forkserver.COLLAPSE_AFTER_FORKS), ("after", 1)):
+        record = run_job(JobSpec(config=TrainConfig.tiny(total_steps=1), world_sizes=(ranks,),
+                                 run_dir=tmp_path / run, launcher="warm"))
+        assert record.outcome == "completed", record
     server = launchers.fork_server()
     assert server.huge_bytes is not None and server.huge_bytes >= 64 * MiB, server.huge_bytes  # torch's heap
     with open(f"/proc/{server.pid}/smaps_rollup", encoding="ascii") as f:
