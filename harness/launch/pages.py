@@ -8,10 +8,9 @@ copy of that 4 KiB only: the kernel splits the huge page's entry in the writer (
 later; MADV_COLLAPSE, which this uses, exists from 6.1, so no kernel that collapses copies
 2 MiB on a write).
 
-Measured on the 2-core box, 2026-11-28, kill-and-resume scenarios (4 forks each), alternating
-six runs of 20: the server's system time per scenario 0.056 -> 0.017 s, the ranks' 0.33 ->
-0.28 s, wall 0.68-0.75 -> 0.56-0.64 s. The collapse costs ~1.6 ms of CPU per MB, once (~0.3 s
-for torch's imports), once the server has forked 16 ranks (forkserver.py `Server.settle`).
+What it saves and costs, measured: docs/GUIDE.md ("Then the page tables"). The collapse costs
+~1.6 ms of CPU per MB, once (~0.3 s for torch's imports), once the server has forked 16 ranks
+(forkserver.py `COLLAPSE_AFTER_FORKS`, `Server.settle`).
 
 Best effort by design: a kernel without MADV_COLLAPSE, with transparent huge pages off, or
 with no 2 MiB free, refuses, and the server forks as before, only slower.
