@@ -18,11 +18,13 @@ with no 2 MiB free, refuses, and the server forks as before, only slower.
 from __future__ import annotations
 
 import ctypes
+import sys
 
 MADV_COLLAPSE = 25
 """linux/mman.h (Linux 6.1): make a range huge now, synchronously. Python's mmap module names it
 only for its own mappings, and these are the interpreter's."""
 
+MAPS_FILE = "/proc/self/maps"
 PMD_SIZE_FILE = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"
 DEFAULT_HUGE = 2 << 20
 """x86-64's and 4 KiB-page arm64's huge page; read from the kernel where it says."""
@@ -58,9 +60,13 @@ def collapsible(maps: str, huge: int) -> list[tuple[int, int]]:
 
 def collapse_heap() -> int:
     """Back this process's heap and anonymous mappings with huge pages now (MADV_COLLAPSE);
-    the bytes that were, 0 where the kernel does none of it (not Linux, before 6.1, THP off)."""
+    the bytes that were, 0 where the kernel does none of it (not Linux, before 6.1, THP off).
+    Never raises: the server forks as before whatever this finds."""
+    if not sys.platform.startswith("linux"):
+        return 0  # MADV_COLLAPSE's number means something else, or nothing, elsewhere
     try:
-        with open("/proc/self/maps", encoding="ascii") as f:
+        # A mapped file's name may be any bytes; only the anonymous mappings are read.
+        with open(MAPS_FILE, encoding="utf-8", errors="replace") as f:
             maps = f.read()
         madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):

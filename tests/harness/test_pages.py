@@ -54,6 +54,21 @@ def test_the_huge_page_size_is_the_kernels_and_two_mib_where_it_does_not_say(tmp
     assert pages.huge_page_size() == 2 * MiB
 
 
+def test_collapsing_reads_past_a_mapped_files_name_that_is_not_utf8_and_does_nothing_off_linux(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    maps = tmp_path / "maps"
+    maps.write_bytes(b"7f0000000000-7f0000200000 r--p 00000000 08:01 7 /data/caf\xe9.bin\n")
+    monkeypatch.setattr(pages, "MAPS_FILE", str(maps))
+    monkeypatch.setattr(pages.sys, "platform", "linux")
+    assert pages.collapse_heap() == 0  # read, nothing anonymous to move, no UnicodeDecodeError
+    monkeypatch.setattr(pages, "MAPS_FILE", str(tmp_path / "absent"))
+    assert pages.collapse_heap() == 0
+    monkeypatch.setattr(pages, "MAPS_FILE", str(maps))
+    monkeypatch.setattr(pages.sys, "platform", "darwin")
+    monkeypatch.setattr(pages, "collapsible", lambda *_: pytest.fail("read the maps off Linux"))
+    assert pages.collapse_heap() == 0
+
+
 class _Said:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
