@@ -128,3 +128,21 @@ def test_a_warm_run_leaves_its_fork_server_on_huge_pages_where_the_kernel_makes_
         huge_kb = next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
     assert huge_kb > 0, "the server said it collapsed its heap, and the kernel counts no huge page in it"
     assert_no_leftover_processes()
+
+
+OPTED_OUT = """
+import ctypes, sys
+from trainwreck.harness.launch import pages
+held = bytearray(16 << 20)  # anonymous memory to move: 16 MB, every page written
+if sys.argv[1] == "off":
+    assert ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0  # PR_SET_THP_DISABLE
+print(pages.collapse_heap())
+"""
+
+
+def test_a_process_that_turned_huge_pages_off_for_itself_is_left_as_it_is() -> None:
+    if not _kernel_collapses():
+        pytest.skip("this kernel makes no huge page on request (MADV_COLLAPSE: Linux 6.1 and later, THP not off)")
+    moved = {way: int(subprocess.run([sys.executable, "-c", OPTED_OUT, way], capture_output=True, text=True,
+                                     check=True, timeout=60).stdout) for way in ("on", "off")}
+    assert moved["on"] >= 8 * MiB and moved["off"] == 0, moved
