@@ -70,12 +70,13 @@ def numbers(values: Any) -> Any | None:
     """A numpy view of an array of integers or of doubles holding VECTOR_MIN values or more; None
     otherwise (a list may hold ints beyond 64 bits or None), and for doubles with a NaN among them:
     Python's min() and max() answer by the NaN's place, numpy's by its presence."""
-    if type(values) is not array or len(values) < VECTOR_MIN or numpy_or_none() is None:
+    if type(values) is not array or len(values) < VECTOR_MIN:
+        return None  # before numpy's import: a small run's check never loads it
+    numpy = numpy_or_none()
+    if numpy is None or values.typecode not in _INTEGER_CODES and values.typecode != "d":
         return None
-    if values.typecode not in _INTEGER_CODES and values.typecode != "d":
-        return None
-    view = numpy_or_none().asarray(values)
-    if values.typecode == "d" and numpy_or_none().isnan(view).any():
+    view = numpy.asarray(values)
+    if values.typecode == "d" and numpy.isnan(view).any():
         return None
     return view
 
