@@ -1,4 +1,4 @@
-"""python -m benchmarks [--quick] [--json] [--out FILE] [--only SECTIONS]: every performance figure, measured in one run.
+"""python -m trainwreck.benchmarks: every performance figure, measured in one run; --table: where each target stands.
 
 Figures are ratios or latencies taken in the same process on the same machine, so
 they can be compared across machines; absolute seconds are reported for context.
@@ -9,6 +9,9 @@ loses one section, not the run (exit 1 when any failed). The CPU figures run on 
 GPU host too; the `gpu` section measures CUDA-resident checkpoints and nccl hangs where a GPU
 exists (benchmarks/gpu.py) and says it skipped elsewhere. `--only fsdp,gpu` runs those sections
 alone (a GPU host's check, `.ci/gpu`); the targets of the sections left out read "n/a".
+Each run records when it ran, from which commit, and the load and the machine's speed as it began
+and ended (results["run"], benchmarks/standing.py); `--table` renders where each target stands
+over runs already made, from their files.
 """
 from __future__ import annotations
 
@@ -24,43 +27,15 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+from trainwreck.benchmarks.standing import TARGETS, NotARun, judged, load_run, render, run_begins, run_ends
 
-from trainwreck.harness.registry import SPAWN
-from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded, bench_report
-from trainwreck.benchmarks.checkpoint import bench_checkpoint
-from trainwreck.benchmarks.fsdp import bench_fsdp
-from trainwreck.benchmarks.gpu import bench_gpu
-from trainwreck.benchmarks.instrumentation import bench_instrumentation
-from trainwreck.benchmarks.launch import bench_cmd, bench_launch, bench_watchdog_cpu
-from trainwreck.benchmarks.scenarios import bench_hang, bench_hang_16, bench_throughput
+__all__ = ["TARGETS", "main", "run_all", "run_sections", "sections"]
 
-TARGETS = {
-    "launch_warm_s_4": ("<=", 0.5),
-    "launch_speedup_vs_torchrun_4": (">=", 20.0),
-    "instrumentation_overhead_pct": ("<=", 3.0),
-    "instrumentation_direct_pct": ("<=", 3.0),
-    "atomic_save_ratio_100mb": ("<=", 1.3),
-    "atomic_save_ratio_vs_fsynced_100mb": ("<=", 1.1),
-    "atomic_save_ratio_vs_fsynced_1gb": ("<=", 1.1),
-    "verified_load_ratio_100mb": ("<=", 1.2),
-    "async_stall_ratio_100mb": ("<=", 0.05),
-    "async_stall_ratio_1gb": ("<=", 0.05),  # issue 38, item 3
-    "checker_events_per_s": (">=", 2_000_000),  # issue 38, item 5 (1 M the round before)
-    "report_s_1_6m": ("<=", 5.0),  # `trainwreck report` of the checker's 1.6 M-event run, start-up included
-    "report_s_16m": ("<=", 60.0),
-    "report_peak_rss_mb_16m": ("<=", 512),
-    "checker_peak_rss_mb_16m": ("<=", 512),
-    "checker_rss_growth_doubled": ("<=", 1.1),  # twice the events, columns on disk: memory bounded
-    "launch_warm_s_16": ("<=", 1.0),
-    "hang_latency_max_s_16": ("<=", 1.2),  # timeout 1.0 s + 0.2 s
-    "scenarios_per_min": (">=", 500),  # issue 38, item 4 (150 the round before)
-    "cmd_warm_speedup": (">=", 5.0),  # issue 38: --cmd kill-and-resume, cold over forked-warm ranks
-    "gpu_async_stall_of_step_1gb": ("<=", 0.05),  # on a GPU host only; "n/a" elsewhere
-}
 
 
 def machine() -> dict[str, Any]:
+    import torch  # here, not above: --table renders runs already made and never loads torch
+
     cuda = torch.cuda.is_available()
     return {"cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})"}
@@ -70,6 +45,15 @@ Section = tuple[str, Callable[[], dict[str, Any]]]
 
 
 def sections(quick: bool) -> list[Section]:
+    from trainwreck.harness.registry import SPAWN
+    from trainwreck.benchmarks.checker import bench_checker, bench_checker_16m, bench_checker_bounded, bench_report
+    from trainwreck.benchmarks.checkpoint import bench_checkpoint
+    from trainwreck.benchmarks.fsdp import bench_fsdp
+    from trainwreck.benchmarks.gpu import bench_gpu
+    from trainwreck.benchmarks.instrumentation import bench_instrumentation
+    from trainwreck.benchmarks.launch import bench_cmd, bench_launch, bench_watchdog_cpu
+    from trainwreck.benchmarks.scenarios import bench_hang, bench_hang_16, bench_throughput
+
     return [
         ("launch", lambda: bench_launch(ranks=(4, 16), repeats=1 if quick else 3,
                                         skip=frozenset({(SPAWN, 16)}) if quick else frozenset())),
@@ -103,7 +87,12 @@ def run_all(quick: bool, log: Callable[[str], None], out: Path | None = None,
     if cache_bytecode():
         log("[benchmarks] wrote the bytecode caches of trainwreck's modules that were missing: "
             "PYTHONDONTWRITEBYTECODE is set, and each fresh process measured would compile them again")
-    return run_sections(chosen, {"machine": machine(), "quick": quick}, log, out)
+    run, started = run_begins(), time.monotonic()
+    results = run_sections(chosen, {"machine": machine(), "run": run, "quick": quick}, log, out)
+    results["run"] = run_ends(run, time.monotonic() - started)
+    if out is not None:
+        _write_atomic(out, results)
+    return results
 
 
 PACKAGES = ("rundir", "trainer", "faults", "invariants", "report", "benchmarks", "harness")
@@ -160,9 +149,7 @@ def run_sections(steps: list[Section], results: dict[str, Any], log: Callable[[s
         if f"launch_torchrun_s_{n}" in results and f"launch_warm_s_{n}" in results:
             results[f"launch_speedup_vs_torchrun_{n}"] = round(
                 results[f"launch_torchrun_s_{n}"] / results[f"launch_warm_s_{n}"], 1)
-    results["targets"] = {key: {"target": f"{op} {bound:g}", "measured": results.get(key),
-                                "met": _met(results.get(key), op, bound)}
-                          for key, (op, bound) in TARGETS.items()}
+    results["targets"] = judged(results)
     if out is not None:
         _write_atomic(out, results)
     return results
@@ -174,10 +161,23 @@ def _write_atomic(path: Path, results: dict[str, Any]) -> None:
     os.replace(scratch, path)
 
 
-def _met(value: Any, op: str, bound: float) -> bool | None:
-    if not isinstance(value, (int, float)):
-        return None
-    return value <= bound if op == "<=" else value >= bound
+def table(paths: list[Path], measuring: bool = False) -> int:
+    """--table: the Markdown of `standing.render` on stdout; 0 when every target was met in every
+    run, 1 otherwise, 2 for a file that is not a run or for options that would measure."""
+    if measuring:
+        print("--table renders runs already made and measures nothing: give it no --quick, --json, --out or "
+              "--only (run those first, then --table on the files --out wrote)", file=sys.stderr)
+        return 2
+    try:
+        runs = [load_run(path) for path in paths]
+    except NotARun as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    markdown, done = render(runs)
+    print(markdown, end="")
+    runs_said = "the one run" if len(runs) == 1 else f"all {len(runs)} runs"
+    print(f"every target met in {runs_said}" if done else f"not every target met in {runs_said}", file=sys.stderr)
+    return 0 if done else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="write the figures to this JSON file after every section")
     parser.add_argument("--only", default="", help="comma-separated sections to run (default: all), e.g. fsdp,gpu")
+    parser.add_argument("--table", nargs="+", type=Path, metavar="RUN.json",
+                        help="measure nothing: render where each target stands in these runs' --out files, "
+                             "oldest first (exit 0 when every target was met in every one)")
     args = parser.parse_args(argv)
+    if args.table:
+        return table(args.table, measuring=args.quick or args.json or args.out is not None or bool(args.only))
     try:
         only = parse_only(args.only) if args.only else ()
     except ValueError as exc:
