@@ -71,15 +71,18 @@ def speed_probe_ms(clock: Callable[[], float] = time.perf_counter) -> float:
 
 def source_commit(folder: Path = Path(__file__).resolve().parent) -> tuple[str | None, bool | None]:
     """(the commit of the checkout this code runs from, whether its tracked files differ from it);
-    (None, None) for an installed wheel, or where git is missing or answers nothing in 10 s."""
+    (None, None) for an installed wheel (this file untracked, even in a venv inside some checkout),
+    or where git is missing or answers nothing in 10 s."""
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+
     try:
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
+        if git("ls-files", "--error-unmatch", "--", Path(__file__).name).returncode != 0:
             return None, None
-        changed = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, timeout=10)
+        head, changed = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    if head.returncode != 0:
         return None, None
     return head.stdout.strip(), bool(changed.stdout.strip()) if changed.returncode == 0 else None
 

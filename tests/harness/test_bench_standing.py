@@ -126,6 +126,8 @@ def test_the_commit_is_the_checkouts_and_says_when_its_tracked_files_changed(tmp
     assert source_commit(tmp_path) == (head, False)
     (tmp_path / "standing.py").write_text("x = 2\n")
     assert source_commit(tmp_path) == (head, True)
+    (tmp_path / "site-packages").mkdir()  # a wheel installed into a venv inside a checkout
+    assert source_commit(tmp_path / "site-packages") == (None, None)
 
 
 def test_the_speed_probe_times_the_sum_and_keeps_the_best_of_its_repeats() -> None:
