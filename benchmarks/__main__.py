@@ -2,7 +2,7 @@
 
 Figures are ratios or latencies taken in the same process on the same machine, so
 they can be compared across machines; absolute seconds are reported for context.
-`--quick` trims repeats to fit in about 5 minutes on 2 cores; it measures every size, 1 GB included.
+`--quick` trims repeats: 6 minutes on a quiet 2-core machine, 12-17 on a slow one; it measures every size, 1 GB included.
 Each section's figures are printed (stderr) as it finishes and, with `--out`, written to FILE
 then: a section that fails is recorded under "failed" and the others still run, so a crash
 loses one section, not the run (exit 1 when any failed). The CPU figures run on the CPU on a
@@ -182,7 +182,7 @@ def table(paths: list[Path], measuring: bool = False) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats (about 5 minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (6 minutes on a quiet 2-core machine, 12-17 on a slow one)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="write the figures to this JSON file after every section")
     parser.add_argument("--only", default="", help="comma-separated sections to run (default: all), e.g. fsdp,gpu")

@@ -52,6 +52,9 @@ def cpu_scenario(name: str) -> Scenario:
 RUNNER_STEPS = {"golden": "golden_for", "job": "run_job", "root_cause": "_root_cause", "publish": "publish"}
 """run_judged's steps timed by `timed_runner` (harness/judge/runner.py names); the judgement is the rest."""
 HARNESS_KINDS = ("attempt", "exit", "end")
+HARNESS_PARTS = ("golden", "fork", "between", "job_other", "judge", "root_cause", "publish")
+"""The parts of `scenario_split` that are the harness's own work, not the training ranks': the golden
+run's lookup, forking, between attempts, the run directory, judging, the crash's cause, the report."""
 
 
 @contextmanager

@@ -1,11 +1,13 @@
 """The docs that draw the code are checked against it: DESIGN.md's command-line block
 against harness/cli.py COMMANDS and each command's parser, HARNESS.md's one-screen map
 against the harness's modules, its layers (tests/test_architecture.py) and the launcher
-registry. A command, option, module or launcher added without its doc line fails here."""
+registry. A command, option, module or launcher added without its doc line fails here; so does a
+performance figure in GUIDE.md or the README that is not the one its benchmark run wrote."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -109,3 +111,39 @@ def test_the_readmes_first_screen_fits_60_lines_and_says_what_where_and_how() ->
     screen = "\n".join(lines[:end])
     assert "```bash" in screen and "trainwreck demo" in screen and "pytest" in screen  # the two commands
     assert "![" in screen and "docs/GUIDE.md" in screen and "proves that" in screen
+
+
+BENCHMARK_RUNS = REPO / "docs" / "benchmark-runs"
+
+
+def test_the_guides_standing_table_is_rendered_from_the_runs_it_names() -> None:
+    """GUIDE.md, "Where each target stands": the table between its markers is `--table` of the runs'
+    files the opening marker names (docs/benchmark-runs/), so no figure in it is typed by hand."""
+    from trainwreck.benchmarks.standing import load_run, render
+
+    guide = (REPO / "docs" / "GUIDE.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- standing: --table (?P<files>[^>]*?) -->\n(?P<table>.*?)<!-- /standing -->", guide, re.S)
+    assert found, "GUIDE.md no longer holds the standing table between its markers"
+    runs = [load_run(BENCHMARK_RUNS / name) for name in found["files"].split()]
+    assert found["table"] == render(runs)[0]
+
+
+def test_the_readmes_scenario_split_is_the_one_of_the_run_it_names() -> None:
+    """README's "Where one kill-and-resume scenario's time goes": each `part` figure is the named
+    run's `scenario_split_s` to two places, the harness's own parts summed (HARNESS_PARTS), and the
+    scenario's wall its `scenario_wall_s`."""
+    from trainwreck.benchmarks.scenarios import HARNESS_PARTS
+
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    found = re.search(r"Where one kill-and-resume scenario's time goes \(`scenario_split_s` of "
+                      r"docs/benchmark-runs/(?P<file>[\w.-]+),(?P<text>.*?)\(docs/GUIDE\.md", readme)
+    assert found, "README no longer quotes a run's scenario split where this test reads it"
+    run = json.loads((BENCHMARK_RUNS / found["file"]).read_text())
+    split = run["scenario_split_s"]
+    quoted = {part: float(value) for value, part in re.findall(r"(\d+\.\d+) s \(`(\w+)`\)", found["text"])}
+    assert len(quoted) >= 4 and all(quoted[part] == round(split[part], 2) for part in quoted), (quoted, split)
+    assert set(HARNESS_PARTS) <= set(split)
+    harness = re.search(r"the harness's own parts \([^)]*\) (\d+\.\d+) s", found["text"])
+    assert harness and float(harness.group(1)) == round(sum(split[part] for part in HARNESS_PARTS), 2)
+    wall = re.search(r"(\d+\.\d+) s a scenario", found["text"])
+    assert wall and float(wall.group(1)) == run["scenario_wall_s"]
