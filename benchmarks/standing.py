@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from trainwreck.rundir.files import SMALL_LIMIT, read_bytes
+
 TARGETS: dict[str, tuple[str, float]] = {
     "launch_warm_s_4": ("<=", 0.5),
     "launch_speedup_vs_torchrun_4": (">=", 20.0),
@@ -116,10 +118,8 @@ class NotARun(ValueError):
 
 def load_run(path: Path) -> dict[str, Any]:
     """One run's figures from its --out/--json file; NotARun naming the file and what is wrong."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read(64 * 1024 * 1024)  # a run's file is tens of KB; never read a device unbounded
-        figures = json.loads(text)
+    try:  # a run's file is tens of KB: a FIFO, a device or a huge file is refused, never waited on
+        figures = json.loads(read_bytes(Path(path).resolve(), SMALL_LIMIT))
     except OSError as exc:
         raise NotARun(f"--table {path}: cannot read it ({exc.strerror or exc})") from None
     except (ValueError, RecursionError) as exc:

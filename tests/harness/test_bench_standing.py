@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -75,6 +76,15 @@ def test_a_file_that_is_not_a_run_exits_2_naming_it_and_how_to_make_one(
     assert main(["--table", str(good), str(bad)]) == 2
     error = capsys.readouterr().err
     assert str(bad) in error and "--out FILE" in error and "Traceback" not in error
+
+
+def test_a_fifo_or_a_folder_given_as_a_run_is_refused_at_once_never_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "q1.json"
+    os.mkfifo(fifo)  # nobody ever writes it: a blocking open would wait forever
+    with pytest.raises(NotARun, match=re.escape(f"--table {fifo}: cannot read it (") + ".*FIFO"):
+        load_run(fifo)
+    with pytest.raises(NotARun, match=re.escape(f"--table {tmp_path}: cannot read it (") + ".*directory"):
+        load_run(tmp_path)
 
 
 def test_table_exits_0_only_when_every_target_was_met_in_every_run_and_refuses_to_measure_beside_it(
