@@ -32,7 +32,6 @@ from trainwreck.benchmarks.standing import TARGETS, NotARun, judged, load_run, r
 __all__ = ["TARGETS", "main", "run_all", "run_sections", "sections"]
 
 
-
 def machine() -> dict[str, Any]:
     import torch  # here, not above: --table renders runs already made and never loads torch
 
@@ -181,7 +180,7 @@ def table(paths: list[Path], measuring: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trainwreck.benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (6 minutes on a quiet 2-core machine, 12-17 on a slow one)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="write the figures to this JSON file after every section")
