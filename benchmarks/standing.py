@@ -142,19 +142,21 @@ def _when(run: dict[str, Any]) -> str:
     return started.replace("T", " ")[:16] if isinstance(started, str) else "not recorded"
 
 
+def _start_end(start: Any, end: Any, between: str) -> str:
+    """A reading taken as a run began and as it ended; the start alone when the end is missing."""
+    if not _number(start):
+        return "not recorded"
+    return f"{start:g}{between}{end:g}" if _number(end) else f"{start:g}"
+
+
 def _load(run: dict[str, Any]) -> str:
     start, end = (value[0] if isinstance(value, list) and value else None
                   for value in (run.get("load_average_start"), run.get("load_average_end")))
-    if not _number(start):
-        return "not recorded"
-    return f"{start:g} → {end:g}" if _number(end) else f"{start:g}"
+    return _start_end(start, end, " → ")
 
 
 def _probe(run: dict[str, Any]) -> str:
-    start, end = run.get("speed_probe_ms_start"), run.get("speed_probe_ms_end")
-    if not _number(start):
-        return "not recorded"
-    return f"{start:g} / {end:g}" if _number(end) else f"{start:g}"
+    return _start_end(run.get("speed_probe_ms_start"), run.get("speed_probe_ms_end"), " / ")
 
 
 def _commit(run: dict[str, Any]) -> str:
