@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import re
 from pathlib import Path
 
@@ -133,12 +132,13 @@ def test_the_readmes_scenario_split_is_the_one_of_the_run_it_names() -> None:
     run's `scenario_split_s` to two places, the harness's own parts summed (HARNESS_PARTS), and the
     scenario's wall its `scenario_wall_s`."""
     from trainwreck.benchmarks.scenarios import HARNESS_PARTS
+    from trainwreck.benchmarks.standing import load_run
 
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     found = re.search(r"Where one kill-and-resume scenario's time goes \(`scenario_split_s` of "
                       r"docs/benchmark-runs/(?P<file>[\w.-]+),(?P<text>.*?)\(docs/GUIDE\.md", readme)
     assert found, "README no longer quotes a run's scenario split where this test reads it"
-    run = json.loads((BENCHMARK_RUNS / found["file"]).read_text())
+    run = load_run(BENCHMARK_RUNS / found["file"])
     split = run["scenario_split_s"]
     quoted = {part: float(value) for value, part in re.findall(r"(\d+\.\d+) s \(`(\w+)`\)", found["text"])}
     assert len(quoted) >= 4 and all(quoted[part] == round(split[part], 2) for part in quoted), (quoted, split)
